@@ -1,0 +1,46 @@
+# gpuguard: the README's two commands are `make demo` and `make test`.
+# Both run `setup` first, which installs everything a fresh machine lacks.
+
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := docker.io prometheus prometheus-alertmanager busybox-static
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo stop test lint unit integration rules bench-quick clean
+
+setup: $(STAMP)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/gpuguard demo
+
+stop:
+	$(VENV)/bin/gpuguard demo --stop
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(PY) -m pytest tests/unit -q
+
+test: lint
+	$(PY) -m pytest tests
+
+bench-quick: setup
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

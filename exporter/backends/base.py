@@ -1,0 +1,46 @@
+"""The GPU backend interface (docs/interfaces.md §2) and the ``--gpu.backend`` choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from exporter.errors import BackendUnavailable
+from exporter.model import GpuSample
+
+BACKEND_CHOICES = ("auto", "nvml", "gpusim")
+
+
+class GpuBackend(Protocol):
+    """A source of GPU samples; implementations raise ``BackendError`` and nothing else."""
+
+    name: str
+
+    def sample(self) -> GpuSample: ...
+
+    def close(self) -> None: ...
+
+
+def open_backend(kind: str, gpusim_socket: Path, nvml_module: Any = None) -> GpuBackend:
+    """Open the backend named by ``--gpu.backend``.
+
+    ``auto`` takes NVML when it initialises, else gpusim when its socket exists; otherwise
+    it raises ``BackendUnavailable`` with one line saying what was tried.
+    """
+    from exporter.backends.gpusim import GpusimBackend
+    from exporter.backends.nvml import NvmlBackend
+
+    if kind == "nvml":
+        return NvmlBackend(nvml_module)
+    if kind == "gpusim":
+        return GpusimBackend(gpusim_socket)
+    if kind != "auto":
+        raise BackendUnavailable(f"unknown GPU backend {kind!r} (use auto, nvml or gpusim)")
+    try:
+        return NvmlBackend(nvml_module)
+    except BackendUnavailable as nvml_exc:
+        if gpusim_socket.exists():
+            return GpusimBackend(gpusim_socket)
+        raise BackendUnavailable(
+            f"no GPU backend: NVML failed ({nvml_exc}) and no gpusim socket at {gpusim_socket}"
+        ) from nvml_exc

@@ -1,0 +1,121 @@
+"""Small frozen snapshots passed between the exporter's stages (docs/interfaces.md §2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process on one device, as the GPU reports it (host PID)."""
+
+    pid: int
+    used_memory_bytes: int | None  # NVML cannot always tell (usedGpuMemory None)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """One per-process utilization sample (``nvmlDeviceGetProcessUtilization``)."""
+
+    pid: int
+    timestamp_us: int
+    sm_ratio: float
+    mem_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    """One device (a whole GPU, or a MIG device when ``mig_index`` is set)."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    utilization_ratio: float | None
+    processes: tuple[GpuProcess, ...] = ()
+    process_samples: tuple[ProcessUtilization, ...] = ()
+    mig_index: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The ``gpu`` label: the index, or ``<gpu>:<mig>`` like NVIDIA_VISIBLE_DEVICES."""
+        if self.mig_index is None:
+            return str(self.index)
+        return f"{self.index}:{self.mig_index}"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """Everything one poll learned from the GPU backend."""
+
+    timestamp: float  # wall clock (seconds) when the sample was taken
+    devices: tuple[DeviceSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    """What the exporter keeps about one container (from inspect + labels)."""
+
+    id: str
+    name: str
+    image: str
+    state: str  # created, running, paused, exited, ...
+    managed: bool = False
+    deadline_s: float | None = None
+    deadline_error: str | None = None
+    gpus: tuple[str, ...] = ()
+    role: str | None = None
+    command: str = ""
+    created: float = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self.state == "paused"
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOwner:
+    """Which container a host process belongs to, and when the process started."""
+
+    container_id: str | None
+    start_ticks: int  # /proc/<pid>/stat field 22 (clock ticks since boot)
+
+
+@dataclass(frozen=True, slots=True)
+class AttributedProcess:
+    """A GPU process joined with its container (the join's output, one per device+pid)."""
+
+    gpu: str
+    gpu_index: int
+    mig_index: int | None
+    pid: int
+    start_ticks: int
+    container_id: str | None
+    used_memory_bytes: int | None
+    sm_ratio: float | None  # None: no utilization sample this poll
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGpuUsage:
+    """Per (container, gpu) aggregates for the metrics."""
+
+    container_id: str
+    gpu: str
+    memory_bytes: int
+    sm_ratio: float
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """The join of one GPU sample with the container index."""
+
+    processes: tuple[AttributedProcess, ...]
+    usage: tuple[ContainerGpuUsage, ...]
+    unattributed: dict[str, int] = field(default_factory=dict)  # gpu -> count
+    device_sm_ratio: dict[str, float] = field(default_factory=dict)  # gpu -> summed SM share

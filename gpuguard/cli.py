@@ -1,0 +1,38 @@
+"""The ``gpuguard`` command: one entry point, subcommands registered by each part.
+
+Each part exposes ``register(subparsers)`` adding its subcommands with
+``set_defaults(func=...)``; ``func(args) -> int`` is the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from actuator import cli as actuator_cli
+    from exporter import cli as exporter_cli
+    from gpuguard import demo
+
+    parser = argparse.ArgumentParser(
+        prog="gpuguard",
+        description="Deadline-aware monitoring and admission control for shared GPUs.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    exporter_cli.register(sub)
+    actuator_cli.register(sub)
+    demo.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    status: int = args.func(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

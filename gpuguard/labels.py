@@ -1,0 +1,46 @@
+"""Container labels gpuguard reads, and parsing of their values (pure)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+DEADLINE = "gpuguard.deadline"
+MANAGED = "gpuguard.managed"
+ROLE = "gpuguard.role"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class LabelError(ValueError):
+    """A label value that cannot be understood."""
+
+
+def parse_duration(text: str) -> float:
+    """Parse a deadline such as ``9``, ``9s``, ``1500ms``, ``2m`` into seconds (> 0).
+
+    >>> parse_duration("1500ms")
+    1.5
+    """
+    if not isinstance(text, str):
+        raise LabelError(f"duration must be a string, got {type(text).__name__}")
+    match = _DURATION.match(text)
+    if not match:
+        raise LabelError(f"invalid duration {text!r}: use a number with ms, s, m or h (e.g. 9s)")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise LabelError(f"invalid duration {text!r}: must be greater than zero")
+    return seconds
+
+
+def parse_managed(value: str | None) -> bool:
+    """Only the exact (case-insensitive) value ``true`` makes a container managed."""
+    return value is not None and value.strip().lower() == "true"
+
+
+def format_duration(seconds: float) -> str:
+    """Format seconds the way ``parse_duration`` reads them back."""
+    if seconds < 1 and (seconds * 1000).is_integer():
+        return f"{int(seconds * 1000)}ms"
+    return f"{seconds:g}s"

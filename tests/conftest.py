@@ -1,0 +1,126 @@
+"""Fixtures that start real services for integration tests and always tear them down.
+
+Under ``CI=true`` a prerequisite that cannot start fails the test; elsewhere the test is
+skipped with the reason printed (``-ra`` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuguard.stack.dockerd import PrivateDockerd
+from gpuguard.stack.gpusim import GpusimService
+from gpuguard.stack.images import ensure_base_image, python_container_kwargs
+from gpuguard.stack.process import ServiceError
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(reason: str) -> None:
+    """Fail under CI, skip elsewhere: a missing prerequisite must never pass silently."""
+    if IN_CI:
+        pytest.fail(f"prerequisite unavailable under CI: {reason}")
+    pytest.skip(reason)
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        unavailable(f"{name} not installed (make setup installs it)")
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="session")
+def short_tmp() -> Iterator[Path]:
+    """A short temp dir: Unix socket paths must stay under 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="gg-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dockerd(short_tmp: Path) -> Iterator[PrivateDockerd]:
+    require_binary("dockerd")
+    if os.geteuid() != 0:
+        unavailable("a private dockerd needs root")
+    engine = PrivateDockerd(short_tmp / "docker")
+    try:
+        engine.start()
+    except ServiceError as exc:
+        engine.stop()
+        unavailable(f"private dockerd did not start: {exc}")
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_client(dockerd: PrivateDockerd) -> Iterator[Any]:
+    client = dockerd.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: Any) -> str:
+    return ensure_base_image(docker_client)
+
+
+@pytest.fixture
+def run_python_container(
+    docker_client: Any, base_image: str
+) -> Iterator[Callable[..., Any]]:
+    """Start containers running ``python -m <module_args>``; removes them all afterwards."""
+    made: list[Any] = []
+
+    def run(
+        module_args: list[str],
+        labels: dict[str, str] | None = None,
+        extra_mounts: dict[str, dict[str, str]] | None = None,
+        environment: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> Any:
+        kwargs = python_container_kwargs(
+            module_args,
+            labels=labels,
+            extra_mounts=extra_mounts,
+            environment=environment,
+            name=name,
+        )
+        container = docker_client.containers.run(**kwargs)
+        made.append(container)
+        return container
+
+    yield run
+    for container in made:
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001 - already gone is fine
+            pass
+
+
+@pytest.fixture
+def gpusim_daemon(short_tmp: Path) -> Iterator[Callable[..., GpusimService]]:
+    """Factory: start ``gpusim serve`` with options given as keyword flags."""
+    started: list[GpusimService] = []
+
+    def start(**options: object) -> GpusimService:
+        directory = Path(tempfile.mkdtemp(prefix="sim-", dir=short_tmp))
+        service = GpusimService(directory, options)
+        started.append(service)
+        try:
+            service.start()
+        except ServiceError as exc:
+            unavailable(f"gpusim did not start: {exc}")
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
