@@ -74,9 +74,7 @@ def base_image(docker_client: Any) -> str:
 
 
 @pytest.fixture
-def run_python_container(
-    docker_client: Any, base_image: str
-) -> Iterator[Callable[..., Any]]:
+def run_python_container(docker_client: Any, base_image: str) -> Iterator[Callable[..., Any]]:
     """Start containers running ``python -m <module_args>``; removes them all afterwards."""
     made: list[Any] = []
 
@@ -102,7 +100,7 @@ def run_python_container(
     for container in made:
         try:
             container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone is fine
+        except Exception:  # already gone is fine
             pass
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from gpuguard.stack.process import ManagedProcess, ServiceError, stop_pid
 
@@ -54,7 +55,7 @@ class PrivateDockerd:
         finally:
             client.close()
 
-    def client(self, timeout: int = 60):  # type: ignore[no-untyped-def]
+    def client(self, timeout: int = 60) -> Any:
         import docker
 
         return docker.DockerClient(base_url=self.url, timeout=timeout)
@@ -63,20 +64,28 @@ class PrivateDockerd:
         """Remove every container this engine still has, then stop dockerd by its PID."""
         if self.process is None:
             return
-        if self.process.alive():
-            try:
-                client = self.client(timeout=20)
-                for container in client.containers.list(all=True):
-                    container.remove(force=True)
-                client.close()
-            except Exception:  # noqa: BLE001 - best effort before the engine goes
-                pass
+        shutdown_engine(self.url, self.process.pid, self.base_dir, alive=self.process.alive())
         self.process.stop(timeout=20)
-        # containerd-shims of containers killed above exit on their own; a leftover
-        # shim would hold the exec-root, so stop any that dockerd left behind.
-        for pid in _shims_under(self.base_dir):
-            stop_pid(pid, timeout=5)
         self.process = None
+
+
+def shutdown_engine(url: str, pid: int, base_dir: Path, alive: bool = True) -> None:
+    """Stop a private engine, also one started by another process (the demo's ``--stop``)."""
+    import docker
+
+    if alive:
+        try:
+            client = docker.DockerClient(base_url=url, timeout=20)
+            for container in client.containers.list(all=True):
+                container.remove(force=True)
+            client.close()
+        except Exception:  # best effort before the engine goes
+            pass
+    stop_pid(pid, timeout=20)
+    # containerd-shims of containers killed above exit on their own; a leftover
+    # shim would hold the exec-root, so stop any that dockerd left behind.
+    for shim in _shims_under(base_dir):
+        stop_pid(shim, timeout=5)
 
 
 def _shims_under(base_dir: Path) -> list[int]:

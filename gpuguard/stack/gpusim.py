@@ -6,11 +6,12 @@ import json
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpuguard.stack.process import ManagedProcess
 
 
-def gpusim_query(sock_path: Path, op: str = "status", timeout: float = 2.0) -> dict:  # type: ignore[type-arg]
+def gpusim_query(sock_path: Path, op: str = "status", timeout: float = 2.0) -> dict[str, Any]:
     """One request on a fresh connection; used as the daemon's readiness check."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
@@ -22,7 +23,7 @@ def gpusim_query(sock_path: Path, op: str = "status", timeout: float = 2.0) -> d
             if not chunk:
                 break
             data += chunk
-    reply: dict = json.loads(data)  # type: ignore[type-arg]
+    reply: dict[str, Any] = json.loads(data)
     return reply
 
 
