@@ -1,0 +1,207 @@
+"""Run Prometheus on 127.0.0.1 with a configuration rendered from ``deploy/prometheus/``.
+
+The files in ``deploy/prometheus/`` are the one source of gpuguard's Prometheus setup; the
+demo, the integration tests and the benchmarks render them with their own targets and ports
+instead of keeping copies.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from gpuguard.stack.process import ManagedProcess, ServiceError, free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS_DEPLOY_DIR = REPO_ROOT / "deploy" / "prometheus"
+PROFILES = {"default": "prometheus.yml", "fast": "prometheus-fast.yml"}
+EXPORTER_JOB = "gpuguard-exporter"
+ACTUATOR_JOB = "gpuguard-actuator"
+LISTEN_HOST = "127.0.0.1"
+
+# A list of "host:port" targets, or a mapping "host:port" -> node name; the node name becomes
+# the target label `node`, so the `up` series of an exporter says which node it serves.
+Targets = Sequence[str] | Mapping[str, str]
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    """True when ``GET url`` answers 200: the readiness check of Prometheus and Alertmanager."""
+    return requests.get(url, timeout=timeout).status_code == 200
+
+
+def render_prometheus_config(
+    *,
+    profile: str = "fast",
+    exporters: Targets = ("127.0.0.1:9835",),
+    actuators: Targets = ("127.0.0.1:9836",),
+    alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
+    rule_files: Sequence[Path] | None = None,
+    deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
+) -> str:
+    """The profile's config file with these targets; rule file paths made absolute.
+
+    An empty target list drops that job (or, for ``alertmanagers``, the alerting section).
+    """
+    try:
+        source = deploy_dir / PROFILES[profile]
+    except KeyError:
+        raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}") from None
+    config: dict[str, Any] = yaml.safe_load(source.read_text())
+    if rule_files is None:
+        config["rule_files"] = [
+            str((source.parent / pattern).resolve()) for pattern in config.get("rule_files", [])
+        ]
+    else:
+        config["rule_files"] = [str(Path(path).resolve()) for path in rule_files]
+    jobs = {EXPORTER_JOB: exporters, ACTUATOR_JOB: actuators}
+    scrape_configs = []
+    for job in config.get("scrape_configs", []):
+        targets = jobs.get(job["job_name"])
+        if targets is not None:
+            if not targets:
+                continue
+            job["static_configs"] = _static_configs(targets)
+        scrape_configs.append(job)
+    missing = set(jobs) - {job["job_name"] for job in config.get("scrape_configs", [])}
+    if missing:
+        raise ValueError(f"{source} lacks the scrape jobs {sorted(missing)}")
+    config["scrape_configs"] = scrape_configs
+    if alertmanagers:
+        manager = copy.deepcopy(config["alerting"]["alertmanagers"][0])
+        manager["static_configs"] = [{"targets": list(alertmanagers)}]
+        config["alerting"]["alertmanagers"] = [manager]
+    else:
+        config.pop("alerting", None)
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _static_configs(targets: Targets) -> list[dict[str, Any]]:
+    if isinstance(targets, Mapping):
+        return [
+            {"targets": [address], "labels": {"node": node}} for address, node in targets.items()
+        ]
+    return [{"targets": list(targets)}]
+
+
+class PrometheusService:
+    """``prometheus`` in its own directory, listening on 127.0.0.1 only; stopped by PID.
+
+    Give ``config_text`` to run a config of your own, else the ``profile`` file from
+    ``deploy/prometheus/`` is rendered with the given targets (see
+    :func:`render_prometheus_config`).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config_text: str | None = None,
+        *,
+        port: int | None = None,
+        profile: str = "fast",
+        exporters: Targets = ("127.0.0.1:9835",),
+        actuators: Targets = ("127.0.0.1:9836",),
+        alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
+        rule_files: Sequence[Path] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.port = port if port is not None else free_port()
+        if config_text is None:
+            config_text = render_prometheus_config(
+                profile=profile,
+                exporters=exporters,
+                actuators=actuators,
+                alertmanagers=alertmanagers,
+                rule_files=rule_files,
+            )
+        self.config_text = config_text
+        self.config_path = directory / "prometheus.yml"
+        self.process: ManagedProcess | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{LISTEN_HOST}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise ServiceError("prometheus is not started")
+        return self.process.pid
+
+    def argv(self) -> list[str]:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise ServiceError("prometheus not found: install Debian's prometheus (make setup)")
+        return [
+            binary,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.dir / 'data'}",
+            f"--web.listen-address={self.address}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=1d",
+        ]
+
+    def start(self, timeout: float = 30.0) -> PrometheusService:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_text)
+        log = self.dir / "prometheus.log"
+        self.process = ManagedProcess("prometheus", self.argv(), log).start()
+        self.process.wait_ready(lambda: http_ok(f"{self.url}/-/ready"), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def reload(self, config_text: str | None = None) -> None:
+        """Write a new config (if given) and ask Prometheus to reload it."""
+        if config_text is not None:
+            self.config_text = config_text
+            self.config_path.write_text(config_text)
+        response = requests.post(f"{self.url}/-/reload", timeout=10)
+        if response.status_code != 200:
+            raise ServiceError(f"prometheus reload failed: {response.text.strip()}")
+
+    def _api(self, path: str, params: dict[str, str] | None = None) -> Any:
+        response = requests.get(f"{self.url}{path}", params=params, timeout=10)
+        body = response.json()
+        if body.get("status") != "success":
+            raise ServiceError(f"prometheus {path}: {body.get('error', response.text)}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; the result list of ``/api/v1/query`` (``metric``, ``value``)."""
+        data = self._api("/api/v1/query", {"query": expr})
+        if data["resultType"] not in ("vector", "matrix"):
+            return [{"metric": {}, "value": data["result"]}]
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def query_value(self, expr: str) -> float | None:
+        """The value of a query with one result, None when it has none."""
+        result = self.query(expr)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise ServiceError(f"{expr!r} has {len(result)} results, expected one")
+        return float(result[0]["value"][1])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Pending and firing alerts (``/api/v1/alerts``)."""
+        alerts: list[dict[str, Any]] = self._api("/api/v1/alerts")["alerts"]
+        return alerts
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Active scrape targets with their health (``/api/v1/targets``)."""
+        targets: list[dict[str, Any]] = self._api("/api/v1/targets")["activeTargets"]
+        return targets

@@ -1,0 +1,75 @@
+"""Fixtures for the alerting stack: real Prometheus and Alertmanager on 127.0.0.1.
+
+Each factory starts a service in its own temporary directory and stops every service it
+started by PID at teardown, even when the test failed. A missing binary or a service that
+does not come up fails the test under ``CI=true`` and skips it elsewhere (the pattern of
+``unavailable()`` in tests/conftest.py, repeated here because conftest modules are not
+importable by name).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuguard.stack.alertmanager import BINARIES, AlertmanagerService
+from gpuguard.stack.process import ServiceError
+from gpuguard.stack.prometheus import PrometheusService
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"prerequisite unavailable under CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def prometheus_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., PrometheusService]]:
+    """Start ``PrometheusService(dir, **kwargs)`` (fast profile unless told otherwise)."""
+    started: list[PrometheusService] = []
+
+    def start(**kwargs: Any) -> PrometheusService:
+        if shutil.which("prometheus") is None:
+            _unavailable("prometheus not installed (make setup installs it)")
+        service = PrometheusService(tmp_path_factory.mktemp("prometheus"), **kwargs)
+        started.append(service)
+        try:
+            service.start()
+        except ServiceError as exc:
+            _unavailable(f"prometheus did not start: {exc}")
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
+
+
+@pytest.fixture
+def alertmanager_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., AlertmanagerService]]:
+    """Start ``AlertmanagerService(dir, webhook_url, token_file, **kwargs)``."""
+    started: list[AlertmanagerService] = []
+
+    def start(webhook_url: str, token_file: Path, **kwargs: Any) -> AlertmanagerService:
+        if not any(shutil.which(name) for name in BINARIES):
+            _unavailable("prometheus-alertmanager not installed (make setup installs it)")
+        directory = tmp_path_factory.mktemp("alertmanager")
+        service = AlertmanagerService(directory, webhook_url, token_file, **kwargs)
+        started.append(service)
+        try:
+            service.start()
+        except ServiceError as exc:
+            _unavailable(f"alertmanager did not start: {exc}")
+        return service
+
+    yield start
+    for service in started:
+        service.stop()

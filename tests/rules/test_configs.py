@@ -1,0 +1,173 @@
+"""The deploy configs as shipped and as rendered by gpuguard.stack: ``promtool check config``
+and ``amtool check-config`` accept them, and rendering keeps everything on 127.0.0.1.
+
+Without promtool or amtool: fail under ``CI=true``, skip elsewhere with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuguard.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertmanager_config
+from gpuguard.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
+
+ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}
+
+
+def unavailable(reason: str) -> None:
+    """Fail under CI, skip elsewhere (the pattern of tests/conftest.py's ``unavailable``)."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"prerequisite unavailable under CI: {reason}")
+    pytest.skip(reason)
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        unavailable(f"{name} not installed (Debian's prometheus / prometheus-alertmanager)")
+    assert path is not None
+    return path
+
+
+def check(argv: list[str]) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_shipped_prometheus_config_is_valid(profile: str) -> None:
+    check([tool("promtool"), "check", "config", str(PROMETHEUS_DEPLOY_DIR / PROFILES[profile])])
+
+
+def test_profiles_intervals() -> None:
+    default = yaml.safe_load((PROMETHEUS_DEPLOY_DIR / "prometheus.yml").read_text())["global"]
+    fast = yaml.safe_load((PROMETHEUS_DEPLOY_DIR / "prometheus-fast.yml").read_text())["global"]
+    assert (default["scrape_interval"], default["evaluation_interval"]) == ("15s", "15s")
+    assert (fast["scrape_interval"], fast["evaluation_interval"]) == ("1s", "1s")
+
+
+def test_rendered_prometheus_config_is_valid(tmp_path: Path) -> None:
+    text = render_prometheus_config(
+        profile="fast",
+        exporters={"127.0.0.1:19835": "node-a", "127.0.0.1:29835": "node-b"},
+        actuators=["127.0.0.1:19836"],
+        alertmanagers=["127.0.0.1:19093"],
+    )
+    config = yaml.safe_load(text)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["gpuguard-exporter"]["honor_labels"] is True
+    assert jobs["gpuguard-exporter"]["static_configs"] == [
+        {"targets": ["127.0.0.1:19835"], "labels": {"node": "node-a"}},
+        {"targets": ["127.0.0.1:29835"], "labels": {"node": "node-b"}},
+    ]
+    assert jobs["gpuguard-actuator"]["static_configs"] == [{"targets": ["127.0.0.1:19836"]}]
+    [manager] = config["alerting"]["alertmanagers"]
+    assert manager["static_configs"] == [{"targets": ["127.0.0.1:19093"]}]
+    # rule_files are absolute so the rendered file works from any directory
+    assert all(Path(pattern).is_absolute() for pattern in config["rule_files"])
+    path = tmp_path / "prometheus.yml"
+    path.write_text(text)
+    check([tool("promtool"), "check", "config", str(path)])
+
+
+def test_rendering_drops_jobs_without_targets() -> None:
+    config = yaml.safe_load(render_prometheus_config(actuators=[], alertmanagers=[]))
+    assert [job["job_name"] for job in config["scrape_configs"]] == ["gpuguard-exporter"]
+    assert "alerting" not in config
+
+
+def test_shipped_alertmanager_config_is_valid() -> None:
+    check([tool("amtool"), "check-config", str(ALERTMANAGER_CONFIG)])
+
+
+def test_alertmanager_routes() -> None:
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    route = config["route"]
+    assert set(route["group_by"]) == {"alertname", "node", "gpu"}
+    [admission] = [
+        sub
+        for sub in route["routes"]
+        if any("GpuSaturatedContention" in m for m in sub["matchers"])
+    ]
+    matcher = admission["matchers"][0]
+    assert set(matcher.split('"')[1].split("|")) == ADMISSION_ALERTS
+    assert (admission["group_wait"], admission["group_interval"]) == ("0s", "1s")
+    [receiver] = config["receivers"]
+    [webhook] = receiver["webhook_configs"]
+    assert webhook["url"] == "http://127.0.0.1:9836/api/v1/alerts"
+    assert webhook["send_resolved"] is True
+    assert webhook["http_config"]["authorization"]["type"] == "Bearer"
+
+
+def test_rendered_alertmanager_config_is_valid(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    text = render_alertmanager_config("http://127.0.0.1:19836/api/v1/alerts", token)
+    config = yaml.safe_load(text)
+    [webhook] = config["receivers"][0]["webhook_configs"]
+    assert webhook["url"] == "http://127.0.0.1:19836/api/v1/alerts"
+    assert webhook["http_config"]["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": str(token.resolve()),
+    }
+    assert config["route"] == yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(text)
+    check([tool("amtool"), "check-config", str(path)])
+
+
+def route_receiver(config_file: Path, *labels: str) -> str:
+    result = subprocess.run(
+        [tool("amtool"), "config", "routes", "test", f"--config.file={config_file}", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.strip()
+
+
+def test_per_node_routing(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    text = render_alertmanager_config(
+        "http://127.0.0.1:9836/api/v1/alerts",
+        token,
+        node_webhooks={
+            "node-a": "http://127.0.0.1:19836/api/v1/alerts",
+            "node-b": "http://127.0.0.1:29836/api/v1/alerts",
+        },
+    )
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(text)
+    check([tool("amtool"), "check-config", str(path)])
+    assert route_receiver(path, "alertname=TaskDeadlineOverrun", "node=node-a") == (
+        "gpuguard-actuator-node-a"
+    )
+    assert route_receiver(path, "alertname=GpuSaturatedContention", "node=node-b", "gpu=0") == (
+        "gpuguard-actuator-node-b"
+    )
+    assert route_receiver(path, "alertname=GpuguardExporterDown") == "gpuguard-actuator"
+    config = yaml.safe_load(text)
+    node_b = next(r for r in config["route"]["routes"] if r.get("receiver", "").endswith("node-b"))
+    [admission] = node_b["routes"]
+    assert (admission["group_wait"], admission["group_interval"]) == ("0s", "1s")
+    urls = {r["name"]: r["webhook_configs"][0]["url"] for r in config["receivers"]}
+    assert urls["gpuguard-actuator-node-b"] == "http://127.0.0.1:29836/api/v1/alerts"
+    assert all(
+        r["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"]
+        == str(token.resolve())
+        for r in config["receivers"]
+    )
+
+
+def test_shipped_routing() -> None:
+    assert route_receiver(ALERTMANAGER_CONFIG, "alertname=GpuMemoryPressure", "node=a") == (
+        "gpuguard-actuator"
+    )
