@@ -1,0 +1,299 @@
+"""The whole gpuguard stack on loopback: one or more nodes, Prometheus and Alertmanager.
+
+A node is a private dockerd, a gpusim daemon, an exporter and an actuator. Every process
+is recorded in ``<dir>/stack.json`` so that another invocation (``gpuguard demo --stop``)
+can stop each by its PID and remove every container.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuguard.stack.alertmanager import AlertmanagerService
+from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
+from gpuguard.stack.gpusim import GpusimService
+from gpuguard.stack.images import ensure_base_image
+from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
+from gpuguard.stack.prometheus import PrometheusService, http_ok
+
+RECORD = "stack.json"
+Progress = Callable[[str], None]
+
+
+def gpuguard_argv(command: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "gpuguard.cli", command, *flags]
+
+
+@dataclass
+class NodeStack:
+    """One simulated GPU host: engine, gpusim, exporter, actuator."""
+
+    base_dir: Path
+    node_name: str
+    time_scale: float = 0.1
+    order: str = "fifo"
+    poll_interval: str = "0.1s"
+    exporter_port: int = 0
+    actuator_port: int = 0
+    actuator_mode: str = "both"
+    extra_actuator_flags: list[str] = field(default_factory=list)
+    engine: PrivateDockerd | None = None
+    gpusim: GpusimService | None = None
+    exporter: ManagedProcess | None = None
+    actuator: ManagedProcess | None = None
+
+    token_file: Path | None = None
+
+    @property
+    def exporter_url(self) -> str:
+        return f"http://127.0.0.1:{self.exporter_port}"
+
+    @property
+    def actuator_url(self) -> str:
+        return f"http://127.0.0.1:{self.actuator_port}"
+
+    def start(self, progress: Progress = lambda _: None) -> NodeStack:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.engine = PrivateDockerd(self.base_dir / "docker").start()
+        progress(f"[{self.node_name}] dockerd at {self.engine.url}")
+        client = self.engine.client()
+        ensure_base_image(client)
+        client.close()
+        self.gpusim = GpusimService(self.base_dir / "gpusim", {"time_scale": self.time_scale})
+        self.gpusim.start()
+        progress(
+            f"[{self.node_name}] gpusim pid {self.gpusim.pid} (kernel time scale {self.time_scale})"
+        )
+        self.start_exporter()
+        progress(f"[{self.node_name}] exporter at {self.exporter_url}")
+        self.start_actuator()
+        progress(f"[{self.node_name}] actuator at {self.actuator_url}")
+        return self
+
+    def start_exporter(self) -> None:
+        assert self.engine is not None and self.gpusim is not None
+        self.exporter_port = self.exporter_port or free_port()
+        argv = gpuguard_argv(
+            "exporter",
+            f"--web.listen-address=127.0.0.1:{self.exporter_port}",
+            "--gpu.backend=gpusim",
+            f"--gpusim.socket={self.gpusim.socket}",
+            f"--docker.host={self.engine.url}",
+            f"--node.name={self.node_name}",
+            f"--poll.interval={self.poll_interval}",
+        )
+        self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
+        self.exporter.wait_ready(lambda: http_ok(self.exporter_url + "/healthz"))
+
+    def start_actuator(self) -> None:
+        assert self.engine is not None
+        self.token_file = self.token_file or make_token_file(self.base_dir / "webhook.token")
+        self.actuator_port = self.actuator_port or free_port()
+        argv = gpuguard_argv(
+            "actuator",
+            f"--web.listen-address=127.0.0.1:{self.actuator_port}",
+            f"--web.token-file={self.token_file}",
+            f"--exporter.url={self.exporter_url}",
+            f"--docker.host={self.engine.url}",
+            f"--node.name={self.node_name}",
+            f"--policy.order={self.order}",
+            f"--mode={self.actuator_mode}",
+            f"--state.dir={self.base_dir / 'actuator'}",
+            *self.extra_actuator_flags,
+        )
+        self.actuator = ManagedProcess("actuator", argv, self.base_dir / "actuator.log").start()
+        self.actuator.wait_ready(lambda: http_ok(self.actuator_url + "/healthz"))
+
+    def client(self) -> Any:
+        assert self.engine is not None
+        return self.engine.client()
+
+    def record(self) -> list[dict[str, Any]]:
+        """What ``stop_recorded`` needs to stop this node from another process."""
+        out: list[dict[str, Any]] = []
+        gpusim = self.gpusim.process if self.gpusim is not None else None
+        for proc in (self.actuator, self.exporter, gpusim):
+            if proc is not None:
+                out.append({"kind": "process", "name": proc.name, "pid": proc.pid})
+        if self.engine is not None and self.engine.process is not None:
+            out.append(
+                {
+                    "kind": "engine",
+                    "name": "dockerd",
+                    "pid": self.engine.process.pid,
+                    "url": self.engine.url,
+                    "base_dir": str(self.engine.base_dir),
+                }
+            )
+        return out
+
+    def stop(self) -> None:
+        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
+        for proc in (self.actuator, self.exporter):
+            if proc is not None:
+                proc.stop()
+        self.actuator = self.exporter = None
+        if self.gpusim is not None:
+            self.gpusim.stop()
+        if self.engine is not None:
+            self.engine.stop()
+
+
+def make_token_file(path: Path) -> Path:
+    """A random bearer token shared by Alertmanager and the actuators (mode 0600)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(16) + "\n")
+        path.chmod(0o600)
+    return path
+
+
+class LocalStack:
+    """Nodes plus one Prometheus (fast profile) and one Alertmanager routing per node."""
+
+    def __init__(
+        self,
+        directory: Path,
+        node_names: list[str] | None = None,
+        *,
+        time_scale: float = 0.1,
+        order: str = "fifo",
+        poll_interval: str = "0.1s",
+    ) -> None:
+        self.dir = directory
+        token = make_token_file(directory / "webhook.token")
+        names = node_names or [socket.gethostname()]
+        self.nodes = [
+            NodeStack(
+                directory / f"node-{i}",
+                name,
+                time_scale=time_scale,
+                order=order,
+                poll_interval=poll_interval,
+                token_file=token,
+            )
+            for i, name in enumerate(names)
+        ]
+        self.token_file = token
+        self.prometheus: PrometheusService | None = None
+        self.alertmanager: AlertmanagerService | None = None
+
+    def start(self, progress: Progress = lambda _: None) -> LocalStack:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for node in self.nodes:
+                node.start(progress)
+                self._record()
+            first = self.nodes[0]
+            self.alertmanager = AlertmanagerService(
+                self.dir / "alertmanager",
+                first.actuator_url + "/api/v1/alerts",
+                self.token_file,
+                node_webhooks={n.node_name: n.actuator_url + "/api/v1/alerts" for n in self.nodes},
+            ).start()
+            progress(f"alertmanager at {self.alertmanager.url}")
+            self._record()
+            self.prometheus = PrometheusService(
+                self.dir / "prometheus",
+                profile="fast",
+                exporters={f"127.0.0.1:{n.exporter_port}": n.node_name for n in self.nodes},
+                actuators=[f"127.0.0.1:{n.actuator_port}" for n in self.nodes],
+                alertmanagers=[self.alertmanager.address],
+            ).start()
+            progress(f"prometheus at {self.prometheus.url} (1 s scrape and evaluation)")
+            self._record()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _record(self) -> None:
+        entries: list[dict[str, Any]] = []
+        for service in (self.prometheus, self.alertmanager):
+            if service is not None and service.process is not None:
+                entries.append(
+                    {"kind": "process", "name": service.process.name, "pid": service.pid}
+                )
+        for node in self.nodes:
+            entries += node.record()
+        write_record(self.dir, entries)
+
+    def urls_text(self) -> str:
+        lines = ["The stack is up on 127.0.0.1:"]
+        if self.prometheus is not None:
+            lines.append(
+                f"  Prometheus    {self.prometheus.url}  (alerts: {self.prometheus.url}/alerts)"
+            )
+        if self.alertmanager is not None:
+            lines.append(f"  Alertmanager  {self.alertmanager.url}")
+        for node in self.nodes:
+            lines.append(
+                f"  [{node.node_name}] exporter {node.exporter_url}/metrics  "
+                f"state {node.exporter_url}/api/v1/state"
+            )
+            lines.append(f"  [{node.node_name}] actuator {node.actuator_url}/api/v1/nodes")
+            if node.engine is not None:
+                lines.append(f"  [{node.node_name}] docker   DOCKER_HOST={node.engine.url}")
+        return "\n".join(lines)
+
+    def stop(self) -> None:
+        for service in (self.prometheus, self.alertmanager):
+            if service is not None:
+                service.stop()
+        self.prometheus = self.alertmanager = None
+        for node in self.nodes:
+            node.stop()
+        (self.dir / RECORD).unlink(missing_ok=True)
+
+    @staticmethod
+    def stop_recorded(directory: Path) -> int:
+        return stop_recorded(directory)
+
+
+def stop_recorded(directory: Path) -> int:
+    """Stop every process a stack recorded in ``directory``; returns how many were alive."""
+    path = directory / RECORD
+    if not path.exists():
+        return 0
+    stopped = 0
+    for entry in json.loads(path.read_text()):
+        pid = int(entry["pid"])
+        if not _is_ours(pid, entry["name"]):
+            continue
+        stopped += 1
+        if entry["kind"] == "engine":
+            shutdown_engine(entry["url"], pid, Path(entry["base_dir"]))
+        else:
+            stop_pid(pid)
+    path.unlink()
+    return stopped
+
+
+def _is_ours(pid: int, name: str) -> bool:
+    """Guard against PID reuse: the process must still be the one we started."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    markers = {
+        "dockerd": "dockerd",
+        "gpusim": "gpusim",
+        "exporter": "exporter",
+        "actuator": "actuator",
+        "prometheus": "prometheus",
+        "alertmanager": "alertmanager",
+    }
+    return markers.get(name, name) in cmdline
+
+
+def write_record(directory: Path, entries: list[dict[str, Any]]) -> None:
+    tmp = directory / (RECORD + ".tmp")
+    tmp.write_text(json.dumps(entries, indent=1))
+    tmp.replace(directory / RECORD)
