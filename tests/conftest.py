@@ -19,23 +19,7 @@ from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image, python_container_kwargs
 from gpuguard.stack.process import ServiceError
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def unavailable(reason: str) -> None:
-    """Fail under CI, skip elsewhere: a missing prerequisite must never pass silently."""
-    if IN_CI:
-        pytest.fail(f"prerequisite unavailable under CI: {reason}")
-    pytest.skip(reason)
-
-
-def require_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        unavailable(f"{name} not installed (make setup installs it)")
-    assert path is not None
-    return path
+from tests.prereq import require_binary, unavailable
 
 
 @pytest.fixture(scope="session")

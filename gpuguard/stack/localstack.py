@@ -22,6 +22,7 @@ from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image
 from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
 from gpuguard.stack.prometheus import PrometheusService, http_ok
+from gpuguard.stack.swarm import form_swarm, leave_swarm
 
 RECORD = "stack.json"
 Progress = Callable[[str], None]
@@ -60,17 +61,23 @@ class NodeStack:
         return f"http://127.0.0.1:{self.actuator_port}"
 
     def start(self, progress: Progress = lambda _: None) -> NodeStack:
+        return self.start_engine(progress).start_services(progress)
+
+    def start_engine(self, progress: Progress = lambda _: None) -> NodeStack:
+        """The private dockerd with the base image imported."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.engine = PrivateDockerd(self.base_dir / "docker").start()
         progress(f"[{self.node_name}] dockerd at {self.engine.url}")
         client = self.engine.client()
         ensure_base_image(client)
         client.close()
+        return self
+
+    def start_services(self, progress: Progress = lambda _: None) -> NodeStack:
+        """gpusim, exporter and actuator, once the engine is up (and in a swarm, if any)."""
         self.gpusim = GpusimService(self.base_dir / "gpusim", {"time_scale": self.time_scale})
         self.gpusim.start()
-        progress(
-            f"[{self.node_name}] gpusim pid {self.gpusim.pid} (kernel time scale {self.time_scale})"
-        )
+        progress(f"[{self.node_name}] gpusim (kernel time scale {self.time_scale})")
         self.start_exporter()
         progress(f"[{self.node_name}] exporter at {self.exporter_url}")
         self.start_actuator()
@@ -166,8 +173,11 @@ class LocalStack:
         time_scale: float = 0.1,
         order: str = "fifo",
         poll_interval: str = "0.1s",
+        swarm: bool = False,
     ) -> None:
         self.dir = directory
+        self.swarm = swarm
+        self.swarm_node_ids: list[str] = []
         token = make_token_file(directory / "webhook.token")
         names = node_names or [socket.gethostname()]
         self.nodes = [
@@ -189,7 +199,14 @@ class LocalStack:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             for node in self.nodes:
-                node.start(progress)
+                node.start_engine(progress)
+                self._record()
+            if self.swarm:
+                engines = [node.engine for node in self.nodes if node.engine is not None]
+                self.swarm_node_ids = form_swarm(engines)
+                progress(f"swarm of {len(engines)} nodes on 127.0.0.1")
+            for node in self.nodes:
+                node.start_services(progress)
                 self._record()
             first = self.nodes[0]
             self.alertmanager = AlertmanagerService(
@@ -244,6 +261,8 @@ class LocalStack:
         return "\n".join(lines)
 
     def stop(self) -> None:
+        if self.swarm:
+            leave_swarm([node.engine for node in self.nodes if node.engine is not None])
         for service in (self.prometheus, self.alertmanager):
             if service is not None:
                 service.stop()

@@ -2,14 +2,11 @@
 
 Each factory starts a service in its own temporary directory and stops every service it
 started by PID at teardown, even when the test failed. A missing binary or a service that
-does not come up fails the test under ``CI=true`` and skips it elsewhere (the pattern of
-``unavailable()`` in tests/conftest.py, repeated here because conftest modules are not
-importable by name).
+does not come up fails the test under ``CI=true`` and skips it elsewhere (``tests/prereq.py``).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,12 +17,7 @@ import pytest
 from gpuguard.stack.alertmanager import BINARIES, AlertmanagerService
 from gpuguard.stack.process import ServiceError
 from gpuguard.stack.prometheus import PrometheusService
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"prerequisite unavailable under CI: {reason}")
-    pytest.skip(reason)
+from tests.prereq import unavailable
 
 
 @pytest.fixture
@@ -37,13 +29,13 @@ def prometheus_factory(
 
     def start(**kwargs: Any) -> PrometheusService:
         if shutil.which("prometheus") is None:
-            _unavailable("prometheus not installed (make setup installs it)")
+            unavailable("prometheus not installed (make setup installs it)")
         service = PrometheusService(tmp_path_factory.mktemp("prometheus"), **kwargs)
         started.append(service)
         try:
             service.start()
         except ServiceError as exc:
-            _unavailable(f"prometheus did not start: {exc}")
+            unavailable(f"prometheus did not start: {exc}")
         return service
 
     yield start
@@ -60,14 +52,14 @@ def alertmanager_factory(
 
     def start(webhook_url: str, token_file: Path, **kwargs: Any) -> AlertmanagerService:
         if not any(shutil.which(name) for name in BINARIES):
-            _unavailable("prometheus-alertmanager not installed (make setup installs it)")
+            unavailable("prometheus-alertmanager not installed (make setup installs it)")
         directory = tmp_path_factory.mktemp("alertmanager")
         service = AlertmanagerService(directory, webhook_url, token_file, **kwargs)
         started.append(service)
         try:
             service.start()
         except ServiceError as exc:
-            _unavailable(f"alertmanager did not start: {exc}")
+            unavailable(f"alertmanager did not start: {exc}")
         return service
 
     yield start

@@ -1,0 +1,134 @@
+"""End to end on two loopback nodes: node marks steer Swarm placement; dashboards have data.
+
+Two private dockerd "nodes" form one Swarm on 127.0.0.1, each with its own gpusim, exporter
+and actuator; one Prometheus scrapes both exporters and one Alertmanager routes each node's
+alerts to that node's actuator (issue 5). A task that cannot meet its deadline on node A
+marks node A, so a new real-time service lands on node B; when the task is gone node A is
+unmarked. The run leaves data behind for every dashboard panel, which the last test checks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from gpuguard.stack.localstack import LocalStack
+from gpuguard.stack.process import ServiceError
+from gpuguard.stack.scenario import Scenario, WorkloadSpec
+from gpuguard.stack.swarm import node_labels
+from tests.dashboards import MAY_BE_EMPTY, load_dashboards, panel_queries
+from tests.prereq import require_binary, unavailable
+
+pytestmark = pytest.mark.integration
+
+RT_CONSTRAINT = "node.labels.gpuguard.provisionable!=false"
+MARK = "gpuguard.provisionable"
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
+    """Two nodes in one swarm plus Prometheus and Alertmanager (fast profile)."""
+    for binary in ("prometheus", "prometheus-alertmanager"):
+        require_binary(binary)
+    stack = LocalStack(
+        short_tmp / "cluster", ["node-a", "node-b"], time_scale=0.1, order="edf", swarm=True
+    )
+    try:
+        stack.start()
+    except ServiceError as exc:
+        stack.stop()
+        unavailable(f"cluster did not start: {exc}")
+    stack_started = time.time()
+    stack.started_at = stack_started  # type: ignore[attr-defined]
+    yield stack
+    stack.stop()
+
+
+def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: LocalStack) -> None:
+    node_a = cluster.nodes[0]
+    id_a, id_b = cluster.swarm_node_ids
+    assert node_a.gpusim is not None
+    client_a = node_a.client()
+    # Two managed tasks contend on node A (the actuator admits them one by one, pausing the
+    # second), and one of them has a deadline it cannot meet: at risk, then overrun.
+    specs = [
+        WorkloadSpec("tight", size=8192, work_seconds=60.0, deadline="2s", managed=True),
+        WorkloadSpec("loose", size=8192, work_seconds=20.0, deadline="60s", managed=True),
+    ]
+    scenario = Scenario("marks", client_a, node_a.gpusim.dir, cluster.dir / "logs", specs, 0.5)
+    service = None
+    try:
+        scenario.start()
+        wait_for(
+            "node A marked in the swarm",
+            lambda: node_labels(client_a, id_a).get(MARK) == "false",
+            timeout=45,
+        )
+        nodes = requests.get(node_a.actuator_url + "/api/v1/nodes", timeout=5).json()
+        assert "node-a" in str(nodes)
+        assert node_labels(client_a, id_b).get(MARK) != "false"
+        service = client_a.services.create(
+            "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]
+        )
+        task = wait_for("the new service to run", lambda: _running_task(service), timeout=60)
+        assert task["NodeID"] == id_b, "the real-time service landed on the marked node"
+
+        scenario.wait(timeout=120)
+        wait_for(
+            "node A unmarked after the task ended",
+            lambda: node_labels(client_a, id_a).get(MARK) != "false",
+            timeout=60,
+        )
+        pinned = client_a.services.create(
+            "gpuguard/base:local",
+            ["sleep", "300"],
+            name="rt-pinned-a",
+            constraints=[RT_CONSTRAINT, f"node.id=={id_a}"],
+        )
+        task = wait_for("a service on the recovered node", lambda: _running_task(pinned), 60)
+        assert task["NodeID"] == id_a
+        pinned.remove()
+    finally:
+        if service is not None:
+            service.remove()
+        scenario.remove()
+        client_a.close()
+
+
+def _running_task(service: Any) -> dict[str, Any] | None:
+    for task in service.tasks():
+        if task["Status"]["State"] == "running":
+            return dict(task)
+    return None
+
+
+def test_every_dashboard_panel_has_data(cluster: LocalStack) -> None:
+    """Each panel's query returns data from the real Prometheus of this run."""
+    assert cluster.prometheus is not None
+    url = cluster.prometheus.url + "/api/v1/query_range"
+    start = cluster.started_at  # type: ignore[attr-defined]
+    time.sleep(3)  # one more scrape and evaluation of the last state
+    empty = []
+    for board in load_dashboards().values():
+        for uid, title, expr in panel_queries(board):
+            params = {"query": expr, "start": start, "end": time.time(), "step": "1s"}
+            reply = requests.get(url, params=params, timeout=30).json()
+            assert reply["status"] == "success", f"{uid}/{title}: {expr}: {reply}"
+            if not reply["data"]["result"] and (uid, title) not in MAY_BE_EMPTY:
+                empty.append(f"{uid} / {title}: {expr}")
+    assert not empty, "panels without data:\n" + "\n".join(empty)
