@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := docker.io prometheus prometheus-alertmanager busybox-static
+APT_PACKAGES := docker.io prometheus prometheus-alertmanager busybox-static docker-compose
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo stop test lint unit integration rules bench-quick clean
