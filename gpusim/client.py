@@ -53,9 +53,20 @@ class GpusimClient:
 
     def request(self, op: str, **args: Any) -> dict[str, Any]:
         """Send one request and return its ``ok: true`` reply."""
+        self.send(op, **args)
+        return self.receive()
+
+    def send(self, op: str, **args: Any) -> None:
+        """Send a request without waiting (pipelining); ``receive`` gets replies in order."""
         line = json.dumps({"op": op, **args}, separators=(",", ":")).encode() + b"\n"
         try:
             self._sock.sendall(line)
+        except OSError as exc:
+            raise DaemonUnavailable(f"connection to {self.socket_path} failed: {exc}") from exc
+
+    def receive(self) -> dict[str, Any]:
+        """The next reply; raises ``GpusimError`` for ``ok: false``."""
+        try:
             reply_line = self._file.readline()
         except OSError as exc:
             raise DaemonUnavailable(f"connection to {self.socket_path} failed: {exc}") from exc

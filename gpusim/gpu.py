@@ -22,7 +22,7 @@ from gpusim.usage import UsageHistory
 Reply = dict[str, Any]
 
 # Usage history kept per device; long enough for any poller, short enough to stay small.
-_HISTORY_S = 30.0
+_HISTORY_S = 10.0
 
 
 @dataclass
@@ -61,9 +61,7 @@ class Device:
 class SimulatedGpu:
     """All devices of one daemon and the requests that act on them."""
 
-    def __init__(
-        self, config: DaemonConfig, now: float, wall_offset: Callable[[], float]
-    ) -> None:
+    def __init__(self, config: DaemonConfig, now: float, wall_offset: Callable[[], float]) -> None:
         self.config = config
         self.wall_offset = wall_offset
         self.devices: list[Device] = []
@@ -228,17 +226,19 @@ class SimulatedGpu:
         since = since_us / 1e6 - offset
         devices = []
         for device in self.devices:
-            samples = []
-            for pid, last in device.usage.kernel_pids_since(since).items():
-                start = last - period
-                samples.append(
-                    {
-                        "pid": pid,
-                        "timestamp_us": int((last + offset) * 1e6),
-                        "sm_ratio": device.usage.sm_ratio(pid, start, last),
-                        "mem_ratio": device.usage.copy_ratio(pid, start, last),
-                    }
-                )
+            last_kernel = device.usage.kernel_pids_since(since)
+            # Like NVML's samples: each process's share over the period ending when it
+            # last ran a kernel (now, for one still running).
+            usage = device.usage
+            samples = [
+                {
+                    "pid": pid,
+                    "timestamp_us": int((last + offset) * 1e6),
+                    "sm_ratio": usage.sm_ratio(pid, last - period, last),
+                    "mem_ratio": usage.copy_ratio(pid, last - period, last),
+                }
+                for pid, last in last_kernel.items()
+            ]
             devices.append(
                 {
                     "index": device.spec.index,

@@ -104,9 +104,7 @@ class ContentionSimulator:
     copy_in_bytes_per_s: float = COPY_IN_BYTES_PER_S
     copy_out_bytes_per_s: float = COPY_OUT_BYTES_PER_S
     now: float = 0.0
-    jobs: dict[JobKind, list[Job]] = field(
-        default_factory=lambda: {kind: [] for kind in JobKind}
-    )
+    jobs: dict[JobKind, list[Job]] = field(default_factory=lambda: {kind: [] for kind in JobKind})
     #: Called with every busy interval simulated (usage accounting listens here).
     on_segment: Callable[[Segment], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

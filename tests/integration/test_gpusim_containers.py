@@ -1,0 +1,189 @@
+"""gpusim with real workloads in real containers on a private dockerd.
+
+What the simulated GPU must get right for gpuguard: host PIDs of container processes,
+contention between containers, a paused container that stops issuing GPU work, memory that
+runs out like cudaMalloc, and memory freed when a container is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuguard.stack.gpusim import GpusimService
+from gpusim.client import GpusimClient
+
+pytestmark = pytest.mark.integration
+
+SCALE = 0.05
+WORK = 10.0  # device-seconds: 0.5 s alone at SCALE
+SMALL = "30MiB"  # A+B+C of a workload whose copies do not matter
+
+
+def workload(sim: GpusimService, name: str, *args: str) -> list[str]:
+    log = sim.dir / f"{name}.log"
+    return ["gpusim.workload", "--socket", str(sim.socket), "--log", str(log), *args]
+
+
+def mounts(sim: GpusimService) -> dict[str, dict[str, str]]:
+    """The daemon's directory (socket and logs) at the same path inside the container."""
+    return {str(sim.dir): {"bind": str(sim.dir), "mode": "rw"}}
+
+
+def read_events(sim: GpusimService, name: str) -> dict[str, dict[str, Any]]:
+    """The last event of each kind in a workload's log."""
+    path = sim.dir / f"{name}.log"
+    if not path.exists():
+        return {}
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    return {event["event"]: event for event in lines}
+
+
+def wait_event(sim: GpusimService, name: str, event: str, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (found := read_events(sim, name).get(event)) is None:
+        assert time.monotonic() < deadline, f"{name}: no {event} after {timeout}s"
+        time.sleep(0.005)
+    return found
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def exit_code(container: Any, timeout: float = 60) -> int:
+    return int(container.wait(timeout=timeout)["StatusCode"])
+
+
+def kernel_s(events: dict[str, dict[str, Any]]) -> float:
+    return float(events["kernel_end"]["t"] - events["kernel_start"]["t"])
+
+
+def gpusim_status(sim: GpusimService) -> dict[str, Any]:
+    """``gpusim status --json``, the command line an operator would use."""
+    argv = [sys.executable, "-m", "gpusim", "status", "--socket", str(sim.socket), "--json"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    status: dict[str, Any] = json.loads(out)
+    return status
+
+
+def test_two_containers_slow_each_other_down(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(time_scale=SCALE, copy_time_scale=SCALE)
+    args = ["--work-seconds", str(WORK), "--memory-bytes", SMALL]
+    alone = run_python_container(workload(sim, "alone", *args), extra_mounts=mounts(sim))
+    assert exit_code(alone) == 0
+    alone_s = kernel_s(read_events(sim, "alone"))
+    assert alone_s == pytest.approx(WORK * SCALE, rel=0.1)
+
+    start_at = str(time.time() + 3.0)  # both containers are up by then
+    pair = [
+        run_python_container(
+            workload(sim, name, *args, "--start-at", start_at), extra_mounts=mounts(sim)
+        )
+        for name in ("a", "b")
+    ]
+    assert [exit_code(c) for c in pair] == [0, 0]
+    a, b = read_events(sim, "a"), read_events(sim, "b")
+    assert a["kernel_start"]["t"] < b["kernel_end"]["t"]  # they really overlapped
+    assert b["kernel_start"]["t"] < a["kernel_end"]["t"]
+    for events in (a, b):
+        # Time-slicing: about 2 x alone plus paper B's overhead (23.27 / 10.80 = 2.16 x).
+        assert kernel_s(events) > 1.6 * alone_s
+
+
+def test_pause_during_input_delays_only_the_paused_kernel(
+    gpusim_daemon: Callable[..., GpusimService],
+    run_python_container: Callable[..., Any],
+) -> None:
+    # Copies at real length: 12 GiB of matrices means 8 GiB in, about 1.1 s alone.
+    sim = gpusim_daemon(time_scale=SCALE)
+    paused = run_python_container(
+        workload(sim, "paused", "--work-seconds", str(WORK), "--memory-bytes", "12GiB"),
+        extra_mounts=mounts(sim),
+    )
+    wait_event(sim, "paused", "input_start")
+    paused.pause()
+    paused_at = time.time()
+    try:
+        other = run_python_container(
+            workload(sim, "other", "--work-seconds", str(WORK), "--memory-bytes", SMALL),
+            extra_mounts=mounts(sim),
+        )
+        assert exit_code(other) == 0
+        assert "input_end" not in read_events(sim, "paused")  # frozen: no further chunks
+    finally:
+        paused.unpause()
+    resumed_at = time.time()
+    assert exit_code(paused) == 0
+    p, o = read_events(sim, "paused"), read_events(sim, "other")
+    # The other container's kernel ran alone, at full single-task speed.
+    assert kernel_s(o) == pytest.approx(WORK * SCALE, rel=0.1)
+    # The paused one's input stopped while frozen, so its kernel came after the other's.
+    assert p["input_end"]["t"] > resumed_at
+    assert p["input_end"]["t"] - p["input_start"]["t"] > resumed_at - paused_at
+    assert p["kernel_start"]["t"] > o["kernel_end"]["t"]
+    assert kernel_s(p) == pytest.approx(WORK * SCALE, rel=0.1)
+
+
+def test_allocation_beyond_device_memory_fails_in_the_container(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(device="name=small,memory=1GiB", time_scale=SCALE)
+    container = run_python_container(
+        workload(sim, "oom", "--size", "13312"), extra_mounts=mounts(sim)
+    )
+    assert exit_code(container) == 3
+    events = read_events(sim, "oom")
+    assert events["error"]["error"] == "out_of_memory"
+    assert "kernel_start" not in events
+    with GpusimClient(sim.socket) as client:
+        assert client.sample()["devices"][0]["memory_used_bytes"] == 0
+
+
+def test_status_shows_host_pids_and_a_killed_container_frees_its_memory(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(time_scale=SCALE)
+    args = ["--work-seconds", "10000", "--memory-bytes", "3GiB"]
+    containers = [
+        run_python_container(workload(sim, name, *args), extra_mounts=mounts(sim))
+        for name in ("k1", "k2")
+    ]
+    for name in ("k1", "k2"):
+        wait_event(sim, name, "kernel_start")
+    device = gpusim_status(sim)["devices"][0]
+    by_pid = {p["pid"]: p for p in device["processes"]}
+    for container in containers:
+        container.reload()
+        host_pid = container.attrs["State"]["Pid"]
+        # The container's own PID 1 is this python, and gpusim knows it by its host PID.
+        assert by_pid[host_pid]["phase"] == "kernel"
+        assert by_pid[host_pid]["used_memory_bytes"] == 300 * 2**20 + 3 * 2**30
+        assert container.id in Path(f"/proc/{host_pid}/cgroup").read_text()
+    assert device["utilization_ratio"] == 1.0
+
+    killed, kept = containers
+    killed_pid = killed.attrs["State"]["Pid"]
+    killed.kill()
+    assert exit_code(killed) == 137
+
+    def freed() -> bool:
+        pids = [p["pid"] for p in gpusim_status(sim)["devices"][0]["processes"]]
+        return killed_pid not in pids
+
+    wait_for(freed)
+    device = gpusim_status(sim)["devices"][0]
+    assert [p["pid"] for p in device["processes"]] == [kept.attrs["State"]["Pid"]]
+    assert device["memory_used_bytes"] == 300 * 2**20 + 3 * 2**30
