@@ -14,6 +14,8 @@ from typing import Any, Protocol
 from exporter.errors import BackendError
 from exporter.model import DeviceSample, GpuProcess, GpuSample, ProcessUtilization
 
+_REQUEST_TIMEOUT_S = 2.0
+
 
 class SampleClient(Protocol):
     def sample(self, since_us: int = 0) -> Mapping[str, Any]: ...
@@ -61,7 +63,8 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceSample:
 def _default_client(socket_path: Path) -> SampleClient:
     from gpusim.client import GpusimClient
 
-    client: SampleClient = GpusimClient(socket_path)
+    # A timeout so that a hung daemon fails one poll instead of stalling every later one.
+    client: SampleClient = GpusimClient(socket_path, timeout=_REQUEST_TIMEOUT_S)
     return client
 
 

@@ -14,6 +14,7 @@ Every ``NVMLError`` becomes a ``BackendError`` in ``_translate`` and nowhere els
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -40,7 +41,7 @@ class NvmlBackend:
     def __init__(self, nvml: Any = None) -> None:
         if nvml is None:
             try:
-                import pynvml as nvml
+                nvml = importlib.import_module("pynvml")
             except ImportError as exc:
                 raise BackendUnavailable(f"pynvml not importable: {exc}") from exc
         self._nvml = nvml

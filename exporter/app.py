@@ -1,0 +1,94 @@
+"""Wiring: build every part from an ExporterConfig, run until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from exporter.backends.base import open_backend
+from exporter.cgroup import ProcReader
+from exporter.config import ExporterConfig
+from exporter.containers import ContainerIndex
+from exporter.errors import BackendUnavailable
+from exporter.events import EventLog
+from exporter.http import ExporterHTTPServer
+from exporter.poller import Poller
+from exporter.tracker import Tracker
+
+log = logging.getLogger("exporter")
+
+# How long start-up waits for the first container resync, so that the first tasks seen
+# already know their container's deadline (the tracker also fills it in later).
+_SYNC_WAIT_S = 3.0
+
+
+def docker_client_factory(url: str) -> Any:
+    def make() -> Any:
+        import docker
+
+        return docker.DockerClient(base_url=url, timeout=10)
+
+    return make
+
+
+def run_exporter(config: ExporterConfig) -> int:
+    """Run the exporter; returns the process exit status."""
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        backend = open_backend(config.gpu_backend, config.gpusim_socket)
+    except BackendUnavailable as exc:
+        print(f"gpuguard exporter: {exc}", file=sys.stderr)
+        return 1
+    events = EventLog(config.events_buffer)
+    index = ContainerIndex(docker_client_factory(config.docker_host), events).start()
+    poller = Poller(
+        backend,
+        index,
+        ProcReader(config.procfs),
+        Tracker(events, config.history_size),
+        events,
+        config.node_name,
+        config.poll_interval_s,
+    )
+    try:
+        server = ExporterHTTPServer((config.listen_host, config.listen_port), poller, events)
+    except OSError as exc:
+        print(
+            f"gpuguard exporter: cannot listen on {config.listen_host}:{config.listen_port}: "
+            f"{exc.strerror}",
+            file=sys.stderr,
+        )
+        index.stop()
+        backend.close()
+        return 1
+    if not index.wait_synced(_SYNC_WAIT_S):
+        log.warning(
+            "docker at %s not reachable yet; retrying in the background", config.docker_host
+        )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    poll_thread = threading.Thread(target=poller.run, args=(stop,), name="poller", daemon=True)
+    poll_thread.start()
+    http_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    http_thread.start()
+    host, port = server.server_address[:2]
+    log.info(
+        "listening on http://%s:%s (backend %s, docker %s, poll %gs)",
+        host, port, backend.name, config.docker_host, config.poll_interval_s,
+    )  # fmt: skip
+    stop.wait()
+    log.info("stopping")
+    server.shutdown()
+    server.server_close()
+    poll_thread.join(timeout=5)
+    index.stop()
+    backend.close()
+    return 0

@@ -1,0 +1,400 @@
+"""Prometheus collector: fresh metric families from the last poll on every scrape.
+
+It never calls NVML or Docker: it reads the newest ``PollSnapshot``. Families are built
+anew on each ``collect()``, so a removed container leaves no series. ``describe()`` lists
+the families without reading anything, so registering the collector touches nothing.
+
+Sample exposition (names and labels: docs/interfaces.md §5; the render below writes labels
+in this order)::
+
+    # HELP gpuguard_gpu_utilization_ratio Share of time any kernel ran on the GPU (NVML meaning).
+    # TYPE gpuguard_gpu_utilization_ratio gauge
+    gpuguard_gpu_utilization_ratio{node="host-a",gpu="0"} 1.0
+    # HELP gpuguard_container_paused 1 if the container is paused.
+    # TYPE gpuguard_container_paused gauge
+    gpuguard_container_paused{node="host-a",container="rt-1",container_id="3f2a9c0d1e4b"} 0.0
+    # HELP gpuguard_container_deadline_hits_total Tasks that ended within the deadline.
+    # TYPE gpuguard_container_deadline_hits_total counter
+    gpuguard_container_deadline_hits_total{node="a",container="r1",container_id="3f2a9c0d1e4b"} 7.0
+    # HELP gpuguard_container_gpu_processes GPU processes of the container.
+    # TYPE gpuguard_container_gpu_processes gauge
+    gpuguard_container_gpu_processes{node="a",gpu="0",container="r",container_id="3f2a9c0d1e4b"} 1.0
+    # HELP gpuguard_exporter_collector_success Whether the source answered in the last poll.
+    # TYPE gpuguard_exporter_collector_success gauge
+    gpuguard_exporter_collector_success{node="host-a",source="gpu"} 1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from exporter.poller import SOURCES, PollSnapshot
+from exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
+from gpuguard import __version__
+
+_C = ("node", "container", "container_id")
+_CG = ("node", "gpu", "container", "container_id")
+_G = ("node", "gpu")
+_PHASE_LABELS = (*_CG, "phase")
+_INFO_LABELS = (*_C, "image")
+
+# name -> (type, help, labels)
+_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "gpuguard_gpu_info": ("gauge", "GPU identity (always 1).", ("node", "gpu", "uuid", "name")),
+    "gpuguard_gpu_utilization_ratio": (
+        "gauge",
+        "Share of time any kernel ran on the GPU (NVML meaning).",
+        _G,
+    ),
+    "gpuguard_gpu_memory_used_bytes": ("gauge", "GPU memory in use.", _G),
+    "gpuguard_gpu_memory_total_bytes": ("gauge", "GPU memory in total.", _G),
+    "gpuguard_container_info": ("gauge", "Container identity (always 1).", _INFO_LABELS),
+    "gpuguard_container_managed": ("gauge", "1 if gpuguard may pause the container.", _C),
+    "gpuguard_container_paused": ("gauge", "1 if the container is paused.", _C),
+    "gpuguard_container_deadline_seconds": ("gauge", "Relative deadline of each GPU task.", _C),
+    "gpuguard_container_deadline_invalid": (
+        "gauge",
+        "1 if the gpuguard.deadline label cannot be parsed.",
+        _C,
+    ),
+    "gpuguard_container_gpu_memory_bytes": (
+        "gauge",
+        "GPU memory used by the container's processes.",
+        _CG,
+    ),
+    "gpuguard_container_gpu_sm_utilization_ratio": (
+        "gauge",
+        "SM share of the container's processes (per-process samples).",
+        _CG,
+    ),
+    "gpuguard_container_gpu_processes": ("gauge", "GPU processes of the container.", _CG),
+    "gpuguard_container_task_phase": (
+        "gauge",
+        "Phase of the container's oldest running task on the GPU.",
+        _PHASE_LABELS,
+    ),
+    "gpuguard_container_task_elapsed_seconds": (
+        "gauge",
+        "Run time so far of the container's oldest running task on the GPU.",
+        _CG,
+    ),
+    "gpuguard_container_task_slack_seconds": (
+        "gauge",
+        "Deadline minus elapsed time of the oldest running task (negative: overrun).",
+        _CG,
+    ),
+    "gpuguard_container_tasks_finished": ("counter", "GPU tasks of the container that ended.", _C),
+    "gpuguard_container_deadline_hits": ("counter", "Tasks that ended within the deadline.", _C),
+    "gpuguard_container_deadline_misses": (
+        "counter",
+        "Tasks that overran the container's deadline.",
+        _C,
+    ),
+    "gpuguard_task_run_seconds": ("histogram", "Run time of finished GPU tasks.", _G),
+    "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
+    "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
+    "gpuguard_exporter_polls": ("counter", "Polls done.", ("node",)),
+    "gpuguard_exporter_poll_duration_seconds": ("gauge", "Wall time of the last poll.", ("node",)),
+    "gpuguard_exporter_last_poll_timestamp_seconds": (
+        "gauge",
+        "Wall clock of the last poll.",
+        ("node",),
+    ),
+    "gpuguard_exporter_collector_success": (
+        "gauge",
+        "Whether the source answered in the last poll.",
+        ("node", "source"),
+    ),
+    "gpuguard_exporter_collector_duration_seconds": (
+        "gauge",
+        "Time the source took in the last poll.",
+        ("node", "source"),
+    ),
+    "gpuguard_exporter_errors": ("counter", "Errors per source.", ("node", "source")),
+    "gpuguard_exporter_build_info": (
+        "gauge",
+        "Exporter version and GPU backend (always 1).",
+        ("node", "version", "backend"),
+    ),
+}
+
+_FAMILY_TYPES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+
+
+class LabelSet:
+    """Label values with their exposition text, made once per container and reused.
+
+    The render's hot loop then only formats values: 17,000 series at 1,000 containers.
+    """
+
+    __slots__ = ("text", "values")
+
+    def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
+        self.values = values
+        self.text = ",".join(
+            f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True)
+        )
+
+
+class LabelCache:
+    """LabelSets by (label names, values), kept across polls; bounded."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self._sets: dict[tuple[int, tuple[str, ...]], LabelSet] = {}
+        self._phases: dict[tuple[str, ...], tuple[LabelSet, ...]] = {}
+        self._limit = limit
+
+    def get(self, names: tuple[str, ...], values: tuple[str, ...]) -> LabelSet:
+        key = (id(names), values)  # names are the constant tuples of _SPECS
+        found = self._sets.get(key)
+        if found is None:
+            if len(self._sets) >= self._limit:  # containers come and go
+                self._sets.clear()
+                self._phases.clear()
+            found = self._sets[key] = LabelSet(names, values)
+        return found
+
+    def phases(self, values: tuple[str, ...]) -> tuple[LabelSet, ...]:
+        """The ``phase`` label sets of one (node, gpu, container, container_id), in PHASES order."""
+        found = self._phases.get(values)
+        if found is None:
+            found = tuple(LabelSet(_PHASE_LABELS, (*values, p)) for p in PHASES)
+            self._phases[values] = found
+        return found
+
+
+Row = tuple[LabelSet, float]
+HistRow = tuple[LabelSet, tuple[int, ...], float]  # labels, cumulative buckets, sum
+_BOUNDS = (*(str(b) for b in RUN_SECONDS_BUCKETS), "+Inf")
+
+
+class Rows:
+    """The series of one scrape, built once from a snapshot and rendered either way."""
+
+    def __init__(self, cache: LabelCache) -> None:
+        self.cache = cache
+        self.gauges: dict[str, list[Row]] = {
+            name: [] for name, spec in _SPECS.items() if spec[0] != "histogram"
+        }
+        self.histograms: dict[str, list[HistRow]] = {
+            name: [] for name, spec in _SPECS.items() if spec[0] == "histogram"
+        }
+
+    def add(self, name: str, values: tuple[str, ...], value: float) -> None:
+        self.gauges[name].append((self.cache.get(_SPECS[name][2], values), value))
+
+
+def build_rows(snap: PollSnapshot | None, cache: LabelCache | None = None) -> Rows:
+    """Every series for ``snap`` (none but the families' headers when there is no poll yet)."""
+    rows = Rows(cache or LabelCache())
+    if snap is not None:
+        _add_gpus(rows, snap)
+        _add_containers(rows, snap)
+        _add_tasks(rows, snap)
+        _add_exporter(rows, snap)
+    return rows
+
+
+class GpuguardCollector:
+    """Collector over ``snapshot()`` (the poller's newest ``PollSnapshot``, or None)."""
+
+    def __init__(self, snapshot: Callable[[], PollSnapshot | None]) -> None:
+        self._snapshot = snapshot
+        self._cache = LabelCache()
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(_to_families(Rows(self._cache)))
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(_to_families(build_rows(self._snapshot(), self._cache)))
+
+
+def _to_families(rows: Rows) -> list[Metric]:
+    families: list[Metric] = []
+    for name, (kind, doc, labels) in _SPECS.items():
+        if kind == "histogram":
+            hist = HistogramMetricFamily(name, doc, labels=list(labels))
+            for label_set, buckets, total in rows.histograms[name]:
+                hist.add_metric(
+                    list(label_set.values), list(zip(_BOUNDS, buckets, strict=True)), total
+                )
+            families.append(hist)
+            continue
+        family = _FAMILY_TYPES[kind](name, doc, labels=list(labels))
+        for label_set, value in rows.gauges[name]:
+            family.add_metric(list(label_set.values), value)
+        families.append(family)
+    return families
+
+
+class TextRenderer:
+    """Prometheus text format straight from ``Rows``, for /metrics.
+
+    prometheus_client's ``generate_latest`` took about 110 ms for 1,000 containers here
+    (17,000 series), mostly building a dict per sample; this writes the same exposition
+    (checked against the collector in tests) from label text made once per container.
+    """
+
+    def __init__(self) -> None:
+        self.cache = LabelCache()
+
+    def render_snapshot(self, snap: PollSnapshot | None) -> bytes:
+        return self.render(build_rows(snap, self.cache))
+
+    def render(self, rows: Rows) -> bytes:
+        out: list[str] = []
+        append = out.append
+        for name, (kind, doc, _labels) in _SPECS.items():
+            sample_name = f"{name}_total" if kind == "counter" else name
+            append(f"# HELP {sample_name} {_escape_help(doc)}\n# TYPE {sample_name} {kind}\n")
+            if kind == "histogram":
+                _histogram(out, name, rows.histograms[name])
+                continue
+            for label_set, value in rows.gauges[name]:  # the hot loop: keep it flat
+                number = f"{value}.0" if type(value) is int else repr(float(value))
+                append(f"{sample_name}{{{label_set.text}}} {number}\n")
+        return "".join(out).encode()
+
+
+def _histogram(out: list[str], name: str, rows: list[HistRow]) -> None:
+    for label_set, buckets, total in rows:
+        text = label_set.text
+        for bound, count in zip(_BOUNDS, buckets, strict=True):
+            out.append(f'{name}_bucket{{le="{bound}",{text}}} {_value(count)}\n')
+        out.append(f"{name}_count{{{text}}} {_value(buckets[-1])}\n")
+        out.append(f"{name}_sum{{{text}}} {_value(total)}\n")
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _value(value: float) -> str:
+    if type(value) is int:  # most series are counts and bytes: skip float formatting
+        return f"{value}.0"
+    return repr(float(value))
+
+
+def _add_gpus(r: Rows, snap: PollSnapshot) -> None:
+    node = snap.node
+    devices = snap.sample.devices if snap.sample is not None else ()
+    unattributed = snap.joined.unattributed if snap.joined is not None else {}
+    for d in devices:
+        gpu = (node, d.key)
+        r.add("gpuguard_gpu_info", (node, d.key, d.uuid, d.name), 1)
+        if d.utilization_ratio is not None:
+            r.add("gpuguard_gpu_utilization_ratio", gpu, d.utilization_ratio)
+        r.add("gpuguard_gpu_memory_used_bytes", gpu, d.memory_used_bytes)
+        r.add("gpuguard_gpu_memory_total_bytes", gpu, d.memory_total_bytes)
+        r.add("gpuguard_unattributed_gpu_processes", gpu, unattributed.get(d.key, 0))
+    empty = (0,) * len(_BOUNDS)
+    for gpu_key in sorted({d.key for d in devices} | set(snap.histograms)):
+        h = snap.histograms.get(gpu_key)
+        r.histograms["gpuguard_task_run_seconds"].append(
+            (
+                r.cache.get(_G, (node, gpu_key)),
+                h.buckets if h is not None else empty,
+                h.total if h is not None else 0.0,
+            )
+        )
+
+
+def _add_containers(r: Rows, snap: PollSnapshot) -> None:
+    node = snap.node
+    g, cache = r.gauges, r.cache
+    info_rows, managed, paused = (
+        g["gpuguard_container_info"],
+        g["gpuguard_container_managed"],
+        g["gpuguard_container_paused"],
+    )
+    deadline, invalid = (
+        g["gpuguard_container_deadline_seconds"],
+        g["gpuguard_container_deadline_invalid"],
+    )
+    finished, hits, misses = (
+        g["gpuguard_container_tasks_finished"],
+        g["gpuguard_container_deadline_hits"],
+        g["gpuguard_container_deadline_misses"],
+    )
+    no_stats = ContainerStats()
+    for info in snap.containers.values():
+        labels = cache.get(_C, (node, info.name, info.short_id))
+        info_rows.append((cache.get(_INFO_LABELS, (node, info.name, info.short_id, info.image)), 1))
+        managed.append((labels, 1 if info.managed else 0))
+        paused.append((labels, 1 if info.paused else 0))
+        if info.deadline_s is not None:
+            deadline.append((labels, info.deadline_s))
+        invalid.append((labels, 1 if info.deadline_error else 0))
+        stats = snap.stats.get(info.id, no_stats)
+        finished.append((labels, stats.finished))
+        hits.append((labels, stats.hits))
+        misses.append((labels, stats.misses))
+    if snap.joined is None:
+        return
+    memory = g["gpuguard_container_gpu_memory_bytes"]
+    sm = g["gpuguard_container_gpu_sm_utilization_ratio"]
+    processes = g["gpuguard_container_gpu_processes"]
+    for usage in snap.joined.usage:
+        info = snap.containers[usage.container_id]  # the join only sums known containers
+        cg_labels = cache.get(_CG, (node, usage.gpu, info.name, info.short_id))
+        memory.append((cg_labels, usage.memory_bytes))
+        sm.append((cg_labels, usage.sm_ratio))
+        processes.append((cg_labels, usage.processes))
+
+
+def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
+    node = snap.node
+    g, cache = r.gauges, r.cache
+    oldest: dict[tuple[str, str], TaskView] = {}
+    waiting: dict[str, int] = {}
+    for task in snap.tasks:  # in start order: the first per (container, gpu) is the oldest
+        info = snap.containers.get(task.container_id) if task.container_id else None
+        if info is None:
+            continue
+        if info.paused:
+            waiting[task.gpu] = waiting.get(task.gpu, 0) + 1
+        oldest.setdefault((info.id, task.gpu), task)
+    phase_rows = g["gpuguard_container_task_phase"]
+    elapsed = g["gpuguard_container_task_elapsed_seconds"]
+    slack_rows = g["gpuguard_container_task_slack_seconds"]
+    for (cid, gpu), task in oldest.items():
+        info = snap.containers[cid]
+        values = (node, gpu, info.name, info.short_id)
+        for phase, phase_labels in zip(PHASES, cache.phases(values), strict=True):
+            phase_rows.append((phase_labels, 1 if task.phase == phase else 0))
+        labels = cache.get(_CG, values)
+        elapsed.append((labels, task.elapsed_s(snap.timestamp)))
+        slack = task.slack_s(snap.timestamp)
+        if slack is not None:
+            slack_rows.append((labels, slack))
+    devices = snap.sample.devices if snap.sample is not None else ()
+    for gpu in sorted({d.key for d in devices} | set(waiting)):
+        r.add("gpuguard_tasks_waiting", (node, gpu), waiting.get(gpu, 0))
+
+
+def _add_exporter(r: Rows, snap: PollSnapshot) -> None:
+    node = (snap.node,)
+    r.add("gpuguard_exporter_polls", node, snap.polls_total)
+    r.add("gpuguard_exporter_poll_duration_seconds", node, snap.poll_duration_s)
+    r.add("gpuguard_exporter_last_poll_timestamp_seconds", node, snap.timestamp)
+    for source in SOURCES:
+        status = snap.sources.get(source)
+        if status is None:
+            continue
+        r.add("gpuguard_exporter_collector_success", (snap.node, source), int(status.success))
+        r.add(
+            "gpuguard_exporter_collector_duration_seconds", (snap.node, source), status.duration_s
+        )
+        r.add("gpuguard_exporter_errors", (snap.node, source), status.errors)
+    r.add("gpuguard_exporter_build_info", (snap.node, __version__, snap.backend), 1)

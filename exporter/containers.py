@@ -1,0 +1,251 @@
+"""The container source: a metadata cache fed by the Docker events stream.
+
+A background thread subscribes to container events, then lists and inspects every
+container (a full resync, on every (re)connect), then applies events as they come. When
+dockerd goes away it retries with backoff; it never raises out of the thread. The poller
+only reads ``snapshot()``: no Docker call ever happens inside a poll.
+
+``container_info`` (inspect document -> ContainerInfo) is pure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from exporter.events import EventLog
+from exporter.model import ContainerInfo
+from gpuguard import labels
+
+log = logging.getLogger(__name__)
+
+WATCHED_ACTIONS = ("create", "start", "pause", "unpause", "die", "destroy", "rename")
+_ACTION_EVENT = {
+    "start": "container_started",
+    "pause": "container_paused",
+    "unpause": "container_resumed",
+}
+
+
+def gpus_from_config(host_config: Mapping[str, Any], env: list[str]) -> tuple[str, ...]:
+    """GPUs a container may use: DeviceRequests (``--gpus``) first, else NVIDIA_VISIBLE_DEVICES.
+
+    ``("all",)`` stands for every GPU (``Count: -1`` or ``all``).
+    """
+    for request in host_config.get("DeviceRequests") or ():
+        capabilities = [c for group in request.get("Capabilities") or () for c in group]
+        if request.get("Driver") != "nvidia" and "gpu" not in capabilities:
+            continue
+        if request.get("DeviceIDs"):
+            return tuple(str(d) for d in request["DeviceIDs"])
+        count = int(request.get("Count") or 0)
+        if count == -1:
+            return ("all",)
+        return tuple(str(i) for i in range(count))
+    for item in env:
+        key, _, value = item.partition("=")
+        if key == "NVIDIA_VISIBLE_DEVICES":
+            if value in ("", "void", "none"):
+                return ()
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+    return ()
+
+
+def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
+    """Build a ContainerInfo from a ``docker inspect`` document (pure)."""
+    config = attrs.get("Config") or {}
+    container_labels = config.get("Labels") or {}
+    deadline_s: float | None = None
+    deadline_error: str | None = None
+    raw_deadline = container_labels.get(labels.DEADLINE)
+    if raw_deadline is not None:
+        try:
+            deadline_s = labels.parse_duration(raw_deadline)
+        except labels.LabelError as exc:
+            deadline_error = str(exc)
+    args = [attrs.get("Path") or "", *(attrs.get("Args") or ())]
+    return ContainerInfo(
+        id=attrs["Id"],
+        name=str(attrs.get("Name") or "").lstrip("/"),
+        image=str(config.get("Image") or attrs.get("Image") or ""),
+        state=str((attrs.get("State") or {}).get("Status") or "unknown"),
+        managed=labels.parse_managed(container_labels.get(labels.MANAGED)),
+        deadline_s=deadline_s,
+        deadline_error=deadline_error,
+        gpus=gpus_from_config(attrs.get("HostConfig") or {}, config.get("Env") or []),
+        role=container_labels.get(labels.ROLE),
+        command=" ".join(a for a in args if a),
+    )
+
+
+class ContainerIndex:
+    """Container metadata kept current from Docker's event stream."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], Any],
+        events: EventLog | None = None,
+        backoff_s: tuple[float, float] = (0.2, 5.0),
+    ) -> None:
+        self._client_factory = client_factory
+        self._events = events
+        self._backoff_s = backoff_s
+        self._containers: Mapping[str, ContainerInfo] = MappingProxyType({})
+        self._lock = threading.Lock()  # serialises writers; readers take the mapping as is
+        self._stop = threading.Event()
+        self._stream: Any = None
+        self._client: Any = None
+        self._thread: threading.Thread | None = None
+        self._warned_deadline: set[str] = set()
+        self.connected = False
+        self.last_error: str | None = None
+        self.resyncs = 0
+        self.errors = 0
+        self.resync_duration_s = 0.0
+
+    def snapshot(self) -> Mapping[str, ContainerInfo]:
+        """Read-only id -> ContainerInfo as of now (a new mapping after every change)."""
+        return self._containers
+
+    def start(self) -> ContainerIndex:
+        self._thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._close_connection()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait for the first full resync (used at start-up and by tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.resyncs > 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def _run(self) -> None:
+        delay = self._backoff_s[0]
+        while not self._stop.is_set():
+            try:
+                self._connect_and_follow()
+                delay = self._backoff_s[0]  # a clean end of stream: reconnect promptly
+            except Exception as exc:  # the thread's boundary: log, back off, retry
+                if self._stop.is_set():
+                    break
+                self.errors += 1
+                if self.connected or self.last_error != str(exc):
+                    log.warning("docker: %s; reconnecting in %.1fs", exc, delay)
+                self.last_error = str(exc)
+                self.connected = False
+                self._close_connection()
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._backoff_s[1])
+            else:
+                if not self._stop.is_set():  # dockerd ended the stream: it is going away
+                    self.errors += 1
+                    log.warning("docker: event stream ended; reconnecting")
+                self.connected = False
+                self._close_connection()
+
+    def _connect_and_follow(self) -> None:
+        self._client = self._client_factory()
+        # Subscribe before listing: events raised during the resync are then applied after
+        # it (each event re-inspects, so applying one twice is harmless).
+        self._stream = self._client.api.events(
+            decode=True, filters={"type": "container", "event": list(WATCHED_ACTIONS)}
+        )
+        self._resync()
+        self.connected = True
+        self.last_error = None
+        for event in self._stream:
+            if self._stop.is_set():
+                return
+            self._apply(event)
+
+    def _resync(self) -> None:
+        started = time.monotonic()
+        api = self._client.api
+        fresh: dict[str, ContainerInfo] = {}
+        for summary in api.containers(all=True):
+            info = self._inspect(summary["Id"])
+            if info is not None:
+                fresh[info.id] = info
+        with self._lock:
+            old = self._containers
+            self._containers = MappingProxyType(fresh)
+        self._announce_diff(old, fresh)
+        self.resync_duration_s = time.monotonic() - started
+        self.resyncs += 1
+
+    def _announce_diff(
+        self, old: Mapping[str, ContainerInfo], new: Mapping[str, ContainerInfo]
+    ) -> None:
+        """After a reconnect, report what changed while we were not listening."""
+        for cid, info in old.items():
+            if cid not in new:
+                self._emit("container_removed", info)
+        for cid, info in new.items():
+            before = old.get(cid)
+            if before is None:
+                if old and info.state == "running":
+                    self._emit("container_started", info)
+            elif before.paused != info.paused:
+                self._emit("container_paused" if info.paused else "container_resumed", info)
+
+    def _inspect(self, container_id: str) -> ContainerInfo | None:
+        import docker.errors
+
+        try:
+            attrs = self._client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return None
+        info = container_info(attrs)
+        if info.deadline_error and info.id not in self._warned_deadline:
+            self._warned_deadline.add(info.id)  # logged once per container, never fatal
+            log.warning(
+                "container %s: label %s: %s", info.name, labels.DEADLINE, info.deadline_error
+            )
+        return info
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        action = str(event.get("Action") or event.get("status") or "")
+        container_id = str((event.get("Actor") or {}).get("ID") or event.get("id") or "")
+        if not container_id or action not in WATCHED_ACTIONS:
+            return
+        ts = event.get("timeNano")
+        when = int(ts) / 1e9 if ts else None
+        info = None if action == "destroy" else self._inspect(container_id)
+        with self._lock:
+            updated = dict(self._containers)
+            old = updated.pop(container_id, None)
+            if info is not None:
+                updated[container_id] = info
+            self._containers = MappingProxyType(updated)
+        if info is None:
+            self._warned_deadline.discard(container_id)
+            if old is not None:
+                self._emit("container_removed", old, when)
+        elif action in _ACTION_EVENT:
+            self._emit(_ACTION_EVENT[action], info, when)
+
+    def _emit(self, type_: str, info: ContainerInfo, ts: float | None = None) -> None:
+        if self._events is not None:
+            self._events.append(type_, ts=ts, container_id=info.id, container=info.name)
+
+    def _close_connection(self) -> None:
+        stream, self._stream = self._stream, None
+        client, self._client = self._client, None
+        for closeable in (stream, client):
+            if closeable is not None:
+                try:
+                    closeable.close()
+                except Exception:  # closing a dead connection may fail any way
+                    pass

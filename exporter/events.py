@@ -1,0 +1,85 @@
+"""The exporter's event log: a bounded ring with increasing ``seq``, long-polled by followers.
+
+``/api/v1/events?since=SEQ&timeout=S`` (docs/interfaces.md §3) calls ``EventLog.since``,
+which waits on a Condition, so an ``append`` wakes waiting followers at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+EVENT_TYPES = frozenset(
+    {
+        "task_started",
+        "task_phase",
+        "task_ended",
+        "deadline_overrun",
+        "container_paused",
+        "container_resumed",
+        "container_started",
+        "container_removed",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """What one follower's request gets: events after ``since``, and where to go on."""
+
+    events: tuple[dict[str, Any], ...]
+    next: int
+    truncated: bool
+
+
+class EventLog:
+    """Thread-safe bounded event ring; the first event has ``seq`` 1."""
+
+    def __init__(self, capacity: int, clock: Callable[[], float] = time.time) -> None:
+        if capacity < 1:
+            raise ValueError("event buffer capacity must be >= 1")
+        self._events: deque[dict[str, Any]] = deque(maxlen=capacity)
+        self._seq = 0
+        self._cond = threading.Condition()
+        self._clock = clock
+
+    @property
+    def seq(self) -> int:
+        """Sequence number of the newest event (0 before the first)."""
+        return self._seq
+
+    def append(self, type_: str, ts: float | None = None, **fields: Any) -> dict[str, Any]:
+        """Record one event; fields whose value is None are left out."""
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type_!r}")
+        with self._cond:
+            self._seq += 1
+            event = {"seq": self._seq, "ts": self._clock() if ts is None else ts, "type": type_}
+            event.update((k, v) for k, v in fields.items() if v is not None)
+            self._events.append(event)
+            self._cond.notify_all()
+        return event
+
+    def since(self, since: int, timeout: float = 0.0) -> EventBatch:
+        """Events with ``seq > since``, waiting up to ``timeout`` seconds for the first one.
+
+        ``truncated`` is true when events after ``since`` were already dropped from the ring,
+        or when ``since`` is newer than anything here (the follower saw an earlier exporter
+        process): either way the follower must re-read the state.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._seq <= since:
+                if since > self._seq:
+                    return EventBatch((), self._seq, True)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return EventBatch((), self._seq, False)
+                self._cond.wait(remaining)
+            oldest = self._events[0]["seq"]
+            events = tuple(e for e in self._events if e["seq"] > since)
+            return EventBatch(events, self._seq, truncated=since + 1 < oldest)

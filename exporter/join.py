@@ -1,0 +1,82 @@
+"""The join (pure): GPU processes x process owners x container index, in O(GPU processes).
+
+No Docker call and no file read happens here; the poller resolves owners from procfs
+first (``cgroup.ProcReader``) and hands them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from exporter.model import (
+    AttributedProcess,
+    ContainerGpuUsage,
+    ContainerInfo,
+    GpuSample,
+    Joined,
+    ProcessOwner,
+    ProcessUtilization,
+)
+
+
+def _sm_by_pid(samples: tuple[ProcessUtilization, ...]) -> dict[int, float]:
+    """Mean SM share per pid over this poll's utilization samples."""
+    total: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for s in samples:
+        total[s.pid] = total.get(s.pid, 0.0) + s.sm_ratio
+        count[s.pid] = count.get(s.pid, 0) + 1
+    return {pid: total[pid] / count[pid] for pid in total}
+
+
+def join(
+    sample: GpuSample,
+    owners: Mapping[int, ProcessOwner | None],
+    containers: Mapping[str, ContainerInfo],
+) -> Joined:
+    """Attribute every GPU process to its container and sum usage per (container, gpu).
+
+    A process whose container is unknown to the index (not Docker's, or not synced yet)
+    keeps its container id on the task but counts as unattributed in the metrics.
+    """
+    processes: list[AttributedProcess] = []
+    usage: dict[tuple[str, str], list[float]] = {}  # (cid, gpu) -> [memory, sm, count]
+    unattributed: dict[str, int] = {}
+    device_sm: dict[str, float] = {}
+    for device in sample.devices:
+        gpu = device.key
+        sm_by_pid = _sm_by_pid(device.process_samples)
+        unattributed[gpu] = 0
+        device_sm[gpu] = min(1.0, sum(sm_by_pid.values()))
+        for proc in device.processes:
+            owner = owners.get(proc.pid)
+            container_id = owner.container_id if owner is not None else None
+            sm = sm_by_pid.get(proc.pid)
+            processes.append(
+                AttributedProcess(
+                    gpu=gpu,
+                    gpu_index=device.index,
+                    mig_index=device.mig_index,
+                    pid=proc.pid,
+                    start_ticks=owner.start_ticks if owner is not None else 0,
+                    container_id=container_id,
+                    used_memory_bytes=proc.used_memory_bytes,
+                    sm_ratio=sm,
+                )
+            )
+            if container_id is None or container_id not in containers:
+                unattributed[gpu] += 1
+                continue
+            acc = usage.setdefault((container_id, gpu), [0.0, 0.0, 0.0])
+            acc[0] += proc.used_memory_bytes or 0
+            acc[1] += sm or 0.0
+            acc[2] += 1
+    return Joined(
+        processes=tuple(processes),
+        usage=tuple(
+            ContainerGpuUsage(cid, gpu, int(acc[0]), min(1.0, acc[1]), int(acc[2]))
+            for (cid, gpu), acc in usage.items()
+        ),
+        unattributed=unattributed,
+        device_sm_ratio=device_sm,
+    )

@@ -1,0 +1,200 @@
+"""The poll loop: sample -> resolve owners -> join -> track, once per ``--poll.interval``.
+
+Each poll ends in an immutable ``PollSnapshot`` that /metrics and /api/v1/state read; they
+never call NVML or Docker. A failing source is recorded (success 0, errors + 1) and the
+poll still completes; a failed GPU sample leaves the running tasks as they were (they are
+not ended because a sample is missing) while deadlines keep being checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from exporter.backends.base import GpuBackend
+from exporter.cgroup import ProcReader
+from exporter.errors import BackendError, ProcfsError
+from exporter.events import EventLog
+from exporter.join import join
+from exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
+from exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("gpu", "docker", "procfs")
+
+
+class ContainerSource(Protocol):
+    """What the poller needs from the container index (``containers.ContainerIndex``)."""
+
+    connected: bool
+    errors: int
+    resync_duration_s: float
+
+    def snapshot(self) -> Mapping[str, ContainerInfo]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    success: bool
+    duration_s: float
+    errors: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PollSnapshot:
+    """Everything one poll produced; read by the collector and the HTTP API."""
+
+    generation: int
+    node: str
+    backend: str
+    timestamp: float
+    poll_interval_s: float
+    poll_duration_s: float
+    polls_total: int
+    seq: int
+    sample: GpuSample | None  # None when the GPU source failed this poll
+    joined: Joined | None
+    containers: Mapping[str, ContainerInfo]
+    tasks: tuple[TaskView, ...]
+    recent: tuple[TaskView, ...]
+    stats: Mapping[str, ContainerStats]
+    histograms: Mapping[str, RunHistogram]
+    sources: Mapping[str, SourceStatus] = field(default_factory=dict)
+
+
+class Poller:
+    """Runs the pipeline at a fixed rate in its own thread."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        containers: ContainerSource,
+        proc: ProcReader,
+        tracker: Tracker,
+        events: EventLog,
+        node: str,
+        interval_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self.containers = containers
+        self.proc = proc
+        self.tracker = tracker
+        self.events = events
+        self.node = node
+        self.interval_s = interval_s
+        self._clock = clock
+        self._errors = {"gpu": 0, "procfs": 0}
+        self._polls = 0
+        self._ever_sampled = False
+        self._last_gpu_error: str | None = "no poll yet"
+        self.snapshot: PollSnapshot | None = None
+
+    def health(self) -> str | None:
+        """None when healthy (a GPU sample succeeded at least once), else the reason."""
+        return (
+            None if self._ever_sampled else f"no successful GPU sample yet: {self._last_gpu_error}"
+        )
+
+    def poll_once(self) -> PollSnapshot:
+        started = time.perf_counter()
+        sample, gpu_status = self._sample_gpu()
+        # seq before the container snapshot: a follower resuming from it may see an event
+        # twice (harmless) but never misses one that the snapshot does not reflect.
+        seq = self.events.seq
+        containers = self.containers.snapshot()
+        owners, procfs_status = self._owners(sample)
+        joined = None
+        if sample is not None:
+            joined = join(sample, owners, containers)
+            self.tracker.update(joined, sample.timestamp, containers)
+        else:
+            self.tracker.check_deadlines(self._clock())
+        if self.containers.connected:
+            self.tracker.forget_containers(containers)
+        self._polls += 1
+        docker_status = SourceStatus(
+            self.containers.connected,
+            self.containers.resync_duration_s,
+            self.containers.errors,
+            None if self.containers.connected else "docker engine not connected",
+        )
+        snapshot = PollSnapshot(
+            generation=self._polls,
+            node=self.node,
+            backend=self.backend.name,
+            timestamp=sample.timestamp if sample is not None else self._clock(),
+            poll_interval_s=self.interval_s,
+            poll_duration_s=time.perf_counter() - started,
+            polls_total=self._polls,
+            seq=seq,
+            sample=sample,
+            joined=joined,
+            containers=containers,
+            tasks=self.tracker.running(),
+            recent=tuple(self.tracker.recent),
+            stats=dict(self.tracker.stats),
+            histograms=self.tracker.histograms(),
+            sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
+        )
+        self.snapshot = snapshot
+        return snapshot
+
+    def _sample_gpu(self) -> tuple[GpuSample | None, SourceStatus]:
+        started = time.perf_counter()
+        try:
+            sample = self.backend.sample()
+        except BackendError as exc:
+            self._errors["gpu"] += 1
+            if self._last_gpu_error != str(exc):
+                log.warning("gpu backend %s: %s", self.backend.name, exc)
+            self._last_gpu_error = str(exc)
+            return None, SourceStatus(
+                False, time.perf_counter() - started, self._errors["gpu"], str(exc)
+            )
+        if self._last_gpu_error is not None and self._ever_sampled:
+            log.info("gpu backend %s: sampling again", self.backend.name)
+        self._ever_sampled = True
+        self._last_gpu_error = None
+        return sample, SourceStatus(True, time.perf_counter() - started, self._errors["gpu"])
+
+    def _owners(
+        self, sample: GpuSample | None
+    ) -> tuple[dict[int, ProcessOwner | None], SourceStatus]:
+        started = time.perf_counter()
+        owners: dict[int, ProcessOwner | None] = {}
+        try:
+            self.proc.check()
+        except ProcfsError as exc:
+            self._errors["procfs"] += 1
+            return owners, SourceStatus(
+                False, time.perf_counter() - started, self._errors["procfs"], str(exc)
+            )
+        if sample is not None:
+            for device in sample.devices:
+                for proc in device.processes:
+                    if proc.pid not in owners:
+                        owners[proc.pid] = self.proc.owner(proc.pid)
+            self.proc.retain(set(owners))
+        return owners, SourceStatus(True, time.perf_counter() - started, self._errors["procfs"])
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll at a fixed rate until ``stop`` is set; a late poll does not cause a burst."""
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # the loop's boundary: log and keep polling
+                log.exception("poll failed")
+            next_tick += self.interval_s
+            delay = next_tick - time.monotonic()
+            if delay < 0:
+                next_tick = time.monotonic()
+                delay = 0
+            stop.wait(delay)

@@ -1,0 +1,83 @@
+"""``/api/v1/state`` (docs/interfaces.md §3): a PollSnapshot as a JSON-ready dict (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.model import ContainerInfo
+from exporter.poller import PollSnapshot
+from exporter.tracker import TaskView
+
+
+def _container_json(info: ContainerInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "name": info.name,
+        "image": info.image,
+        "command": info.command,
+        "state": info.state,
+        "paused": info.paused,
+        "managed": info.managed,
+        "deadline_s": info.deadline_s,
+        "deadline_error": info.deadline_error,
+        "gpus": list(info.gpus),
+        "role": info.role,
+    }
+
+
+def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
+    """One task; finished tasks also get ``ended_at``, ``run_s`` and ``met_deadline``."""
+    info = snap.containers.get(task.container_id) if task.container_id else None
+    doc: dict[str, Any] = {
+        "task_id": task.task_id,
+        "container_id": task.container_id,
+        "container": info.name if info is not None else None,
+        "pid": task.pid,
+        "gpu": task.gpu_index,
+        "mig_index": task.mig_index,
+        "phase": task.phase,
+        "started_at": task.started_at,
+        "proc_start_ticks": task.proc_start_ticks,
+        "elapsed_s": task.elapsed_s(snap.timestamp),
+        "memory_bytes": task.memory_bytes,
+        "sm_ratio": task.sm_ratio,
+        "deadline_s": task.deadline_s,
+        "absolute_deadline": task.absolute_deadline,
+        "slack_s": task.slack_s(snap.timestamp),
+        "overrun": task.overrun,
+        "paused": bool(info is not None and info.paused),
+    }
+    if task.ended_at is not None:
+        doc.update(ended_at=task.ended_at, run_s=task.run_s, met_deadline=task.met_deadline)
+    return doc
+
+
+def state_json(snap: PollSnapshot) -> dict[str, Any]:
+    """The whole state document for one poll."""
+    gpus = []
+    if snap.sample is not None:
+        device_sm = snap.joined.device_sm_ratio if snap.joined is not None else {}
+        for device in snap.sample.devices:
+            gpus.append(
+                {
+                    "index": device.index,
+                    "mig_index": device.mig_index,
+                    "uuid": device.uuid,
+                    "name": device.name,
+                    "memory_total_bytes": device.memory_total_bytes,
+                    "memory_used_bytes": device.memory_used_bytes,
+                    "utilization_ratio": device.utilization_ratio,
+                    "sm_ratio": device_sm.get(device.key, 0.0),
+                }
+            )
+    return {
+        "node": snap.node,
+        "seq": snap.seq,
+        "timestamp": snap.timestamp,
+        "poll_interval_s": snap.poll_interval_s,
+        "sources": {name: status.success for name, status in snap.sources.items()},
+        "gpus": gpus,
+        "containers": [_container_json(c) for c in snap.containers.values()],
+        "tasks": [task_json(t, snap) for t in snap.tasks],
+        "recent": [task_json(t, snap) for t in snap.recent],
+    }

@@ -1,0 +1,112 @@
+"""/metrics is valid Prometheus exposition: a golden file and live output, by promtool.
+
+Regenerate the golden file after an intended change with
+``GPUGUARD_UPDATE_GOLDEN=1 pytest tests/integration/test_exporter_metrics_format.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from exporter_support import SCALE, ExporterProcess, wait_for
+
+from exporter.cgroup import ProcReader
+from exporter.collector import TextRenderer, build_rows
+from exporter.events import EventLog
+from exporter.poller import Poller
+from exporter.tracker import Tracker
+from gpuguard.stack.dockerd import PrivateDockerd
+from gpuguard.stack.gpusim import GpusimService
+
+# the unit tests' fakes, shared on purpose: the golden scene is built from the same parts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from exporter_fakes import (
+    GIB,
+    FakeProcfs,
+    ListBackend,
+    StaticContainers,
+    cid,
+    container,
+    sample,
+)
+
+pytestmark = pytest.mark.integration
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "exporter_metrics.prom"
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("promtool not installed")
+        pytest.skip("promtool not installed (make setup installs it)")
+    return subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+
+
+def golden_text(tmp_path: Path) -> str:
+    """The exposition of a fixed scene: every metric family has at least one series."""
+    procfs = FakeProcfs(tmp_path / "proc")
+    procfs.add(100, cid(1), 500)
+    procfs.add(200, cid(2), 600)
+    procfs.add(300, None, 700)
+    backend = ListBackend()
+    containers = StaticContainers(
+        container(1, "rt-1", deadline_s=9.0),
+        container(2, "batch", state="paused"),
+        container(3, 'odd"name', deadline_error="invalid duration 'soon'", managed=False),
+    )
+    events = EventLog(100)
+    poller = Poller(
+        backend, containers, ProcReader(procfs.root), Tracker(events), events, "node-a", 0.1
+    )
+    procs = {100: GIB, 200: 2 * GIB, 300: GIB}
+    backend.next = sample(1_763_776_000.0, procs)
+    poller.poll_once()
+    backend.next = sample(1_763_776_000.5, {200: 2 * GIB, 300: GIB})
+    poller.poll_once()  # rt-1's task ended: a run time for the histogram
+    backend.next = sample(1_763_776_001.0, procs, sm={100: 0.5, 200: 0.25})
+    snap = poller.poll_once()
+    # the durations are measured; pin them so the file is stable
+    from dataclasses import replace
+
+    from exporter.poller import SourceStatus
+
+    snap = replace(
+        snap,
+        poll_duration_s=0.0004,
+        sources={k: SourceStatus(v.success, 0.0001, v.errors) for k, v in snap.sources.items()},
+    )
+    return TextRenderer().render(build_rows(snap)).decode()
+
+
+def test_golden_metrics_pass_promtool(tmp_path: Path) -> None:
+    text = golden_text(tmp_path)
+    if os.environ.get("GPUGUARD_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "rendering changed: regenerate the golden file"
+    checked = promtool_check(text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_live_metrics_pass_promtool(
+    dockerd: PrivateDockerd, gpusim_daemon: Callable[..., GpusimService], tmp_path: Path
+) -> None:
+    sim = gpusim_daemon(time_scale=SCALE)
+    exporter = ExporterProcess(tmp_path, dockerd.url, sim.socket).start()
+    try:
+        wait_for(lambda: (exporter.metric("gpuguard_exporter_polls_total") or 0) > 2)
+        reply = exporter.get("/metrics")
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        checked = promtool_check(reply.text)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    finally:
+        exporter.stop()

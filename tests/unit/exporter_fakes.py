@@ -1,0 +1,119 @@
+"""Small real-shaped inputs for the exporter's unit tests: procfs trees, samples, containers."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from exporter.model import ContainerInfo, DeviceSample, GpuProcess, GpuSample, ProcessUtilization
+
+GIB = 2**30
+
+
+def cid(n: int) -> str:
+    """A 64-hex container id whose first 12 digits differ from other n's."""
+    return (f"{n:x}c" * 64)[:64]
+
+
+class FakeProcfs:
+    """A directory laid out like /proc with ``<pid>/stat`` and ``<pid>/cgroup``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def add(self, pid: int, container_id: str | None, ticks: int, comm: str = "python3") -> None:
+        d = self.root / str(pid)
+        d.mkdir(exist_ok=True)
+        # fields 3..52 after "(comm)"; field 22 (starttime) is the 20th of them
+        after = ["S", "1", "1", "1", "0", "-1", "4194560", "0", "0", "0", "0", "0", "0", "0",
+                 "0", "20", "0", "1", "0", str(ticks), "0", "0"]  # fmt: skip
+        (d / "stat").write_text(f"{pid} ({comm}) {' '.join(after)}\n")
+        path = f"/system.slice/docker-{container_id}.scope" if container_id else "/user.slice"
+        (d / "cgroup").write_text(f"0::{path}\n")
+
+    def remove(self, pid: int) -> None:
+        shutil.rmtree(self.root / str(pid), ignore_errors=True)
+
+
+def container(
+    n: int,
+    name: str | None = None,
+    deadline_s: float | None = None,
+    state: str = "running",
+    managed: bool = True,
+    deadline_error: str | None = None,
+) -> ContainerInfo:
+    return ContainerInfo(
+        id=cid(n),
+        name=name or f"rt-{n}",
+        image="gpuguard/base:local",
+        state=state,
+        managed=managed,
+        deadline_s=deadline_s,
+        deadline_error=deadline_error,
+        gpus=("0",),
+    )
+
+
+def sample(
+    t: float,
+    procs: Mapping[int, int | None] | None = None,
+    sm: Mapping[int, float] | None = None,
+    gpu: int = 0,
+) -> GpuSample:
+    """One device with ``procs`` (pid -> used bytes) and SM samples (pid -> ratio)."""
+    procs = procs or {}
+    sm = sm or {}
+    return GpuSample(
+        timestamp=t,
+        devices=(
+            DeviceSample(
+                index=gpu,
+                uuid=f"GPU-{gpu:08d}",
+                name="gpusim",
+                memory_total_bytes=24 * GIB,
+                memory_used_bytes=sum(m or 0 for m in procs.values()),
+                utilization_ratio=1.0 if any(v > 0 for v in sm.values()) else 0.0,
+                processes=tuple(GpuProcess(pid, m) for pid, m in procs.items()),
+                process_samples=tuple(
+                    ProcessUtilization(pid, int(t * 1e6), ratio, 0.0) for pid, ratio in sm.items()
+                ),
+            ),
+        ),
+    )
+
+
+class ListBackend:
+    """A GPU backend that returns prepared samples, or raises a prepared error."""
+
+    name = "test"
+
+    def __init__(self) -> None:
+        self.next: GpuSample | Exception = GpuSample(0.0)
+
+    def sample(self) -> GpuSample:
+        if isinstance(self.next, Exception):
+            raise self.next
+        return self.next
+
+    def close(self) -> None:
+        pass
+
+
+class StaticContainers:
+    """A container source holding a fixed mapping (the poller's ContainerSource)."""
+
+    def __init__(self, *infos: ContainerInfo) -> None:
+        self.connected = True
+        self.errors = 0
+        self.resync_duration_s = 0.001
+        self.set(*infos)
+
+    def set(self, *infos: ContainerInfo) -> None:
+        self._map = MappingProxyType({i.id: i for i in infos})
+
+    def snapshot(self) -> Mapping[str, ContainerInfo]:
+        return self._map

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from exporter_fakes import GIB, FakeProcfs, ListBackend, StaticContainers, cid, container, sample
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.cgroup import ProcReader
+from exporter.collector import GpuguardCollector, TextRenderer, build_rows
+from exporter.errors import BackendError
+from exporter.events import EventLog
+from exporter.poller import Poller
+from exporter.tracker import Tracker
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    procfs = FakeProcfs(tmp_path / "proc")
+    procfs.add(100, cid(1), 500)
+    procfs.add(200, cid(2), 600)
+    procfs.add(300, None, 700)
+    backend = ListBackend()
+    containers = StaticContainers(
+        container(1, "rt-1", deadline_s=9.0),
+        container(2, "rt-2", state="paused"),
+        container(3, "bad", deadline_error="invalid duration 'soon'", managed=False),
+    )
+    events = EventLog(100)
+    poller = Poller(
+        backend, containers, ProcReader(procfs.root), Tracker(events), events, "node-a", 0.1
+    )
+    registry = CollectorRegistry()
+    registry.register(GpuguardCollector(lambda: poller.snapshot))
+    return backend, containers, poller, registry
+
+
+def test_register_touches_nothing() -> None:
+    calls = []
+    registry = CollectorRegistry()
+    registry.register(GpuguardCollector(lambda: calls.append(1)))
+    assert calls == []
+
+
+def test_series_from_the_last_poll(setup) -> None:
+    backend, _, poller, registry = setup
+    backend.next = sample(1.0, {100: GIB, 200: 2 * GIB, 300: GIB}, sm={100: 0.5})
+    poller.poll_once()
+    backend.next = sample(1.1, {100: 3 * GIB, 200: 2 * GIB, 300: GIB}, sm={100: 0.5})
+    poller.poll_once()
+    v = registry.get_sample_value
+    n = {"node": "node-a"}
+    c1 = {**n, "container": "rt-1", "container_id": cid(1)[:12]}
+    c2 = {**n, "container": "rt-2", "container_id": cid(2)[:12]}
+    c3 = {**n, "container": "bad", "container_id": cid(3)[:12]}
+    assert v("gpuguard_gpu_info", {**n, "gpu": "0", "uuid": "GPU-00000000", "name": "gpusim"}) == 1
+    assert v("gpuguard_gpu_memory_used_bytes", {**n, "gpu": "0"}) == 6 * GIB
+    assert v("gpuguard_container_managed", c3) == 0
+    assert v("gpuguard_container_paused", c2) == 1
+    assert v("gpuguard_container_deadline_seconds", c1) == 9.0
+    assert v("gpuguard_container_deadline_seconds", c3) is None
+    assert v("gpuguard_container_deadline_invalid", c3) == 1
+    assert v("gpuguard_container_gpu_memory_bytes", {**c1, "gpu": "0"}) == 3 * GIB
+    assert v("gpuguard_container_gpu_sm_utilization_ratio", {**c1, "gpu": "0"}) == 0.5
+    assert v("gpuguard_container_gpu_processes", {**c2, "gpu": "0"}) == 1
+    assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "computing"}) == 1
+    assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "input"}) == 0
+    assert v("gpuguard_container_task_elapsed_seconds", {**c1, "gpu": "0"}) == pytest.approx(0.1)
+    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) == pytest.approx(8.9)
+    assert v("gpuguard_container_task_slack_seconds", {**c2, "gpu": "0"}) is None
+    assert v("gpuguard_tasks_waiting", {**n, "gpu": "0"}) == 1
+    assert v("gpuguard_unattributed_gpu_processes", {**n, "gpu": "0"}) == 1
+    assert v("gpuguard_exporter_polls_total", n) == 2
+    assert v("gpuguard_exporter_collector_success", {**n, "source": "gpu"}) == 1
+    assert v("gpuguard_exporter_build_info", {**n, "version": "0.1.0", "backend": "test"}) == 1
+    assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 0
+    backend.next = sample(1.2, {200: 2 * GIB, 300: GIB})
+    poller.poll_once()
+    assert v("gpuguard_container_tasks_finished_total", c1) == 1
+    assert v("gpuguard_container_deadline_hits_total", c1) == 1
+    assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 1
+    assert v("gpuguard_task_run_seconds_bucket", {**n, "gpu": "0", "le": "0.25"}) == 1
+
+
+def test_removed_container_leaves_no_series(setup) -> None:
+    backend, containers, poller, registry = setup
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    backend.next = sample(1.1, {})
+    poller.poll_once()
+    containers.set(container(2, "rt-2"), container(3, "bad"))
+    poller.poll_once()
+    text = generate_latest(registry).decode()
+    assert cid(1)[:12] not in text and 'container="rt-1"' not in text
+    assert 'container="rt-2"' in text
+
+
+def test_failing_gpu_backend_keeps_tasks_and_answers(setup) -> None:
+    backend, _, poller, registry = setup
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    backend.next = BackendError("gpusim at /x: cannot connect")
+    snap = poller.poll_once()
+    v = registry.get_sample_value
+    assert v("gpuguard_exporter_collector_success", {"node": "node-a", "source": "gpu"}) == 0
+    assert v("gpuguard_exporter_errors_total", {"node": "node-a", "source": "gpu"}) == 1
+    assert v("gpuguard_gpu_info", {"node": "node-a", "gpu": "0", "uuid": "GPU-00000000",
+                                   "name": "gpusim"}) is None  # fmt: skip
+    assert [t.pid for t in snap.tasks] == [100]  # not ended because a sample is missing
+    assert poller.health() is None  # it did sample once
+
+
+def test_text_renderer_matches_the_collector(setup) -> None:
+    backend, _, poller, registry = setup
+    backend.next = sample(1.0, {100: GIB, 200: GIB, 300: GIB}, sm={100: 0.25})
+    poller.poll_once()
+    backend.next = sample(1.3, {200: GIB, 300: GIB})
+    poller.poll_once()
+    fast = TextRenderer().render(build_rows(poller.snapshot)).decode()
+
+    def samples(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+        return {
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        }
+
+    reference = generate_latest(registry).decode()
+    assert samples(fast) == samples(reference)
+    assert fast.count("# TYPE") == reference.count("# TYPE")
+
+
+def test_label_values_are_escaped() -> None:
+    from exporter.collector import _escape_label
+
+    assert _escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_no_poll_yet_renders_headers_only() -> None:
+    text = TextRenderer().render(build_rows(None)).decode()
+    assert "# TYPE gpuguard_exporter_polls_total counter" in text
+    assert "{" not in text

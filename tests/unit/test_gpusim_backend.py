@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.backends.gpusim import GpusimBackend, parse_sample
+from exporter.errors import BackendError
+from gpusim.errors import DaemonUnavailable
+
+REPLY = {
+    "ok": True,
+    "timestamp_us": 1_763_776_000_123_456,
+    "devices": [
+        {
+            "index": 0, "uuid": "GPU-sim-0", "name": "gpusim",
+            "memory_total_bytes": 24 * 2**30, "memory_used_bytes": 2**30,
+            "utilization_ratio": 0.5,
+            "processes": [{"pid": 42, "used_memory_bytes": 2**30}],
+            "process_samples": [
+                {"pid": 42, "timestamp_us": 1_763_776_000_100_000, "sm_ratio": 0.5,
+                 "mem_ratio": 0.1}
+            ],
+        }
+    ],
+}  # fmt: skip
+
+
+def test_parse_sample() -> None:
+    s = parse_sample(REPLY)
+    assert s.timestamp == pytest.approx(1_763_776_000.123456)
+    (d,) = s.devices
+    assert (d.index, d.uuid, d.name, d.utilization_ratio) == (0, "GPU-sim-0", "gpusim", 0.5)
+    assert d.processes[0].pid == 42 and d.processes[0].used_memory_bytes == 2**30
+    assert d.process_samples[0].sm_ratio == 0.5
+
+
+@pytest.mark.parametrize("reply", [{}, {"timestamp_us": 1, "devices": [{"index": 0}]}])
+def test_malformed_reply(reply: dict[str, Any]) -> None:
+    with pytest.raises(BackendError, match="malformed"):
+        parse_sample(reply)
+
+
+class FlakyClient:
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies = replies
+        self.since: list[int] = []
+        self.closed = False
+
+    def sample(self, since_us: int = 0) -> dict[str, Any]:
+        self.since.append(since_us)
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_since_us_follows_replies_and_errors_reconnect() -> None:
+    made: list[FlakyClient] = []
+    script = [REPLY, DaemonUnavailable("gone"), REPLY]
+
+    def factory(path: Path) -> FlakyClient:
+        made.append(FlakyClient(script))
+        return made[-1]
+
+    backend = GpusimBackend(Path("/x.sock"), factory)
+    backend.sample()
+    with pytest.raises(BackendError, match="gone"):
+        backend.sample()
+    backend.sample()
+    assert len(made) == 2 and made[0].closed
+    assert made[0].since == [0, REPLY["timestamp_us"]] and made[1].since == [REPLY["timestamp_us"]]
+
+
+def test_no_daemon_is_a_backend_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="gpusim at"):
+        GpusimBackend(tmp_path / "missing.sock").sample()
