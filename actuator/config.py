@@ -1,0 +1,349 @@
+"""The actuator's flags (dotted, like Prometheus' own) and their one-time validation.
+
+Values come from the command line, else from ``--config.file`` (YAML keyed by flag name
+without the dashes, e.g. ``policy.order: edf``), else the defaults below. ``load_config``
+checks everything once and returns a frozen ``Config``; anything wrong is one
+``ConfigError`` line (the CLI prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import ipaddress
+import math
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import yaml
+
+from actuator.errors import ConfigError
+from actuator.policy import ORDERS, PolicyConfig
+from gpuguard.labels import LabelError, parse_duration
+
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+ACTIONS = ("admission", "mark_node", "resume_all", "record")
+MODES = ("webhook", "fast", "both")
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    default: Any
+    help: str
+    kind: str = "str"  # str, bool, int, float, duration
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("web.listen-address", "127.0.0.1:9836", "host:port of the actuator's HTTP server"),
+    Flag("web.token-file", None, "file holding the bearer token webhooks must present"),
+    Flag("web.insecure", False, "accept webhooks without a token (binds loopback only)", "bool"),
+    Flag("exporter.url", "http://127.0.0.1:9835", "base URL of the gpuguard exporter"),
+    Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
+    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
+    Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
+    Flag("node.name", None, "this node's name in alerts and the node list (default: hostname)"),
+    Flag("mode", "both", "triggers: webhook, fast (exporter events) or both"),
+    Flag("policy.order", "fifo", "admission order: fifo (task start) or edf (deadline)"),
+    Flag("policy.max-actions", 10, "most containers one decision may touch", "int"),
+    Flag("policy.input-timeout", "5s",
+         "a task idle this long before its kernel stops counting", "duration"),
+    Flag("policy.memory-threshold", 0.95, "never admit above this share of GPU memory", "float"),
+    Flag("max-pause", "120s", "longest any container stays paused", "duration"),
+    Flag("state.dir", "/var/lib/gpuguard/actuator", "directory for the journal and audit log"),
+    Flag("rules.actions", "rules/actions.yml", "alert name -> action map"),
+    Flag("rules.files", "rules/*.rules.yml", "glob of rule files whose alerts actions may name"),
+    Flag("dry-run", False, "decide and audit, change nothing", "bool"),
+    Flag("log.level", "info", "debug, info, warning or error"),
+)  # fmt: skip
+_BY_NAME = {f.name: f for f in FLAGS}
+
+
+def dest(name: str) -> str:
+    return name.replace(".", "_").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated configuration of one actuator."""
+
+    listen_host: str
+    listen_port: int
+    token: str | None
+    insecure: bool
+    exporter_url: str
+    exporter_timeout_s: float
+    docker_host: str | None
+    swarm_manager: str | None
+    node_name: str
+    mode: str
+    policy: PolicyConfig
+    max_pause_s: float
+    state_dir: Path
+    actions: Mapping[str, str]
+    dry_run: bool
+    log_level: str
+    warnings: tuple[str, ...] = field(default=())
+
+    def alerts_for(self, action: str) -> frozenset[str]:
+        return frozenset(name for name, act in self.actions.items() if act == action)
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Add every flag; unset flags stay absent so the config file can fill them."""
+    parser.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="PATH",
+        default=None,
+        help="YAML file keyed by flag name (flags win)",
+    )
+    for flag in FLAGS:
+        if flag.kind == "bool":
+            parser.add_argument(
+                f"--{flag.name}",
+                dest=dest(flag.name),
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help=flag.help,
+            )
+        else:
+            default = "" if flag.default is None else f" (default: {flag.default})"
+            parser.add_argument(
+                f"--{flag.name}",
+                dest=dest(flag.name),
+                metavar="VALUE",
+                default=argparse.SUPPRESS,
+                help=flag.help + default,
+            )
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """Merge command line > config file > defaults and validate the result."""
+    values: dict[str, Any] = {f.name: f.default for f in FLAGS}
+    config_file = getattr(args, "config_file", None)
+    if config_file:
+        values.update(_read_config_file(Path(config_file)))
+    given = vars(args)
+    for flag in FLAGS:
+        if dest(flag.name) in given:
+            values[flag.name] = given[dest(flag.name)]
+    return validate(values)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    doc = _read_yaml(path, "--config.file")
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config.file {path}: must be a mapping of flag names to values")
+    unknown = sorted(str(k) for k in doc if k not in _BY_NAME)
+    if unknown:
+        raise ConfigError(f"--config.file {path}: unknown setting(s) {', '.join(unknown)}")
+    return dict(doc)
+
+
+def validate(values: Mapping[str, Any]) -> Config:
+    """Check every value once; raises ``ConfigError`` with one clear line."""
+    warnings: list[str] = []
+    host, port = _listen_address(values["web.listen-address"])
+    insecure = _bool(values, "web.insecure")
+    token = _token(values["web.token-file"], insecure)
+    if insecure and not _is_loopback(host):
+        warnings.append(f"--web.insecure: binding 127.0.0.1 instead of {host} (no token)")
+        host = "127.0.0.1"
+    elif insecure:
+        warnings.append("--web.insecure: webhooks are accepted without a token (loopback only)")
+    policy = PolicyConfig(
+        order=_choice(values, "policy.order", ORDERS),
+        max_actions=_int(values, "policy.max-actions", minimum=1),
+        input_timeout_s=_duration(values, "policy.input-timeout"),
+        memory_threshold=_ratio(values, "policy.memory-threshold"),
+    )
+    exporter_timeout = _duration(values, "exporter.timeout")
+    policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
+    state_dir = Path(str(values["state.dir"]))
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--state.dir {state_dir}: cannot create: {exc.strerror}") from None
+    if not os.access(state_dir, os.W_OK):
+        raise ConfigError(f"--state.dir {state_dir}: not writable")
+    return Config(
+        listen_host=host,
+        listen_port=port,
+        token=token,
+        insecure=insecure,
+        exporter_url=_url(values, "exporter.url", ("http", "https")),
+        exporter_timeout_s=exporter_timeout,
+        docker_host=_engine_url(values, "docker.host"),
+        swarm_manager=_engine_url(values, "swarm.manager"),
+        node_name=str(values["node.name"] or socket.gethostname()),
+        mode=_choice(values, "mode", MODES),
+        policy=policy,
+        max_pause_s=_duration(values, "max-pause"),
+        state_dir=state_dir,
+        actions=load_actions(
+            Path(_rules_path(values, "rules.actions")), _rules_path(values, "rules.files")
+        ),
+        dry_run=_bool(values, "dry-run"),
+        log_level=_choice(values, "log.level", ("debug", "info", "warning", "error")),
+        warnings=tuple(warnings),
+    )
+
+
+def _rules_path(values: Mapping[str, Any], name: str) -> str:
+    """A default (relative) rules path also works outside the source tree's root."""
+    value = str(values[name])
+    if value == _BY_NAME[name].default and not glob.glob(value):
+        return str(SOURCE_ROOT / value)
+    return value
+
+
+def load_actions(actions_path: Path, rules_glob: str) -> dict[str, str]:
+    """Read ``rules/actions.yml`` and check it against the alerts of the rule files."""
+    doc = _read_yaml(actions_path, "--rules.actions")
+    if not isinstance(doc, dict) or not isinstance(doc.get("actions"), dict):
+        raise ConfigError(
+            f"--rules.actions {actions_path}: needs a mapping 'actions: {{ALERT: ACTION}}'"
+        )
+    actions: dict[str, str] = {}
+    for alert, action in doc["actions"].items():
+        if action not in ACTIONS:
+            raise ConfigError(
+                f"--rules.actions {actions_path}: unknown action {action!r} for {alert} "
+                f"(known: {', '.join(ACTIONS)})"
+            )
+        actions[str(alert)] = str(action)
+    known = rule_alert_names(rules_glob)
+    unknown = sorted(set(actions) - known)
+    if unknown:
+        raise ConfigError(
+            f"--rules.actions {actions_path}: unknown alert name(s) {', '.join(unknown)} "
+            f"(not an 'alert:' in {rules_glob})"
+        )
+    return actions
+
+
+def rule_alert_names(rules_glob: str) -> set[str]:
+    """Every ``alert:`` name in the Prometheus rule files matching ``rules_glob``."""
+    paths = sorted(glob.glob(rules_glob))
+    if not paths:
+        raise ConfigError(f"--rules.files {rules_glob}: no rule files match")
+    names: set[str] = set()
+    for path in paths:
+        doc = _read_yaml(Path(path), "--rules.files")
+        groups = doc.get("groups") if isinstance(doc, dict) else None
+        if not isinstance(groups, list):
+            raise ConfigError(f"--rules.files {path}: not a Prometheus rule file (no groups)")
+        for group in groups:
+            for rule in (group or {}).get("rules") or []:
+                if isinstance(rule, dict) and "alert" in rule:
+                    names.add(str(rule["alert"]))
+    return names
+
+
+def _read_yaml(path: Path, flag: str) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def _listen_address(text: Any) -> tuple[str, int]:
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"--web.listen-address {text!r}: use host:port (e.g. 127.0.0.1:9836)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _token(path: Any, insecure: bool) -> str | None:
+    if not path:
+        if insecure:
+            return None
+        raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
+    try:
+        token = Path(str(path)).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--web.token-file {path}: cannot read: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"--web.token-file {path}: is empty")
+    return token
+
+
+def _bool(values: Mapping[str, Any], name: str) -> bool:
+    value = values[name]
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"--{name}: must be true or false, got {value!r}")
+
+
+def _choice(values: Mapping[str, Any], name: str, choices: tuple[str, ...]) -> str:
+    value = str(values[name])
+    if value not in choices:
+        raise ConfigError(f"--{name} {value!r}: must be one of {', '.join(choices)}")
+    return value
+
+
+def _int(values: Mapping[str, Any], name: str, minimum: int) -> int:
+    value = values[name]
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"--{name} {value!r}: must be an integer") from None
+    if number < minimum:
+        raise ConfigError(f"--{name} {value!r}: must be >= {minimum}")
+    return number
+
+
+def _ratio(values: Mapping[str, Any], name: str) -> float:
+    value = values[name]
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"--{name} {value!r}: must be a number") from None
+    if not math.isfinite(number) or not 0 < number <= 1:
+        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
+    return number
+
+
+def _duration(values: Mapping[str, Any], name: str) -> float:
+    value = values[name]
+    try:
+        return parse_duration(str(value))
+    except LabelError as exc:
+        raise ConfigError(f"--{name}: {exc}") from None
+
+
+def _url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
+    value = str(values[name])
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
+    return value.rstrip("/")
+
+
+def _engine_url(values: Mapping[str, Any], name: str) -> str | None:
+    value = values[name]
+    if value in (None, ""):
+        return None
+    parsed = urlparse(str(value))
+    if parsed.scheme not in ("unix", "tcp", "http", "https", "ssh"):
+        raise ConfigError(f"--{name} {value!r}: must be unix://PATH or tcp://HOST:PORT")
+    return str(value)

@@ -1,0 +1,407 @@
+"""The actuator's control loop: fresh state -> ``decide`` -> executor, under one lock.
+
+Webhooks, the fast path and the maintenance loop all come through here, so decisions never
+interleave. Safety lives here too: the ``--max-pause`` limit, failing open when the exporter
+cannot be seen, reconciling the journal with Docker, and resuming everything on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from actuator.audit import AuditLog
+from actuator.config import Config
+from actuator.errors import DockerUnavailable, ExporterUnavailable, StateError
+from actuator.executor import DockerExecutor, Outcome
+from actuator.journal import Journal, plan_reconcile
+from actuator.metrics import ActuatorMetrics
+from actuator.nodes import NodeList, SwarmMarker
+from actuator.policy import UNPAUSE, Action, Decision, Skip, Trigger, decide
+from actuator.state import ExporterClient, ExporterState
+from actuator.webhook import WebhookMessage
+
+log = logging.getLogger("gpuguard.actuator")
+
+_SKIP_AUDIT_EVERY_S = 30.0
+_DOCKER_CHECK_EVERY_S = 2.0
+MAINTENANCE_DECISION_AFTER_S = 1.0
+
+
+@dataclass
+class Report:
+    """What one trigger led to (returned to webhook callers as JSON)."""
+
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    skips: list[dict[str, Any]] = field(default_factory=list)
+    docker_down: bool = False
+    exporter_down: bool = False
+
+    def merge(self, other: Report) -> None:
+        self.actions += other.actions
+        self.skips += other.skips
+        self.docker_down |= other.docker_down
+        self.exporter_down |= other.exporter_down
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"actions": self.actions, "skips": self.skips}
+
+
+class Controller:
+    """Owns the journal, executor and node list; every public method is thread-safe."""
+
+    def __init__(
+        self,
+        config: Config,
+        exporter_factory: Callable[[], ExporterClient],
+        executor: DockerExecutor,
+        journal: Journal,
+        audit: AuditLog,
+        metrics: ActuatorMetrics,
+        marker: SwarmMarker | None,
+    ) -> None:
+        self.config = config
+        self.exporter = exporter_factory()
+        self.executor = executor
+        self.journal = journal
+        self.audit = audit
+        self.metrics = metrics
+        self.marker = marker
+        self.nodes = NodeList.from_doc(config.node_name, journal.nodes)
+        self._applied_provisionable: bool | None = None
+        self._lock = threading.RLock()
+        self._last_exporter_ok = time.monotonic()
+        self._failed_open = False
+        self._skip_audited: dict[tuple[str, str], float] = {}
+        self._last_docker_check = 0.0
+        self._last_decision = 0.0
+        self.last_state: ExporterState | None = None
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="executor")
+
+    # --- decisions -------------------------------------------------------------------
+
+    def decide_now(
+        self,
+        source: str,
+        gpu: int | None = None,
+        node: str | None = None,
+        alert: str | None = None,
+        event_ts: float | None = None,
+        state: ExporterState | None = None,
+    ) -> Report:
+        """Read fresh state (unless given), decide and execute; raises ExporterUnavailable."""
+        t_wait = time.monotonic()
+        with self._lock:
+            t0 = time.monotonic()
+            if state is None:
+                state = self.fetch_state()
+            t_state = time.monotonic()
+            trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
+            decision = decide(state, trigger, self.config.policy, self.journal.ledger())
+            t_decided = time.monotonic()
+            report = self._execute(decision, source)
+            done = time.monotonic()
+            self._last_decision = done
+            self.metrics.decision_seconds.labels(source).observe(done - t0)
+            if decision.actions:
+                log.info(
+                    "%s decision: %s in %.1f ms (lock %.1f, state %.1f, decide %.1f, act %.1f)%s",
+                    source,
+                    ", ".join(
+                        f"{a['action']} {a['container']}={a['result']}" for a in report.actions
+                    ),
+                    1000 * (done - t0),
+                    1000 * (t0 - t_wait),
+                    1000 * (t_state - t0),
+                    1000 * (t_decided - t_state),
+                    1000 * (done - t_decided),
+                    ""
+                    if event_ts is None
+                    else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
+                )
+            return report
+
+    def fetch_state(self) -> ExporterState:
+        try:
+            state = self.exporter.state()
+        except (ExporterUnavailable, StateError):
+            self.metrics.exporter_up.set(0)
+            raise
+        self.exporter_ok()
+        self.last_state = state
+        return state
+
+    def exporter_ok(self) -> None:
+        """Any successful exchange with the exporter (the fast path reports its own)."""
+        self._last_exporter_ok = time.monotonic()
+        self.metrics.exporter_up.set(1)
+        if self._failed_open:
+            log.info("exporter reachable again: admission control resumes")
+            self.audit.write("exporter_back")
+            self._failed_open = False
+
+    def _execute(self, decision: Decision, source: str) -> Report:
+        report = Report()
+        actions = decision.actions
+        if len(actions) > 1:
+            outcomes = self.executor.execute_many(actions, source, self._pool)
+        else:
+            outcomes = [self.executor.execute(a, source) for a in actions]
+        for action, outcome in zip(actions, outcomes, strict=True):
+            self._count(outcome)
+            report.docker_down |= outcome.docker_down
+            report.actions.append(_action_doc(action, outcome))
+        for skip in decision.skips:
+            self.metrics.skip(skip.reason)
+            self._audit_skip(skip, source)
+            report.skips.append(
+                {"reason": skip.reason, "detail": skip.detail, "task_id": skip.task_id}
+            )
+        self.metrics.paused_containers.set(len(self.journal.paused))
+        return report
+
+    def _count(self, outcome: Outcome) -> None:
+        self.metrics.actions.labels(outcome.action, outcome.result).inc()
+        if outcome.result == "skipped":
+            self.metrics.skip(outcome.skip_reason)
+
+    def _audit_skip(self, skip: Skip, source: str) -> None:
+        # The same skip recurs on every event while a task runs: audit it once a while.
+        key = (skip.reason, skip.task_id or skip.container_id or skip.detail)
+        now = time.monotonic()
+        if now - self._skip_audited.get(key, -1e9) < _SKIP_AUDIT_EVERY_S:
+            return
+        self._skip_audited[key] = now
+        if len(self._skip_audited) > 4096:
+            self._skip_audited = {k: v for k, v in self._skip_audited.items() if now - v < 60}
+        self.audit.write(
+            "skip",
+            trigger=source,
+            reason=skip.reason,
+            detail=skip.detail,
+            container_id=skip.container_id,
+            task_id=skip.task_id,
+            gpu=skip.gpu,
+        )
+
+    # --- webhooks ----------------------------------------------------------------------
+
+    def handle_webhook(self, message: WebhookMessage) -> Report:
+        """Act on one Alertmanager POST (see the module doc of ``actuator.server``)."""
+        report = Report()
+        by_action: dict[str, list[Any]] = {}
+        for alert in message.alerts:
+            action = self.config.actions.get(alert.name)
+            if action is None:
+                self.metrics.skip("irrelevant_alert")
+                report.skips.append({"reason": "irrelevant_alert", "alert": alert.name})
+                continue
+            by_action.setdefault(action, []).append(alert)
+        for alert in by_action.get("record", []):
+            self.audit.write(
+                "alert", alertname=alert.name, status=alert.status, labels=dict(alert.labels)
+            )
+        if "mark_node" in by_action or self._applied_provisionable != self.nodes.provisionable:
+            report.merge(self._update_nodes(message))
+        if any(a.firing for a in by_action.get("resume_all", [])):
+            report.merge(self.resume_all("alert " + by_action["resume_all"][0].name, "webhook"))
+        report.merge(self._admission(by_action.get("admission", [])))
+        return report
+
+    def _admission(self, alerts: list[Any]) -> Report:
+        report = Report()
+        targets: list[tuple[str | None, int | None, str]] = []
+        for alert in alerts:
+            if not alert.firing:
+                continue
+            gpu_label = alert.labels.get("gpu")
+            gpu = int(gpu_label) if gpu_label is not None and gpu_label.isdigit() else None
+            target = (alert.labels.get("node"), gpu, alert.name)
+            if target[:2] not in [t[:2] for t in targets]:
+                targets.append(target)
+        for node, gpu, name in targets:
+            try:
+                report.merge(self.decide_now("webhook", gpu=gpu, node=node, alert=name))
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("webhook %s: no fresh state, nothing done: %s", name, exc)
+                report.exporter_down = True
+        return report
+
+    def _update_nodes(self, message: WebhookMessage) -> Report:
+        with self._lock:
+            changed = self.nodes.apply(message, self.config.alerts_for("mark_node"), time.time())
+            if changed:
+                state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
+                reasons = ", ".join(r.alertname for r in self.nodes.reasons()) or "no reasons left"
+                log.info("node %s is now %s (%s)", self.config.node_name, state, reasons)
+            self.journal.set_nodes(self.nodes.to_doc())
+            return self.apply_node_mark()
+
+    def apply_node_mark(self) -> Report:
+        """Make the Swarm label (if any) match the node list; safe to call any time."""
+        report = Report()
+        with self._lock:
+            want = self.nodes.provisionable
+            self.metrics.node_provisionable.labels(self.config.node_name).set(1 if want else 0)
+            if self._applied_provisionable == want:
+                return report
+            if self._applied_provisionable is None and want and self.swarm_node_id() is None:
+                self._applied_provisionable = want  # nothing to undo: no swarm, never marked
+                return report
+            kind = "unmark_node" if want else "mark_node"
+            result, detail = self._swarm_apply(want)
+            if result == "failed":
+                report.docker_down = True
+            else:
+                self._applied_provisionable = want
+            self.metrics.actions.labels(kind, result).inc()
+            self.audit.write(
+                "action",
+                action=kind,
+                result=result,
+                node=self.config.node_name,
+                detail=detail or None,
+            )
+            report.actions.append({"action": kind, "node": self.config.node_name, "result": result})
+            return report
+
+    def _swarm_apply(self, provisionable: bool) -> tuple[str, str]:
+        if self.config.dry_run:
+            return "dry_run", "dry run: swarm label unchanged"
+        if self.marker is None or self.swarm_node_id() is None:
+            return "skipped", "engine not in a swarm: node list only"
+        try:
+            return self.marker.apply(provisionable), ""
+        except Exception as exc:  # any engine failure is worth a retry
+            log.warning("swarm node label update failed: %s", exc)
+            return "failed", str(exc)
+
+    def swarm_node_id(self) -> str | None:
+        if self.marker is None:
+            return None
+        try:
+            return self.marker.node_id()
+        except Exception:  # no engine means no swarm to mark
+            return None
+
+    # --- safety ------------------------------------------------------------------------
+
+    def resume_all(self, why: str, source: str) -> Report:
+        """Fail open: unpause every container this actuator paused."""
+        with self._lock:
+            entries = list(self.journal.paused.values())
+            if entries:
+                log.warning("resuming %d container(s) this actuator paused: %s", len(entries), why)
+            self.audit.write("resume_all", why=why, containers=[e.container_id for e in entries])
+            actions = [
+                Action(UNPAUSE, e.container_id, e.name, "resume_all", e.gpu, e.task_id)
+                for e in entries
+            ]
+            return self._execute(Decision(tuple(actions)), source)
+
+    def maintain(self) -> None:
+        """Periodic safety work: fail open, --max-pause, reconcile with Docker and state."""
+        try:
+            state: ExporterState | None = self.fetch_state()
+        except (ExporterUnavailable, StateError) as exc:
+            state = None
+            self._maybe_fail_open(str(exc))
+        with self._lock:
+            self._enforce_max_pause()
+            now = time.monotonic()
+            if now - self._last_docker_check >= _DOCKER_CHECK_EVERY_S:
+                self._last_docker_check = now
+                self.reconcile(state)
+            # A safety net for missed events; the fast path normally decides first.
+            quiet = time.monotonic() - self._last_decision > MAINTENANCE_DECISION_AFTER_S
+            if state is not None and self.config.mode != "webhook" and quiet:
+                self.decide_now("reconcile", state=state)
+            if self._applied_provisionable != self.nodes.provisionable:
+                self.apply_node_mark()
+            self.metrics.paused_containers.set(len(self.journal.paused))
+
+    def _maybe_fail_open(self, why: str) -> None:
+        down_for = time.monotonic() - self._last_exporter_ok
+        if down_for <= self.config.exporter_timeout_s or self._failed_open:
+            return
+        self._failed_open = True
+        log.warning("exporter unreachable for %.1fs (%s): failing open", down_for, why)
+        self.metrics.fail_open.inc()
+        self.resume_all(f"exporter unreachable for {down_for:.1f}s", "reconcile")
+
+    def _enforce_max_pause(self) -> None:
+        now = time.time()
+        for entry in list(self.journal.paused.values()):
+            if now - entry.paused_at <= self.config.max_pause_s:
+                continue
+            log.warning("%s paused longer than --max-pause: resuming it for good", entry.name)
+            if entry.task_id:
+                self.journal.exempt(entry.task_id, now)
+            action = Action(
+                UNPAUSE, entry.container_id, entry.name, "max_pause", entry.gpu, entry.task_id
+            )
+            self._execute(Decision((action,)), "reconcile")
+
+    def reconcile(self, state: ExporterState | None) -> None:
+        """Settle the journal against Docker: forget what is gone, resume what must go."""
+        with self._lock:
+            try:
+                docker_view = self.executor.paused_states(list(self.journal.paused))
+            except DockerUnavailable as exc:
+                log.warning("reconcile: docker unavailable: %s", exc)
+                return
+            with_tasks = (
+                None if state is None else {t.container_id for t in state.tasks if t.container_id}
+            )
+            steps = plan_reconcile(
+                self.journal.paused, docker_view, with_tasks, time.time(), self.config.max_pause_s
+            )
+            for step in steps:
+                if step.verdict == "forget":
+                    self.journal.released(step.container_id)
+                    self.audit.write(
+                        "reconcile", container_id=step.container_id, verdict="forget", why=step.why
+                    )
+                elif step.verdict == "unpause":
+                    entry = self.journal.paused[step.container_id]
+                    action = Action(
+                        UNPAUSE,
+                        entry.container_id,
+                        entry.name,
+                        "reconcile",
+                        entry.gpu,
+                        entry.task_id,
+                    )
+                    self._execute(Decision((action,)), "reconcile")
+            if state is not None:
+                self.journal.prune(
+                    {t.task_id for t in state.tasks}, {c.id for c in state.containers}
+                )
+
+    def node_doc(self) -> dict[str, Any]:
+        """The ``/api/v1/nodes`` document."""
+        node_id = self.swarm_node_id()
+        doc = self.nodes.to_doc()
+        doc["swarm_node_id"] = node_id
+        doc["applied"] = self._applied_provisionable == self.nodes.provisionable
+        if node_id is None:
+            executor, note = "list_only", "engine not in a swarm: node list kept, no label set"
+        else:
+            executor, note = "swarm", "swarm node label gpuguard.provisionable=false while marked"
+        return {"executor": executor, "note": note, "nodes": [doc]}
+
+
+def _action_doc(action: Action, outcome: Outcome) -> dict[str, Any]:
+    return {
+        "action": action.kind,
+        "container": action.container,
+        "container_id": action.container_id,
+        "reason": action.reason,
+        "result": outcome.result,
+        "skip_reason": outcome.skip_reason,
+    }

@@ -1,0 +1,250 @@
+"""Carry pause/unpause out on Docker: idempotent, journalled first, audited, retried.
+
+* The live container is inspected first: a vanished container is a skip, a container already
+  in the wanted state is ``already``, and the ``gpuguard.managed`` / ``gpuguard.role`` labels
+  are re-checked on the live container before any pause (the exporter's view may be stale).
+* A pause is written to the journal before it is taken, so a crash in between still leaves a
+  record the watchdog and the next start can undo.
+* Connection errors are retried a few times, then the action fails with ``docker_down`` set
+  (the webhook answers 503 so Alertmanager retries).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import docker.errors
+import requests
+
+from actuator.audit import AuditLog
+from actuator.errors import DockerUnavailable
+from actuator.journal import Journal, PausedEntry
+from actuator.policy import COMPONENT_ROLES, PAUSE, UNPAUSE, Action
+from gpuguard import labels
+
+T = TypeVar("T")
+RESULTS = ("ok", "already", "skipped", "failed", "dry_run")
+_SOMEONE_ELSES = "already paused, not by us"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one action."""
+
+    action: str
+    result: str
+    container_id: str
+    skip_reason: str | None = None
+    detail: str = ""
+    started: float = 0.0
+    finished: float = 0.0
+    docker_down: bool = False
+
+
+class DockerExecutor:
+    """Pauses and unpauses containers through one Docker engine."""
+
+    def __init__(
+        self,
+        api: Any,
+        journal: Journal,
+        audit: AuditLog,
+        dry_run: bool = False,
+        retries: int = 3,
+        retry_delay_s: float = 0.05,
+    ) -> None:
+        self.api = api  # docker.APIClient
+        self.journal = journal
+        self.audit = audit
+        self.dry_run = dry_run
+        self.retries = retries
+        self.retry_delay_s = retry_delay_s
+
+    def execute_many(
+        self, actions: Sequence[Action], trigger: str, pool: ThreadPoolExecutor
+    ) -> list[Outcome]:
+        """Several actions in parallel; the pauses' intents are journalled in one write first.
+
+        Tasks that start together must all be frozen inside their input phase; one docker
+        pause costs ~11 ms here, and a journal write per pause would serialise them.
+        """
+        entries = [
+            PausedEntry(a.container_id, a.container, a.task_id, a.gpu, time.time(), a.reason)
+            for a in actions
+            if a.kind == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
+        ]
+        if entries:
+            self.journal.will_pause_many(entries)
+        fresh = {e.container_id for e in entries}
+        return list(pool.map(lambda a: self.execute(a, trigger, a.container_id in fresh), actions))
+
+    def execute(self, action: Action, trigger: str, journalled: bool = False) -> Outcome:
+        """Carry out one policy action; never raises for Docker errors.
+
+        ``journalled``: the pause intent is already in the journal (``execute_many``).
+        """
+        started = time.time()
+        if action.kind == PAUSE:
+            outcome = self._pause(action, started, journalled)
+        elif action.kind == UNPAUSE:
+            outcome = self._unpause(action, started)
+        else:  # pragma: no cover - the policy only makes these two
+            raise ValueError(f"unknown action {action.kind!r}")
+        self.audit.write(
+            "action",
+            trigger=trigger,
+            action=outcome.action,
+            result=outcome.result,
+            container_id=action.container_id,
+            container=action.container,
+            task_id=action.task_id,
+            gpu=action.gpu,
+            reason=action.reason,
+            skip_reason=outcome.skip_reason,
+            detail=outcome.detail or None,
+            started=outcome.started,
+            finished=outcome.finished,
+        )
+        return outcome
+
+    def _pause(self, action: Action, started: float, journalled: bool) -> Outcome:
+        outcome = self._try_pause(action, started, journalled)
+        if journalled and outcome.result not in ("ok", "already") and not outcome.docker_down:
+            self.journal.released(action.container_id)  # the batch intent did not happen
+        elif journalled and outcome.detail == _SOMEONE_ELSES:
+            self.journal.released(action.container_id)
+        return outcome
+
+    def _try_pause(self, action: Action, started: float, journalled: bool) -> Outcome:
+        cid = action.container_id
+        try:
+            info = self._call(lambda: self.api.inspect_container(cid))
+        except docker.errors.NotFound:
+            return self._done(action, started, "skipped", "vanished", "container is gone")
+        except DockerUnavailable as exc:
+            return self._done(action, started, "failed", None, str(exc), docker_down=True)
+        except docker.errors.APIError as exc:
+            return self._done(action, started, "failed", None, _explain(exc))
+        refusal = _refuse_pause(info)
+        if refusal is not None:
+            return self._done(action, started, "skipped", refusal[0], refusal[1])
+        if info["State"].get("Paused"):
+            # Ours if it was in the journal before this decision; else someone else's, and
+            # kept out of the journal so we never unpause what another operator froze.
+            return self._done(
+                action, started, "already", None, _SOMEONE_ELSES if journalled else "already paused"
+            )
+        if self.dry_run:
+            return self._done(action, started, "dry_run", None, "dry run: not paused")
+        if not journalled:
+            entry = PausedEntry(
+                cid, action.container, action.task_id, action.gpu, started, action.reason
+            )
+            self.journal.will_pause(entry)
+        try:
+            self._call(lambda: self.api.pause(cid))
+        except docker.errors.NotFound:
+            self.journal.released(cid)
+            return self._done(action, started, "skipped", "vanished", "container is gone")
+        except DockerUnavailable as exc:
+            # Unknown whether it took effect: keep the journal entry; reconcile settles it.
+            return self._done(action, started, "failed", None, str(exc), docker_down=True)
+        except docker.errors.APIError as exc:
+            if "already paused" in _explain(exc):
+                return self._done(action, started, "already", None, "already paused")
+            self.journal.released(cid)
+            if "is not running" in _explain(exc):
+                return self._done(action, started, "skipped", "vanished", "not running")
+            return self._done(action, started, "failed", None, _explain(exc))
+        return self._done(action, started, "ok", None, "")
+
+    def _unpause(self, action: Action, started: float) -> Outcome:
+        cid = action.container_id
+        admitted_on = action.gpu if action.reason == "admit" else None
+        if self.dry_run:
+            return self._done(action, started, "dry_run", None, "dry run: not unpaused")
+        try:
+            info = self._call(lambda: self.api.inspect_container(cid))
+            if info["State"].get("Paused"):
+                self._call(lambda: self.api.unpause(cid))
+                result, detail = "ok", ""
+            else:
+                result, detail = "already", "not paused"
+        except docker.errors.NotFound:
+            self.journal.released(cid)
+            return self._done(action, started, "skipped", "vanished", "container is gone")
+        except DockerUnavailable as exc:
+            return self._done(action, started, "failed", None, str(exc), docker_down=True)
+        except docker.errors.APIError as exc:
+            if "is not paused" not in _explain(exc):
+                return self._done(action, started, "failed", None, _explain(exc))
+            result, detail = "already", "not paused"
+        self.journal.released(cid, admitted_on=admitted_on, at=time.time())
+        return self._done(action, started, result, None, detail)
+
+    def paused_states(self, container_ids: list[str]) -> dict[str, bool | None]:
+        """Docker's ``State.Paused`` of each container (None: gone), in one list call."""
+        if not container_ids:
+            return {}
+        listed = self._call(lambda: self.api.containers(all=True))
+        states = {c["Id"]: c.get("State") == "paused" for c in listed}
+        return {cid: states.get(cid) for cid in container_ids}
+
+    def is_paused(self, container_id: str) -> bool | None:
+        """Docker's ``State.Paused``, or None when the container is gone."""
+        try:
+            info = self._call(lambda: self.api.inspect_container(container_id))
+        except docker.errors.NotFound:
+            return None
+        return bool(info["State"].get("Paused"))
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Run a Docker call, retrying connection failures; raises DockerUnavailable."""
+        last: Exception | None = None
+        for attempt in range(self.retries):
+            try:
+                return fn()
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last = exc
+                time.sleep(self.retry_delay_s * (attempt + 1))
+        raise DockerUnavailable(f"docker engine unreachable: {last}")
+
+    @staticmethod
+    def _done(
+        action: Action,
+        started: float,
+        result: str,
+        skip_reason: str | None,
+        detail: str,
+        docker_down: bool = False,
+    ) -> Outcome:
+        return Outcome(
+            action=action.kind,
+            result=result,
+            container_id=action.container_id,
+            skip_reason=skip_reason,
+            detail=detail,
+            started=started,
+            finished=time.time(),
+            docker_down=docker_down,
+        )
+
+
+def _refuse_pause(info: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the live container must not be paused, or None."""
+    container_labels = (info.get("Config") or {}).get("Labels") or {}
+    if container_labels.get(labels.ROLE) in COMPONENT_ROLES:
+        return "gpuguard_component", "gpuguard's own container"
+    if not labels.parse_managed(container_labels.get(labels.MANAGED)):
+        return "unmanaged", f"no {labels.MANAGED}=true label"
+    if not info["State"].get("Running"):
+        return "vanished", "not running"
+    return None
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    return str(getattr(exc, "explanation", None) or exc)

@@ -1,0 +1,84 @@
+"""The fast path: follow the exporter's event stream and decide on every relevant event.
+
+Alertmanager cannot be faster than its group timers (seconds), while paper B must pause a
+container inside its memory-input phase (~0.2 s). So the actuator long-polls
+``/api/v1/events``; each relevant event triggers a fresh ``/api/v1/state`` read and the same
+``decide()`` the webhooks use. It resynchronises from the state on start, when the exporter
+says events were dropped (``truncated``), and when the exporter restarted (sequence went back).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from actuator.controller import Controller
+from actuator.errors import ExporterUnavailable, StateError
+from actuator.state import ExporterClient
+
+log = logging.getLogger("gpuguard.actuator.fast")
+
+RELEVANT_EVENTS = frozenset(
+    {"task_started", "task_phase", "task_ended", "container_started", "container_removed"}
+)
+LONG_POLL_S = 5.0
+WAITING_POLL_S = 0.02
+
+
+class FastPath:
+    """A daemon thread running ``follow`` until ``stop()``."""
+
+    def __init__(self, controller: Controller, client: ExporterClient) -> None:
+        self.controller = controller
+        self.client = client
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.follow, name="fastpath", daemon=True)
+        self.latencies_ms: list[float] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=LONG_POLL_S + 3)
+        self.client.close()
+
+    def follow(self) -> None:
+        since: int | None = None
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                if since is None:
+                    self.controller.decide_now("fast")
+                    assert self.controller.last_state is not None
+                    since = self.controller.last_state.seq
+                # While tasks wait, a kernel's end shows only as its SM share dropping (no
+                # event until the exporter calls it draining): then also decide every
+                # WAITING_POLL_S, so the next task's input overlaps this one's output.
+                waiting = bool(self.controller.journal.paused)
+                batch = self.client.events(since, WAITING_POLL_S if waiting else LONG_POLL_S)
+                self.controller.exporter_ok()
+                backoff = 0.1
+                if batch.truncated or batch.next < since:
+                    log.info("event stream truncated or restarted: resync from state")
+                    since = None
+                    continue
+                since = batch.next
+                relevant = [e for e in batch.events if e.type in RELEVANT_EVENTS]
+                if self._stop.is_set():
+                    break
+                if relevant:
+                    first = min(e.ts for e in relevant)
+                    self.controller.decide_now("fast", event_ts=first)
+                    self.latencies_ms.append(1000 * (time.time() - first))
+                    del self.latencies_ms[:-1000]
+                elif waiting:
+                    self.controller.decide_now("fast")
+            except (ExporterUnavailable, StateError) as exc:
+                log.debug("fast path: exporter unavailable: %s", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 1.0)
+            except Exception:  # the loop must survive anything and go on
+                log.exception("fast path: unexpected error")
+                self._stop.wait(1.0)

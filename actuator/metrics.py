@@ -1,0 +1,89 @@
+"""The actuator's own metrics (docs/interfaces.md section 8), every label value pre-created.
+
+Sample exposition::
+
+    # HELP gpuguard_actuator_actions_total Actions by kind and result.
+    # TYPE gpuguard_actuator_actions_total counter
+    gpuguard_actuator_actions_total{action="pause",result="ok"} 12.0
+    gpuguard_actuator_skipped_total{reason="vanished"} 1.0
+    gpuguard_actuator_node_provisionable{node="host-a"} 1.0
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+ACTION_KINDS = ("pause", "unpause", "mark_node", "unmark_node")
+RESULTS = ("ok", "already", "skipped", "failed", "dry_run")
+SKIP_REASONS = (
+    "unmanaged",
+    "gpuguard_component",
+    "vanished",
+    "cap",
+    "stale_state",
+    "irrelevant_alert",
+)
+TRIGGERS = ("webhook", "fast", "reconcile")
+WEBHOOK_CODES = ("200", "400", "401", "415", "503")
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class ActuatorMetrics:
+    """Holds the metric objects in their own registry (served on ``/metrics``)."""
+
+    def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.actions = Counter(
+            "gpuguard_actuator_actions",
+            "Actions by kind and result.",
+            ["action", "result"],
+            registry=r,
+        )
+        self.skipped = Counter(
+            "gpuguard_actuator_skipped", "Actions not taken, by reason.", ["reason"], registry=r
+        )
+        self.decision_seconds = Histogram(
+            "gpuguard_actuator_decision_seconds",
+            "Trigger to actions done (fresh state, decide, execute).",
+            ["trigger"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.paused_containers = Gauge(
+            "gpuguard_actuator_paused_containers",
+            "Containers this actuator holds paused.",
+            registry=r,
+        )
+        self.node_provisionable = Gauge(
+            "gpuguard_actuator_node_provisionable",
+            "1 while new real-time containers may be placed on the node.",
+            ["node"],
+            registry=r,
+        )
+        self.exporter_up = Gauge(
+            "gpuguard_actuator_exporter_up", "1 while the exporter answers.", registry=r
+        )
+        self.fail_open = Counter(
+            "gpuguard_actuator_fail_open",
+            "Times everything this actuator paused was resumed because it could not see.",
+            registry=r,
+        )
+        self.webhooks = Counter(
+            "gpuguard_actuator_webhooks", "Webhook requests by HTTP status.", ["code"], registry=r
+        )
+        for kind in ACTION_KINDS:
+            for result in RESULTS:
+                self.actions.labels(kind, result)
+        for reason in SKIP_REASONS:
+            self.skipped.labels(reason)
+        for trigger in TRIGGERS:
+            self.decision_seconds.labels(trigger)
+        for code in WEBHOOK_CODES:
+            self.webhooks.labels(code)
+        self.node_provisionable.labels(node).set(1)
+
+    def skip(self, reason: str | None) -> None:
+        """Count a skip; reasons outside the contract's list are audited only."""
+        if reason in SKIP_REASONS:
+            self.skipped.labels(reason).inc()

@@ -1,0 +1,153 @@
+"""The node list of paper C: may new real-time containers still be placed on this node?
+
+``NodeList`` is pure: each webhook POST is a snapshot of its alert group (``groupKey``), so an
+alert absent from, or resolved in, the group's latest payload no longer holds the node; the
+node is provisionable again when no group holds a reason. When Alertmanager truncated the
+group (``truncatedAlerts`` > 0) absence proves nothing, so only explicit resolutions clear.
+
+``SwarmMarker`` executes the list as the Docker Swarm node label
+``gpuguard.provisionable=false`` (removed when provisionable again), so a service with the
+constraint ``node.labels.gpuguard.provisionable!=false`` is not placed here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import docker.errors
+import requests
+
+from actuator.webhook import WebhookMessage
+
+SWARM_LABEL = "gpuguard.provisionable"
+_SEQUENCE_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One firing alert that makes the node unprovisionable."""
+
+    alertname: str
+    fingerprint: str
+    group_key: str
+    since: float
+
+
+@dataclass
+class NodeList:
+    """This actuator's node and why it may not take new real-time containers."""
+
+    node: str
+    since: float = field(default_factory=time.time)
+    groups: dict[str, dict[str, Reason]] = field(default_factory=dict)
+
+    @property
+    def provisionable(self) -> bool:
+        return not any(self.groups.values())
+
+    def reasons(self) -> list[Reason]:
+        return sorted(
+            (r for group in self.groups.values() for r in group.values()),
+            key=lambda r: (r.since, r.fingerprint),
+        )
+
+    def apply(self, message: WebhookMessage, mark_alerts: Collection[str], now: float) -> bool:
+        """Take one webhook snapshot; returns True when ``provisionable`` changed."""
+        before = self.provisionable
+        old = self.groups.get(message.group_key, {})
+        new: dict[str, Reason] = {} if message.truncated_alerts == 0 else dict(old)
+        for alert in message.alerts:
+            if alert.name not in mark_alerts or alert.labels.get("node") != self.node:
+                continue
+            if alert.firing:
+                previous = old.get(alert.fingerprint)
+                since = previous.since if previous else _epoch(alert.starts_at, now)
+                new[alert.fingerprint] = Reason(
+                    alert.name, alert.fingerprint, message.group_key, since
+                )
+            else:
+                new.pop(alert.fingerprint, None)
+        if new:
+            self.groups[message.group_key] = new
+        else:
+            self.groups.pop(message.group_key, None)
+        changed = before != self.provisionable
+        if changed:
+            self.since = now
+        return changed
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "provisionable": self.provisionable,
+            "since": self.since,
+            "reasons": [asdict(r) for r in self.reasons()],
+        }
+
+    @classmethod
+    def from_doc(cls, node: str, doc: dict[str, Any]) -> NodeList:
+        """Restore from the journal; a journal of another node name is ignored."""
+        nodes = cls(node)
+        if doc.get("node") != node:
+            return nodes
+        nodes.since = float(doc.get("since", nodes.since))
+        for item in doc.get("reasons", []):
+            reason = Reason(**item)
+            nodes.groups.setdefault(reason.group_key, {})[reason.fingerprint] = reason
+        return nodes
+
+
+def _epoch(moment: Any, fallback: float) -> float:
+    try:
+        value = float(moment.timestamp())
+    except (OverflowError, ValueError, OSError):
+        return fallback
+    return value if value > 0 else fallback
+
+
+class SwarmMarker:
+    """Sets or clears this node's Swarm label through a manager engine."""
+
+    def __init__(self, local_api: Any, manager_api: Any) -> None:
+        self.local_api = local_api
+        self.manager_api = manager_api
+
+    def node_id(self) -> str | None:
+        """This engine's Swarm node id, or None when it is not in a swarm."""
+        swarm = self.local_api.info().get("Swarm") or {}
+        if swarm.get("LocalNodeState") != "active" or not swarm.get("NodeID"):
+            return None
+        return str(swarm["NodeID"])
+
+    def apply(self, provisionable: bool) -> str:
+        """Make the label match; returns ``ok`` or ``already``. Raises docker errors."""
+        node_id = self.node_id()
+        if node_id is None:
+            raise RuntimeError("this engine is not part of a swarm")
+        for attempt in range(_SEQUENCE_RETRIES):
+            node = self.manager_api.inspect_node(node_id)
+            spec = dict(node["Spec"])
+            node_labels = dict(spec.get("Labels") or {})
+            if provisionable == (node_labels.get(SWARM_LABEL) != "false"):
+                return "already"
+            if provisionable:
+                node_labels.pop(SWARM_LABEL, None)
+            else:
+                node_labels[SWARM_LABEL] = "false"
+            spec["Labels"] = node_labels
+            try:
+                # Version.Index makes this a compare-and-swap against concurrent updates.
+                self.manager_api.update_node(node_id, node["Version"]["Index"], spec)
+                return "ok"
+            except docker.errors.APIError as exc:
+                if "out of sequence" not in str(exc) or attempt == _SEQUENCE_RETRIES - 1:
+                    raise
+        raise RuntimeError("unreachable")  # pragma: no cover
+
+
+def swarm_error(exc: Exception) -> bool:
+    """Errors of the marker that mean 'engine unreachable' (worth a webhook retry)."""
+    return isinstance(exc, requests.ConnectionError | requests.Timeout)

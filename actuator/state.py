@@ -1,0 +1,261 @@
+"""The exporter's ``/api/v1/state`` and ``/api/v1/events`` (docs/interfaces.md section 3).
+
+Parsing is pure and strict on the fields the policy relies on; extra fields are ignored so
+the exporter may grow. ``ExporterClient`` is the only place that talks HTTP to the exporter
+and translates ``requests`` errors into ``ExporterUnavailable``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from actuator.errors import ExporterUnavailable, StateError
+
+PHASES = ("starting", "input", "computing", "draining")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    utilization_ratio: float | None
+
+
+@dataclass(frozen=True)
+class Container:
+    id: str
+    name: str
+    paused: bool
+    managed: bool
+    role: str | None
+    deadline_s: float | None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A running GPU task; ``container_id`` is None for a process in no container."""
+
+    task_id: str
+    container_id: str | None
+    container: str | None
+    pid: int
+    gpu: int
+    phase: str
+    started_at: float
+    elapsed_s: float
+    memory_bytes: int | None
+    sm_ratio: float | None
+    deadline_s: float | None
+    absolute_deadline: float | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class ExporterState:
+    node: str
+    seq: int
+    timestamp: float
+    sources: dict[str, bool]
+    gpus: tuple[Gpu, ...]
+    containers: tuple[Container, ...]
+    tasks: tuple[Task, ...]
+
+    def container(self, container_id: str | None) -> Container | None:
+        if container_id is None:
+            return None
+        for container in self.containers:
+            if container.id == container_id:
+                return container
+        return None
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    ts: float
+    type: str
+    task_id: str | None = None
+    container_id: str | None = None
+    gpu: int | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    events: tuple[Event, ...]
+    next: int
+    truncated: bool
+
+
+def parse_state(doc: Any) -> ExporterState:
+    """Validate a decoded ``/api/v1/state`` document."""
+    obj = _obj(doc, "state")
+    return ExporterState(
+        node=_get(obj, "node", str, "state"),
+        seq=_get(obj, "seq", int, "state"),
+        timestamp=float(_get(obj, "timestamp", (int, float), "state")),
+        sources={str(k): bool(v) for k, v in _get(obj, "sources", dict, "state").items()},
+        gpus=tuple(_gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(obj, "gpus"))),
+        containers=tuple(
+            _container(c, f"containers[{i}]") for i, c in enumerate(_list(obj, "containers"))
+        ),
+        tasks=tuple(_task(t, f"tasks[{i}]") for i, t in enumerate(_list(obj, "tasks"))),
+    )
+
+
+def parse_events(doc: Any) -> EventBatch:
+    """Validate a decoded ``/api/v1/events`` reply."""
+    obj = _obj(doc, "events reply")
+    events = []
+    for i, item in enumerate(_list(obj, "events")):
+        ev = _obj(item, f"events[{i}]")
+        events.append(
+            Event(
+                seq=_get(ev, "seq", int, f"events[{i}]"),
+                ts=float(_get(ev, "ts", (int, float), f"events[{i}]")),
+                type=_get(ev, "type", str, f"events[{i}]"),
+                task_id=_opt(ev, "task_id", str, f"events[{i}]"),
+                container_id=_opt(ev, "container_id", str, f"events[{i}]"),
+                gpu=_opt(ev, "gpu", int, f"events[{i}]"),
+                phase=_opt(ev, "phase", str, f"events[{i}]"),
+            )
+        )
+    return EventBatch(
+        events=tuple(events),
+        next=_get(obj, "next", int, "events reply"),
+        truncated=_get(obj, "truncated", bool, "events reply"),
+    )
+
+
+def _gpu(doc: Any, where: str) -> Gpu:
+    obj = _obj(doc, where)
+    return Gpu(
+        index=_get(obj, "index", int, where),
+        uuid=_get(obj, "uuid", str, where),
+        memory_total_bytes=_get(obj, "memory_total_bytes", int, where),
+        memory_used_bytes=_get(obj, "memory_used_bytes", int, where),
+        utilization_ratio=_opt_float(obj, "utilization_ratio", where),
+    )
+
+
+def _container(doc: Any, where: str) -> Container:
+    obj = _obj(doc, where)
+    return Container(
+        id=_get(obj, "id", str, where),
+        name=_get(obj, "name", str, where),
+        paused=_get(obj, "paused", bool, where),
+        managed=_get(obj, "managed", bool, where),
+        role=_opt(obj, "role", str, where),
+        deadline_s=_opt_float(obj, "deadline_s", where),
+    )
+
+
+def _task(doc: Any, where: str) -> Task:
+    obj = _obj(doc, where)
+    phase = _get(obj, "phase", str, where)
+    if phase not in PHASES:
+        raise StateError(f"{where}.phase {phase!r} is not one of {', '.join(PHASES)}")
+    return Task(
+        task_id=_get(obj, "task_id", str, where),
+        container_id=_opt(obj, "container_id", str, where),
+        container=_opt(obj, "container", str, where),
+        pid=_get(obj, "pid", int, where),
+        gpu=_get(obj, "gpu", int, where),
+        phase=phase,
+        started_at=float(_get(obj, "started_at", (int, float), where)),
+        elapsed_s=float(_get(obj, "elapsed_s", (int, float), where)),
+        memory_bytes=_opt(obj, "memory_bytes", int, where),
+        sm_ratio=_opt_float(obj, "sm_ratio", where),
+        deadline_s=_opt_float(obj, "deadline_s", where),
+        absolute_deadline=_opt_float(obj, "absolute_deadline", where),
+        paused=bool(obj.get("paused", False)),
+    )
+
+
+def _obj(doc: Any, where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise StateError(f"{where} must be a JSON object")
+    return doc
+
+
+def _list(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key)
+    if not isinstance(value, list):
+        raise StateError(f"{key} must be a list")
+    return value
+
+
+def _check(value: Any, kind: type | tuple[type, ...], key: str, where: str) -> Any:
+    # bool is an int in Python; a JSON true is never a count or a size.
+    if isinstance(value, bool) and kind is not bool:
+        raise StateError(f"{where}.{key} has the wrong type (bool)")
+    if not isinstance(value, kind):
+        raise StateError(f"{where}.{key} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _get(obj: dict[str, Any], key: str, kind: Any, where: str) -> Any:
+    if key not in obj:
+        raise StateError(f"{where}.{key} is missing")
+    return _check(obj[key], kind, key, where)
+
+
+def _opt(obj: dict[str, Any], key: str, kind: Any, where: str) -> Any:
+    value = obj.get(key)
+    return None if value is None else _check(value, kind, key, where)
+
+
+def _opt_float(obj: dict[str, Any], key: str, where: str) -> float | None:
+    value = _opt(obj, key, (int, float), where)
+    return None if value is None else float(value)
+
+
+class ExporterClient:
+    """HTTP client of the exporter's JSON API with short timeouts."""
+
+    def __init__(self, base_url: str, timeout_s: float = 2.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.session = requests.Session()
+
+    def state(self) -> ExporterState:
+        """A fresh snapshot; raises ``ExporterUnavailable`` or ``StateError``."""
+        return parse_state(self._get("/api/v1/state", {}, self.timeout_s))
+
+    def events(self, since: int, timeout: float) -> EventBatch:
+        """Long poll for events after ``since`` (the server waits up to ``timeout`` s)."""
+        params = {"since": str(since), "timeout": f"{timeout:g}"}
+        return parse_events(self._get("/api/v1/events", params, timeout + self.timeout_s))
+
+    def _get(self, path: str, params: dict[str, str], timeout: float) -> Any:
+        try:
+            # A fresh connection per request: on a kept-alive one, a server that writes
+            # headers and body separately meets Nagle + delayed ACK (~40 ms stalls here).
+            reply = self.session.get(
+                self.base_url + path,
+                params=params,
+                timeout=timeout,
+                headers={"Connection": "close"},
+            )
+        except requests.RequestException as exc:
+            raise ExporterUnavailable(f"exporter {self.base_url}: {exc}") from exc
+        if reply.status_code != 200:
+            raise ExporterUnavailable(f"exporter {path}: HTTP {reply.status_code}")
+        try:
+            return reply.json()
+        except ValueError as exc:
+            raise StateError(f"exporter {path}: not JSON") from exc
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def tasks_on(state: ExporterState, gpu: int) -> Sequence[Task]:
+    """The running tasks of one GPU, in the exporter's start order."""
+    return [task for task in state.tasks if task.gpu == gpu]

@@ -1,0 +1,174 @@
+"""Alerts drive the actuator end to end: Prometheus -> Alertmanager -> webhook -> Docker/Swarm.
+
+One node (private dockerd in a single-node Swarm, gpusim, exporter) with the actuator in
+``--mode=webhook``, so only alerts make it act: a saturation alert pauses a waiting task, and
+a deadline-at-risk alert marks the node so that a new real-time service (placement
+constraint ``node.labels.gpuguard.provisionable!=false``) stays pending until the alert
+resolves and the node is unmarked.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from actuator.audit import read_audit
+from actuator.watchdog import WATCHDOG_PID_FILE
+from gpuguard.stack.images import python_container_kwargs
+from gpuguard.stack.localstack import LocalStack, NodeStack
+from gpuguard.stack.process import ServiceError, stop_pid
+from gpuguard.stack.swarm import node_labels
+from tests.prereq import require_binary, unavailable
+
+pytestmark = pytest.mark.integration
+
+RT_CONSTRAINT = "node.labels.gpuguard.provisionable!=false"
+MARK = "gpuguard.provisionable"
+DEADLINE_S = 25.0  # at risk once slack < 20%: 20 s into the task
+IDLE_CONTEXT = (
+    "import sys, time\n"
+    "from gpusim.client import GpusimClient\n"
+    "client = GpusimClient(sys.argv[1])\n"
+    "client.request('context_create', device=0)\n"
+    "time.sleep(300)\n"
+)
+
+
+def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def stack(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
+    """One node in a swarm, its actuator in webhook mode, Prometheus and Alertmanager."""
+    for binary in ("prometheus", "prometheus-alertmanager"):
+        require_binary(binary)
+    stack = LocalStack(short_tmp / "act-alerts", ["node-a"], time_scale=0.1, swarm=True)
+    node = stack.nodes[0]
+    node.actuator_mode = "webhook"
+    # The waiting task below holds an idle context: keep it in the queue for the test.
+    node.extra_actuator_flags = ["--policy.input-timeout=60s"]
+    try:
+        stack.start()
+    except ServiceError as exc:
+        _stop(stack)
+        unavailable(f"stack did not start: {exc}")
+    yield stack
+    _stop(stack)
+
+
+def _stop(stack: LocalStack) -> None:
+    stack.stop()
+    for node in stack.nodes:
+        pidfile = node.base_dir / "actuator" / WATCHDOG_PID_FILE
+        if pidfile.exists():
+            stop_pid(int(pidfile.read_text()), timeout=10)
+
+
+def _run(node: NodeStack, client: Any, name: str, labels: dict[str, str], args: list[str]) -> Any:
+    assert node.gpusim is not None
+    kwargs = python_container_kwargs(
+        args,
+        labels=labels,
+        extra_mounts={str(node.gpusim.dir): {"bind": str(node.gpusim.dir), "mode": "rw"}},
+        name=name,
+    )
+    return client.containers.run(**kwargs)
+
+
+def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: LocalStack) -> None:
+    node = stack.nodes[0]
+    assert node.gpusim is not None
+    node_id = stack.swarm_node_ids[0]
+    client = node.client()
+    made: list[Any] = []
+    service = None
+    try:
+        # A managed container that holds an idle GPU context: a task that waits to compute.
+        kwargs = python_container_kwargs(
+            ["gpusim.workload"],
+            labels={"gpuguard.managed": "true"},
+            extra_mounts={str(node.gpusim.dir): {"bind": str(node.gpusim.dir), "mode": "rw"}},
+            name="idle-context",
+        )
+        kwargs["command"] = [sys.executable, "-c", IDLE_CONTEXT, str(node.gpusim.socket)]
+        idle = client.containers.run(**kwargs)
+        made.append(idle)
+        time.sleep(0.5)
+        busy = _run(
+            node,
+            client,
+            "at-risk",
+            {"gpuguard.managed": "true", "gpuguard.deadline": f"{DEADLINE_S:g}s"},
+            ["gpusim.workload", "--socket", str(node.gpusim.socket), "--work-seconds", "400",
+             "--memory-bytes", "1GiB"],
+        )  # fmt: skip
+        made.append(busy)
+        started = time.monotonic()
+
+        # GpuSaturatedContention -> webhook -> admission on fresh state: the idle task waits.
+        def pauses() -> list[dict[str, Any]]:
+            return [
+                r
+                for r in read_audit(node.base_dir / "actuator" / "audit.jsonl")
+                if r.get("event") == "action" and r.get("container_id") == idle.id
+            ]
+
+        wait_for("the saturation alert to pause the idle task", pauses, 30)
+        assert _paused(client, idle)
+        assert pauses()[0]["trigger"] == "webhook" and pauses()[0]["result"] == "ok"
+        idle.remove(force=True)  # it would otherwise wait long enough for another alert
+
+        # TaskDeadlineAtRisk -> mark_node -> Swarm label: a new real-time service is held.
+        wait_for("node marked", lambda: node_labels(client, node_id).get(MARK) == "false", 30)
+        nodes = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
+        assert nodes["executor"] == "swarm"
+        assert nodes["nodes"][0]["provisionable"] is False
+        assert "TaskDeadlineAtRisk" in {r["alertname"] for r in nodes["nodes"][0]["reasons"]}
+        service = client.services.create(
+            "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]
+        )
+        time.sleep(1.5)
+        assert _running_task(service) is None
+        states = {t["Status"]["State"] for t in service.tasks()}
+        assert states <= {"pending", "new"}, states
+
+        # End the task before its deadline (a hit, so no other alert holds the node).
+        assert time.monotonic() - started < DEADLINE_S - 0.5, "test too slow to stay a hit"
+        busy.remove(force=True)
+        wait_for("node unmarked", lambda: node_labels(client, node_id).get(MARK) != "false", 30)
+        wait_for("the held service to run", lambda: _running_task(service), 60)
+        nodes = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
+        assert nodes["nodes"][0]["provisionable"] is True
+    finally:
+        if service is not None:
+            service.remove()
+        for container in made:
+            try:
+                container.remove(force=True)
+            except Exception:  # already removed above
+                pass
+        client.close()
+
+
+def _paused(client: Any, container: Any) -> bool:
+    return bool(client.api.inspect_container(container.id)["State"]["Paused"])
+
+
+def _running_task(service: Any) -> dict[str, Any] | None:
+    for task in service.tasks():
+        if task["Status"]["State"] == "running":
+            return dict(task)
+    return None

@@ -1,0 +1,325 @@
+"""The actuator against a real private dockerd, gpusim, workload containers and exporter.
+
+Every service is a real subprocess stopped by its PID; the actuator's watchdog is found
+through its pidfile and stopped too; every container is removed by the fixtures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from exporter_support import ExporterProcess, sim_mounts, wait_for, workload_args, workload_log
+
+from actuator.audit import AuditLog, read_audit
+from actuator.executor import DockerExecutor
+from actuator.journal import Journal
+from actuator.policy import PAUSE, Action
+from actuator.watchdog import WATCHDOG_PID_FILE
+from gpuguard.stack.dockerd import PrivateDockerd
+from gpuguard.stack.gpusim import GpusimService
+from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SCALE = 0.1  # gpusim kernel time scale: a 13,312 matmul kernel lasts ~1.1 s; copies are real
+TOKEN = "integration-token"
+MANAGED = {"gpuguard.managed": "true"}
+
+
+class ActuatorProcess:
+    """``python -m gpuguard.cli actuator`` on a free port; stop() also stops its watchdog."""
+
+    def __init__(self, state_dir: Path, exporter_url: str, docker_url: str, *extra: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / "token").write_text(TOKEN)
+        self.argv = [
+            sys.executable, "-m", "gpuguard.cli", "actuator",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--web.token-file={state_dir / 'token'}",
+            f"--exporter.url={exporter_url}",
+            f"--docker.host={docker_url}",
+            f"--state.dir={state_dir}",
+            "--node.name=itest",
+            f"--rules.actions={REPO / 'rules' / 'actions.yml'}",
+            f"--rules.files={REPO / 'rules' / '*.rules.yml'}",
+            *extra,
+        ]  # fmt: skip
+        self.process: ManagedProcess | None = None
+        self.watchdogs: list[int] = []
+
+    def start(self) -> ActuatorProcess:
+        log = self.state_dir / f"actuator-{self.port}.log"
+        self.process = ManagedProcess("actuator", self.argv, log).start()
+        self.process.wait_ready(lambda: requests.get(self.url + "/healthz", timeout=1).ok, 30)
+        self.watchdogs.append(int((self.state_dir / WATCHDOG_PID_FILE).read_text()))
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+        for pid in self.watchdogs:  # they exit on their own once the actuator is gone
+            stop_pid(pid, timeout=10)
+
+    def post(self, body: bytes, token: str | None = TOKEN) -> requests.Response:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return requests.post(self.url + "/api/v1/alerts", data=body, headers=headers, timeout=10)
+
+    def audit(self) -> list[dict[str, Any]]:
+        return read_audit(self.state_dir / "audit.jsonl")
+
+    def log_tail(self) -> str:
+        return self.process.log_tail(60) if self.process else ""
+
+
+@pytest.fixture
+def sim(gpusim_daemon: Callable[..., GpusimService]) -> GpusimService:
+    return gpusim_daemon(time_scale=SCALE)
+
+
+@pytest.fixture
+def exporter(
+    dockerd: PrivateDockerd, sim: GpusimService, tmp_path: Path
+) -> Iterator[ExporterProcess]:
+    process = ExporterProcess(tmp_path, dockerd.url, sim.socket, "--poll.interval=20ms").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def actuator_factory(
+    dockerd: PrivateDockerd, exporter: ExporterProcess, tmp_path: Path
+) -> Iterator[Callable[..., ActuatorProcess]]:
+    made: list[ActuatorProcess] = []
+
+    def start(*extra: str, state_dir: Path | None = None) -> ActuatorProcess:
+        proc = ActuatorProcess(
+            state_dir or tmp_path / "actuator", exporter.url, dockerd.url, *extra
+        )
+        made.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in made:
+        proc.stop()
+
+
+def kernel_intervals(sim: GpusimService, names: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """Each workload's kernels as (start, end) on the daemon's clock."""
+    out = {}
+    for name in names:
+        events = workload_log(sim, f"{name}.log")
+        out[name] = [
+            (e["device_started"], e["device_ended"]) for e in events if e["event"] == "kernel_end"
+        ]
+    return out
+
+
+def paused(client: Any, container: Any) -> bool:
+    return bool(client.api.inspect_container(container.id)["State"]["Paused"])
+
+
+def test_fast_path_admits_managed_tasks_one_at_a_time_in_fifo_order(
+    sim: GpusimService,
+    docker_client: Any,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+) -> None:
+    actuator = actuator_factory("--mode=fast")
+    start_at = time.time() + 3.0
+    names = [f"fifo-{i}" for i in range(4)]
+    managed = [
+        run_python_container(
+            workload_args(
+                sim, f"{name}.log", "--size", "13312", "--start-at", f"{start_at + 0.15 * i:.3f}"
+            ),
+            labels={**MANAGED, "gpuguard.deadline": "60s"},
+            extra_mounts=sim_mounts(sim),
+            name=name,
+        )
+        for i, name in enumerate(names)
+    ]
+    bystander = run_python_container(
+        workload_args(
+            sim, "bystander.log", "--size", "4096", "--repeat", "3", "--sleep-between", "1"
+        ),
+        labels={"gpuguard.managed": "false"},
+        extra_mounts=sim_mounts(sim),
+        name="bystander",
+    )
+    bystander_paused = False
+    deadline = time.monotonic() + 60
+    while any(c.reload() or c.status != "exited" for c in managed):
+        assert time.monotonic() < deadline, actuator.log_tail()
+        bystander_paused |= bystander.status == "paused" or paused(docker_client, bystander)
+        time.sleep(0.05)
+    bystander.wait(timeout=30)
+    for container in [*managed, bystander]:
+        assert container.wait(timeout=5)["StatusCode"] == 0, container.logs().decode()[-2000:]
+
+    kernels = kernel_intervals(sim, names)
+    assert all(len(k) == 1 for k in kernels.values()), kernels
+    ordered = sorted((k[0], name) for name, k in kernels.items() for k in [k])
+    assert [name for _, name in ordered] == names, f"admission was not FIFO: {ordered}"
+    for (a, _), (b, _) in itertools.pairwise(ordered):
+        assert b[0] >= a[1] - 1e-3, f"two managed kernels overlapped: {a} {b}"
+
+    assert not bystander_paused
+    audit = actuator.audit()
+    assert not [
+        r for r in audit if r.get("container_id") == bystander.id and r["event"] == "action"
+    ]
+    pauses = [
+        r
+        for r in audit
+        if r["event"] == "action" and r["action"] == "pause" and r["result"] == "ok"
+    ]
+    # The later three always waited; the first may also have, behind the bystander's task
+    # (unmanaged: it occupies the GPU but is never paused).
+    assert set(names[1:]) <= {r["container"] for r in pauses} <= set(names)
+
+
+def _workload_with_waiters(
+    sim: GpusimService, run: Callable[..., Any], prefix: str, n: int, work: str
+) -> list[Any]:
+    start_at = time.time() + 2.5
+    return [
+        run(
+            workload_args(sim, f"{prefix}-{i}.log", "--work-seconds", work,
+                          "--memory-bytes", "1GiB", "--start-at", f"{start_at + 0.1 * i:.3f}"),
+            labels=MANAGED,
+            extra_mounts=sim_mounts(sim),
+            name=f"{prefix}-{i}",
+        )
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
+    sim: GpusimService,
+    docker_client: Any,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+    tmp_path: Path,
+) -> None:
+    state_dir = tmp_path / "crash"
+    first = actuator_factory("--mode=fast", state_dir=state_dir)
+    # 3 tasks of 40 device-seconds (4 s each at SCALE): two wait paused behind the first.
+    workers = _workload_with_waiters(sim, run_python_container, "crash", 3, "40")
+    wait_for(
+        lambda: sum(paused(docker_client, c) for c in workers) >= 2,
+        timeout=20,
+        what="two containers paused by the actuator",
+    )
+    os.kill(first.pid, signal.SIGKILL)
+    wait_for(
+        lambda: not any(paused(docker_client, c) for c in workers),
+        timeout=10,
+        what="the watchdog resumed every container",
+    )
+    watchdog_records = [r for r in first.audit() if r["event"] == "watchdog_resume"]
+    assert len(watchdog_records) >= 2
+    wait_for(lambda: not _alive(first.watchdogs[0]), timeout=10, what="the watchdog exited")
+    journal = json.loads((state_dir / "journal.json").read_text())
+    assert journal["paused"] == {}
+
+    # Restart with a short --max-pause: it admits again, but never holds anyone longer.
+    second = actuator_factory("--mode=fast", "--max-pause=2s", state_dir=state_dir)
+    longest: dict[str, float] = {}
+    since: dict[str, float] = {}
+    deadline = time.monotonic() + 40
+    while any(c.reload() or c.status != "exited" for c in workers):
+        assert time.monotonic() < deadline, second.log_tail()
+        now = time.monotonic()
+        for c in workers:
+            if c.status == "paused":
+                since.setdefault(c.name, now)
+                longest[c.name] = max(longest.get(c.name, 0.0), now - since[c.name])
+            else:
+                since.pop(c.name, None)
+        time.sleep(0.05)
+    assert max(longest.values(), default=0.0) <= 2.0 + 1.5, longest
+    assert all(c.wait(timeout=5)["StatusCode"] == 0 for c in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_bad_requests_and_unknown_targets_change_nothing(
+    docker_client: Any,
+    base_image: str,
+    actuator_factory: Callable[..., ActuatorProcess],
+    tmp_path: Path,
+) -> None:
+    actuator = actuator_factory("--mode=webhook")
+    idle = [
+        docker_client.containers.run(
+            base_image, ["sleep", "60"], labels=labels, detach=True, network_mode="none",
+            name=f"idle-{i}",
+        )
+        for i, labels in enumerate([MANAGED, {"gpuguard.managed": "false"}])
+    ]  # fmt: skip
+    try:
+        fixtures = REPO / "tests" / "fixtures" / "alertmanager"
+        firing = (fixtures / "firing.json").read_bytes()
+        assert actuator.post(firing, token="wrong").status_code == 401
+        assert actuator.post(firing, token=None).status_code == 401
+        assert actuator.post((fixtures / "malformed_types.json").read_bytes()).status_code == 400
+        assert actuator.post((fixtures / "wrong_version.json").read_bytes()).status_code == 400
+        doc = json.loads(firing)
+        doc["alerts"] = [doc["alerts"][0]]
+        doc["alerts"][0]["labels"].update(node="itest", gpu="7", container="no-such-container")
+        reply = actuator.post(json.dumps(doc).encode())
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["actions"] == []
+        assert {s["reason"] for s in reply.json()["skips"]} == {"irrelevant_alert"}
+        assert not [r for r in actuator.audit() if r.get("container_id")]
+        metrics = requests.get(actuator.url + "/metrics", timeout=5).text
+        assert 'gpuguard_actuator_webhooks_total{code="401"} 2.0' in metrics
+        assert 'gpuguard_actuator_webhooks_total{code="400"} 2.0' in metrics
+
+        # The executor re-checks the live container: unknown and unmanaged are skips.
+        journal = Journal(tmp_path / "direct")
+        audit = AuditLog(tmp_path / "direct" / "audit.jsonl")
+        executor = DockerExecutor(docker_client.api, journal, audit)
+        unknown = executor.execute(Action(PAUSE, "f" * 64, "ghost", "newcomer"), "webhook")
+        unmanaged = executor.execute(Action(PAUSE, idle[1].id, "idle-1", "newcomer"), "webhook")
+        audit.close()
+        dry = DockerExecutor(docker_client.api, journal, AuditLog(tmp_path / "dry.jsonl"), True)
+        rehearsed = dry.execute(Action(PAUSE, idle[0].id, "idle-0", "newcomer"), "fast")
+        dry.audit.close()
+        assert rehearsed.result == "dry_run"
+        assert (unknown.result, unknown.skip_reason) == ("skipped", "vanished")
+        assert (unmanaged.result, unmanaged.skip_reason) == ("skipped", "unmanaged")
+        assert journal.paused == {}
+        for container in idle:
+            container.reload()
+            assert container.status == "running"
+    finally:
+        for container in idle:
+            container.remove(force=True)

@@ -1,0 +1,173 @@
+"""Flag validation: every bad value is one clear line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actuator.config import add_flags, load_actions, load_config
+from actuator.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = """
+groups:
+  - name: g
+    rules:
+      - record: x:y
+        expr: vector(1)
+      - alert: GpuSaturatedContention
+        expr: vector(1)
+      - alert: TaskDeadlineAtRisk
+        expr: vector(1)
+"""
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "a.rules.yml").write_text(RULES)
+    (tmp_path / "actions.yml").write_text(
+        "version: 1\nactions:\n"
+        "  GpuSaturatedContention: admission\n  TaskDeadlineAtRisk: mark_node\n"
+    )
+    (tmp_path / "token").write_text("s3cret\n")
+    return {
+        "rules": str(tmp_path / "*.rules.yml"),
+        "actions": str(tmp_path / "actions.yml"),
+        "token": str(tmp_path / "token"),
+        "state": str(tmp_path / "state"),
+        "dir": str(tmp_path),
+    }
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    return parser.parse_args(argv)
+
+
+def base(files: dict[str, str]) -> list[str]:
+    return [
+        f"--rules.files={files['rules']}",
+        f"--rules.actions={files['actions']}",
+        f"--web.token-file={files['token']}",
+        f"--state.dir={files['state']}",
+    ]
+
+
+def test_defaults(files: dict[str, str]) -> None:
+    config = load_config(parse(base(files)))
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9836)
+    assert config.token == "s3cret"
+    assert config.exporter_url == "http://127.0.0.1:9835"
+    assert config.exporter_timeout_s == 5.0
+    assert config.mode == "both"
+    assert config.policy.order == "fifo"
+    assert config.policy.max_actions == 10
+    assert config.policy.input_timeout_s == 5.0
+    assert config.policy.memory_threshold == 0.95
+    assert config.max_pause_s == 120.0
+    assert config.actions == {
+        "GpuSaturatedContention": "admission",
+        "TaskDeadlineAtRisk": "mark_node",
+    }
+    assert config.alerts_for("mark_node") == {"TaskDeadlineAtRisk"}
+    assert not config.dry_run and config.docker_host is None and config.node_name
+
+
+def test_flags_override_the_config_file(files: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "conf.yml").write_text("policy.order: edf\nmax-pause: 30s\nmode: fast\n")
+    args = parse([*base(files), f"--config.file={tmp_path / 'conf.yml'}", "--mode=webhook"])
+    config = load_config(args)
+    assert config.policy.order == "edf" and config.max_pause_s == 30.0 and config.mode == "webhook"
+
+
+def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> None:
+    argv = [a for a in base(files) if "token" not in a]
+    config = load_config(parse([*argv, "--web.insecure", "--web.listen-address=0.0.0.0:9999"]))
+    assert config.listen_host == "127.0.0.1" and config.listen_port == 9999
+    assert config.token is None
+    assert "binding 127.0.0.1 instead of 0.0.0.0" in config.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--web.listen-address=nonsense"], "--web.listen-address 'nonsense': use host:port"),
+        (["--exporter.url=ftp://x"], "--exporter.url 'ftp://x': must be an http/https URL"),
+        (["--exporter.timeout=soon"], "--exporter.timeout: invalid duration 'soon'"),
+        (["--mode=sometimes"], "--mode 'sometimes': must be one of webhook, fast, both"),
+        (["--policy.order=lifo"], "--policy.order 'lifo': must be one of fifo, edf"),
+        (["--policy.max-actions=0"], "--policy.max-actions '0': must be >= 1"),
+        (["--policy.max-actions=many"], "must be an integer"),
+        (["--policy.memory-threshold=1.5"], "must be in (0, 1]"),
+        (["--max-pause=0s"], "--max-pause: invalid duration '0s': must be greater than zero"),
+        (["--docker.host=docker.sock"], "--docker.host 'docker.sock': must be unix://PATH"),
+        (["--log.level=loud"], "--log.level 'loud'"),
+    ],
+)
+def test_bad_values(files: dict[str, str], extra: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(parse([*base(files), *extra]))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_token_is_required_unless_insecure(files: dict[str, str], tmp_path: Path) -> None:
+    argv = [a for a in base(files) if "token" not in a]
+    with pytest.raises(ConfigError, match=r"--web\.token-file is required"):
+        load_config(parse(argv))
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_config(parse([*argv, f"--web.token-file={tmp_path / 'empty'}"]))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(parse([*argv, f"--web.token-file={tmp_path / 'missing'}"]))
+
+
+@pytest.mark.parametrize(
+    ("actions", "needle"),
+    [
+        ("version: 1\nactions:\n  GpuSaturatedContention: reboot\n", "unknown action 'reboot'"),
+        ("version: 1\nactions:\n  NoSuchAlert: record\n", "unknown alert name(s) NoSuchAlert"),
+        ("version: 1\n", "needs a mapping 'actions:"),
+        ("actions: [oops\n", "invalid YAML"),
+    ],
+)
+def test_bad_actions_file(files: dict[str, str], actions: str, needle: str) -> None:
+    Path(files["actions"]).write_text(actions)
+    with pytest.raises(ConfigError) as err:
+        load_config(parse(base(files)))
+    assert needle in str(err.value)
+
+
+def test_rule_files_must_exist(files: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="no rule files match"):
+        load_actions(Path(files["actions"]), files["dir"] + "/nothing/*.yml")
+
+
+def test_unknown_config_file_setting(files: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "conf.yml").write_text("policy.oder: edf\n")
+    with pytest.raises(ConfigError, match="unknown setting"):
+        load_config(parse([*base(files), f"--config.file={tmp_path / 'conf.yml'}"]))
+
+
+def test_the_shipped_actions_match_the_shipped_rules() -> None:
+    actions = load_actions(REPO / "rules" / "actions.yml", str(REPO / "rules" / "*.rules.yml"))
+    assert actions["GpuSaturatedContention"] == "admission"
+    assert actions["GpuMemoryPressure"] == "admission"
+    assert actions["GpuIdleWhileTasksWait"] == "admission"
+    assert actions["TaskDeadlineAtRisk"] == "mark_node"
+    assert actions["NodeCannotGuaranteeDeadlines"] == "mark_node"
+    assert actions["TaskDeadlineOverrun"] == "record"
+    assert actions["GpuguardExporterDown"] == "resume_all"
+
+
+def test_cli_prints_one_line_and_exits_2(files: dict[str, str], capsys: Any) -> None:
+    from gpuguard.cli import main
+
+    status = main(["actuator", *base(files), "--policy.order=lifo"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("gpuguard actuator: --policy.order")

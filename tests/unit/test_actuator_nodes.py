@@ -1,0 +1,129 @@
+"""The node list: each webhook POST is a snapshot of its alert group."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from actuator.cli import format_nodes
+from actuator.nodes import NodeList
+from actuator.webhook import parse_message
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
+MARK = {"NodeCannotGuaranteeDeadlines", "TaskDeadlineAtRisk"}
+
+
+def doc(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def alert(
+    name: str, fingerprint: str, status: str = "firing", node: str = "host-a"
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "labels": {"alertname": name, "node": node},
+        "annotations": {},
+        "startsAt": "2025-11-22T01:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "",
+        "fingerprint": fingerprint,
+    }
+
+
+def payload(group: str, alerts: list[dict[str, Any]], truncated: int = 0) -> Any:
+    base = doc("firing.json")
+    base.update(groupKey=group, alerts=alerts, truncatedAlerts=truncated)
+    return parse_message(base)
+
+
+def test_firing_mark_alert_marks_and_resolution_unmarks() -> None:
+    nodes = NodeList("host-a", since=0)
+    assert nodes.apply(parse_message(doc("firing.json")), MARK, now=10)
+    assert not nodes.provisionable and nodes.since == 10
+    assert [r.alertname for r in nodes.reasons()] == ["NodeCannotGuaranteeDeadlines"]
+    assert nodes.apply(parse_message(doc("resolved.json")), MARK, now=20)
+    assert nodes.provisionable and nodes.since == 20 and nodes.reasons() == []
+
+
+def test_repeated_delivery_is_idempotent() -> None:
+    nodes = NodeList("host-a")
+    message = parse_message(doc("firing.json"))
+    assert nodes.apply(message, MARK, now=1)
+    assert not nodes.apply(message, MARK, now=2)
+    assert len(nodes.reasons()) == 1 and nodes.since == 1
+
+
+def test_alert_absent_from_the_groups_latest_payload_no_longer_holds_the_node() -> None:
+    nodes = NodeList("host-a")
+    nodes.apply(
+        payload("g1", [alert("TaskDeadlineAtRisk", "f1"), alert("TaskDeadlineAtRisk", "f2")]),
+        MARK,
+        1,
+    )
+    nodes.apply(payload("g1", [alert("TaskDeadlineAtRisk", "f2")]), MARK, 2)
+    assert [r.fingerprint for r in nodes.reasons()] == ["f2"]
+    assert nodes.apply(payload("g1", []), MARK, 3)
+    assert nodes.provisionable
+
+
+def test_node_stays_marked_until_the_last_reason_of_every_group_resolves() -> None:
+    nodes = NodeList("host-a")
+    nodes.apply(payload("g1", [alert("TaskDeadlineAtRisk", "f1")]), MARK, 1)
+    nodes.apply(payload("g2", [alert("NodeCannotGuaranteeDeadlines", "f9")]), MARK, 2)
+    assert not nodes.apply(payload("g1", [alert("TaskDeadlineAtRisk", "f1", "resolved")]), MARK, 3)
+    assert not nodes.provisionable
+    assert nodes.apply(
+        payload("g2", [alert("NodeCannotGuaranteeDeadlines", "f9", "resolved")]), MARK, 4
+    )
+    assert nodes.provisionable
+
+
+def test_truncated_payload_clears_only_explicit_resolutions() -> None:
+    nodes = NodeList("host-a")
+    nodes.apply(
+        payload("g1", [alert("TaskDeadlineAtRisk", "f1"), alert("TaskDeadlineAtRisk", "f2")]),
+        MARK,
+        1,
+    )
+    nodes.apply(
+        payload("g1", [alert("TaskDeadlineAtRisk", "f2", "resolved")], truncated=5), MARK, 2
+    )
+    assert [r.fingerprint for r in nodes.reasons()] == ["f1"]
+
+
+def test_other_nodes_and_other_alerts_are_ignored() -> None:
+    nodes = NodeList("host-a")
+    assert not nodes.apply(
+        payload("g", [alert("TaskDeadlineAtRisk", "f1", node="host-b")]), MARK, 1
+    )
+    assert not nodes.apply(payload("g", [alert("GpuSaturatedContention", "f2")]), MARK, 1)
+    assert nodes.provisionable
+
+
+def test_reason_keeps_its_first_since_and_survives_the_journal() -> None:
+    nodes = NodeList("host-a")
+    nodes.apply(payload("g1", [alert("TaskDeadlineAtRisk", "f1")]), MARK, 5)
+    first_since = nodes.reasons()[0].since
+    later = alert("TaskDeadlineAtRisk", "f1")
+    later["startsAt"] = "2025-11-22T02:00:00Z"
+    nodes.apply(payload("g1", [later]), MARK, 6)
+    assert nodes.reasons()[0].since == first_since
+    restored = NodeList.from_doc("host-a", copy.deepcopy(nodes.to_doc()))
+    assert restored.to_doc() == nodes.to_doc()
+    assert NodeList.from_doc("host-b", nodes.to_doc()).provisionable
+
+
+def test_format_nodes_table() -> None:
+    nodes = NodeList("host-a", since=0)
+    nodes.apply(parse_message(doc("firing.json")), MARK, now=10)
+    text = format_nodes(
+        {"executor": "list_only", "note": "not in a swarm", "nodes": [nodes.to_doc()]}
+    )
+    lines = text.splitlines()
+    assert lines[0].split() == ["NODE", "PROVISIONABLE", "SINCE", "REASONS"]
+    assert "host-a" in lines[1] and "NO" in lines[1]
+    assert "NodeCannotGuaranteeDeadlines(11223344)" in lines[1]
+    assert lines[-1] == "(list_only: not in a swarm)"

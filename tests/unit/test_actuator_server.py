@@ -1,0 +1,224 @@
+"""The webhook endpoint's status codes and the read-only endpoints, over real HTTP.
+
+The actuator runs in-process against a Docker socket and an exporter that do not exist:
+everything that needs neither is exercised for real, and what needs them must answer 503.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import requests
+
+from actuator.audit import AuditLog
+from actuator.config import validate
+from actuator.controller import Controller
+from actuator.executor import DockerExecutor
+from actuator.journal import Journal, PausedEntry
+from actuator.metrics import ActuatorMetrics
+from actuator.nodes import SwarmMarker
+from actuator.server import ActuatorServer
+from actuator.state import ExporterClient
+from gpuguard.stack.process import free_port
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def actuator(tmp_path: Path) -> Iterator[tuple[str, Controller]]:
+    (tmp_path / "token").write_text(TOKEN)
+    config = validate(
+        {
+            "web.listen-address": "127.0.0.1:0",
+            "web.token-file": str(tmp_path / "token"),
+            "web.insecure": False,
+            "exporter.url": f"http://127.0.0.1:{free_port()}",
+            "exporter.timeout": "5s",
+            "docker.host": None,
+            "swarm.manager": None,
+            "node.name": "host-a",
+            "mode": "webhook",
+            "policy.order": "fifo",
+            "policy.max-actions": 10,
+            "policy.input-timeout": "5s",
+            "policy.memory-threshold": 0.95,
+            "max-pause": "120s",
+            "state.dir": str(tmp_path / "state"),
+            "rules.actions": str(REPO / "rules" / "actions.yml"),
+            "rules.files": str(REPO / "rules" / "*.rules.yml"),
+            "dry-run": False,
+            "log.level": "info",
+        }
+    )
+    api = docker.APIClient(base_url="unix:///nonexistent/docker.sock", version="1.41", timeout=1)
+    journal = Journal(config.state_dir)
+    audit = AuditLog(config.state_dir / "audit.jsonl")
+    metrics = ActuatorMetrics(config.node_name)
+    executor = DockerExecutor(api, journal, audit, retry_delay_s=0.001)
+    controller = Controller(
+        config,
+        lambda: ExporterClient(config.exporter_url, timeout_s=0.5),
+        executor,
+        journal,
+        audit,
+        metrics,
+        SwarmMarker(api, api),
+    )
+    server = ActuatorServer(("127.0.0.1", 0), controller, config.token)
+    server.serve_in_thread()
+    yield f"http://127.0.0.1:{server.server_address[1]}", controller
+    server.shutdown()
+    server.server_close()
+    audit.close()
+
+
+def post(
+    url: str, body: bytes, token: str | None = TOKEN, ctype: str = "application/json"
+) -> requests.Response:
+    headers = {"Content-Type": ctype}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return requests.post(url + "/api/v1/alerts", data=body, headers=headers, timeout=10)
+
+
+def fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def only(name: str, keep: str) -> bytes:
+    doc = json.loads(fixture(name))
+    doc["alerts"] = [a for a in doc["alerts"] if a["labels"]["alertname"] == keep]
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("token", "ctype", "body", "code"),
+    [
+        (None, "application/json", "firing.json", 401),
+        ("wrong", "application/json", "firing.json", 401),
+        (TOKEN, "text/plain", "firing.json", 415),
+        (TOKEN, "application/json", "not_json.txt", 415),
+        (TOKEN, "application/json", "wrong_version.json", 400),
+        (TOKEN, "application/json", "malformed_missing_fingerprint.json", 400),
+        (TOKEN, "application/json", "malformed_types.json", 400),
+        (TOKEN, "application/json; charset=utf-8", "irrelevant.json", 200),
+    ],
+)
+def test_status_codes(
+    actuator: tuple[str, Controller], token: str | None, ctype: str, body: str, code: int
+) -> None:
+    url, _ = actuator
+    reply = post(url, fixture(body), token, ctype)
+    assert reply.status_code == code, reply.text
+    assert "error" in reply.json() or code == 200
+
+
+def test_wrong_auth_scheme_is_refused(actuator: tuple[str, Controller]) -> None:
+    url, _ = actuator
+    reply = requests.post(
+        url + "/api/v1/alerts",
+        data=fixture("irrelevant.json"),
+        headers={"Content-Type": "application/json", "Authorization": f"Basic {TOKEN}"},
+        timeout=5,
+    )
+    assert reply.status_code == 401 and reply.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_irrelevant_alert_is_skipped_and_counted(actuator: tuple[str, Controller]) -> None:
+    url, controller = actuator
+    reply = post(url, fixture("irrelevant.json"))
+    assert reply.json()["skips"] == [{"reason": "irrelevant_alert", "alert": "SomebodyElsesAlert"}]
+    registry = controller.metrics.registry
+    assert (
+        registry.get_sample_value("gpuguard_actuator_skipped_total", {"reason": "irrelevant_alert"})
+        == 1
+    )
+    assert registry.get_sample_value("gpuguard_actuator_webhooks_total", {"code": "200"}) == 1
+
+
+def test_admission_without_fresh_state_is_a_503(actuator: tuple[str, Controller]) -> None:
+    url, controller = actuator
+    reply = post(url, only("firing.json", "GpuSaturatedContention"))
+    assert reply.status_code == 503
+    assert controller.metrics.registry.get_sample_value("gpuguard_actuator_exporter_up") == 0
+
+
+def test_mark_node_without_a_swarm_keeps_the_node_list(actuator: tuple[str, Controller]) -> None:
+    url, controller = actuator
+    reply = post(url, only("firing.json", "NodeCannotGuaranteeDeadlines"))
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["actions"] == [
+        {"action": "mark_node", "node": "host-a", "result": "skipped"}
+    ]
+    nodes = requests.get(url + "/api/v1/nodes", timeout=5).json()
+    assert nodes["executor"] == "list_only" and "not in a swarm" in nodes["note"]
+    assert nodes["nodes"][0]["provisionable"] is False
+    assert nodes["nodes"][0]["reasons"][0]["alertname"] == "NodeCannotGuaranteeDeadlines"
+    registry = controller.metrics.registry
+    assert (
+        registry.get_sample_value("gpuguard_actuator_node_provisionable", {"node": "host-a"}) == 0
+    )
+    post(url, fixture("resolved.json"))
+    assert requests.get(url + "/api/v1/nodes", timeout=5).json()["nodes"][0]["provisionable"]
+    assert (
+        registry.get_sample_value("gpuguard_actuator_node_provisionable", {"node": "host-a"}) == 1
+    )
+
+
+def test_resume_all_with_nothing_paused_is_fine(actuator: tuple[str, Controller]) -> None:
+    url, _ = actuator
+    doc = json.loads(fixture("irrelevant.json"))
+    doc["alerts"][0]["labels"]["alertname"] = "GpuguardExporterDown"
+    assert post(url, json.dumps(doc).encode()).status_code == 200
+
+
+def test_read_only_endpoints(actuator: tuple[str, Controller]) -> None:
+    url, _ = actuator
+    assert requests.get(url + "/healthz", timeout=5).text == "ok\n"
+    metrics = requests.get(url + "/metrics", timeout=5).text
+    for line in (
+        'gpuguard_actuator_actions_total{action="pause",result="dry_run"} 0.0',
+        'gpuguard_actuator_actions_total{action="unmark_node",result="failed"} 0.0',
+        'gpuguard_actuator_skipped_total{reason="stale_state"} 0.0',
+        'gpuguard_actuator_decision_seconds_count{trigger="reconcile"} 0.0',
+        'gpuguard_actuator_webhooks_total{code="415"} 0.0',
+        'gpuguard_actuator_node_provisionable{node="host-a"} 1.0',
+        "gpuguard_actuator_paused_containers 0.0",
+        "gpuguard_actuator_fail_open_total 0.0",
+    ):
+        assert line in metrics, line
+    assert requests.get(url + "/nope", timeout=5).status_code == 404
+
+
+def test_audit_log_records_webhook_side_effects(actuator: tuple[str, Controller]) -> None:
+    url, controller = actuator
+    doc: Any = json.loads(fixture("irrelevant.json"))
+    doc["alerts"][0]["labels"]["alertname"] = "TaskDeadlineOverrun"
+    post(url, json.dumps(doc).encode())
+    lines = (controller.config.state_dir / "audit.jsonl").read_text().splitlines()
+    assert any(json.loads(line).get("alertname") == "TaskDeadlineOverrun" for line in lines)
+
+
+def test_unreachable_exporter_fails_open_once(actuator: tuple[str, Controller]) -> None:
+    _, controller = actuator
+    controller.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
+    controller._last_exporter_ok -= 10  # the exporter has not answered for 10 s
+    controller.maintain()
+    controller.maintain()
+    registry = controller.metrics.registry
+    assert registry.get_sample_value("gpuguard_actuator_fail_open_total") == 1
+    records = [
+        json.loads(line)
+        for line in (controller.config.state_dir / "audit.jsonl").read_text().splitlines()
+    ]
+    resume = [r for r in records if r["event"] == "resume_all"]
+    assert resume and resume[0]["containers"] == ["c" * 64]
+    assert "exporter unreachable" in resume[0]["why"]
