@@ -11,7 +11,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -47,12 +46,9 @@ class ActuatorServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: ActuatorServer
     protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body go out in two writes; without this, Nagle's algorithm and the
-        # client's delayed ACK stall kept-alive replies by ~40 ms.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK stall kept-alive replies by ~40 ms.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:  # http.server's naming
         path = self.path.split("?", 1)[0]

@@ -235,8 +235,9 @@ class ExporterClient:
 
     def _get(self, path: str, params: dict[str, str], timeout: float) -> Any:
         try:
-            # A fresh connection per request: on a kept-alive one, a server that writes
-            # headers and body separately meets Nagle + delayed ACK (~40 ms stalls here).
+            # A fresh connection per request (loopback, ~0.3 ms): the fast path and the
+            # webhook threads share this client, and a server without TCP_NODELAY would
+            # stall a kept-alive reply by a delayed ACK (~40 ms).
             reply = self.session.get(
                 self.base_url + path,
                 params=params,

@@ -84,6 +84,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: ExporterHTTPServer
     protocol_version = "HTTP/1.1"
     server_version = "gpuguard-exporter"
+    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm holds
+    # the body until the client's delayed ACK (about 40 ms) on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)

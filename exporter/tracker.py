@@ -44,7 +44,7 @@ PHASES = ("starting", "input", "computing", "draining")
 
 # NVML updates per-process samples about every 1/6 s, so a poll (100 ms) without a sample
 # does not mean the kernels stopped; only this long without one does.
-DRAIN_AFTER_S = 0.4
+DRAIN_AFTER_S = 0.25
 
 RUN_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 

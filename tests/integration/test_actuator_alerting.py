@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 RT_CONSTRAINT = "node.labels.gpuguard.provisionable!=false"
 MARK = "gpuguard.provisionable"
-DEADLINE_S = 25.0  # at risk once slack < 20%: 20 s into the task
+DEADLINE_S = 40.0  # at risk once slack < 20%: 32 s into the task, 8 s before a miss
 IDLE_CONTEXT = (
     "import sys, time\n"
     "from gpusim.client import GpusimClient\n"
@@ -112,7 +112,7 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
             client,
             "at-risk",
             {"gpuguard.managed": "true", "gpuguard.deadline": f"{DEADLINE_S:g}s"},
-            ["gpusim.workload", "--socket", str(node.gpusim.socket), "--work-seconds", "400",
+            ["gpusim.workload", "--socket", str(node.gpusim.socket), "--work-seconds", "600",
              "--memory-bytes", "1GiB"],
         )  # fmt: skip
         made.append(busy)

@@ -18,6 +18,7 @@ from gpuguard.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertmanager
 from gpuguard.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
 
 ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}
+NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines"}
 
 
 def unavailable(reason: str) -> None:
@@ -98,6 +99,11 @@ def test_alertmanager_routes() -> None:
     matcher = admission["matchers"][0]
     assert set(matcher.split('"')[1].split("|")) == ADMISSION_ALERTS
     assert (admission["group_wait"], admission["group_interval"]) == ("0s", "1s")
+    [node_list] = [
+        sub for sub in route["routes"] if any("TaskDeadlineAtRisk" in m for m in sub["matchers"])
+    ]
+    assert set(node_list["matchers"][0].split('"')[1].split("|")) == NODE_LIST_ALERTS
+    assert (node_list["group_wait"], node_list["group_interval"]) == ("0s", "1s")
     [receiver] = config["receivers"]
     [webhook] = receiver["webhook_configs"]
     assert webhook["url"] == "http://127.0.0.1:9836/api/v1/alerts"
@@ -156,8 +162,9 @@ def test_per_node_routing(tmp_path: Path) -> None:
     assert route_receiver(path, "alertname=GpuguardExporterDown") == "gpuguard-actuator"
     config = yaml.safe_load(text)
     node_b = next(r for r in config["route"]["routes"] if r.get("receiver", "").endswith("node-b"))
-    [admission] = node_b["routes"]
-    assert (admission["group_wait"], admission["group_interval"]) == ("0s", "1s")
+    assert node_b["routes"], "the node route lost the deployed sub-routes"
+    for sub in node_b["routes"]:
+        assert (sub["group_wait"], sub["group_interval"]) == ("0s", "1s")
     urls = {r["name"]: r["webhook_configs"][0]["url"] for r in config["receivers"]}
     assert urls["gpuguard-actuator-node-b"] == "http://127.0.0.1:29836/api/v1/alerts"
     assert all(
