@@ -55,6 +55,9 @@ FLAGS: tuple[Flag, ...] = (
          "a task idle this long before its kernel stops counting", "duration"),
     Flag("policy.memory-threshold", 0.95, "never admit above this share of GPU memory", "float"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
+    Flag("node.mark-ttl", "5m",
+         "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
+         "duration"),
     Flag("state.dir", "/var/lib/gpuguard/actuator", "directory for the journal and audit log"),
     Flag("rules.actions", "rules/actions.yml", "alert name -> action map"),
     Flag("rules.files", "rules/*.rules.yml", "glob of rule files whose alerts actions may name"),
@@ -84,6 +87,7 @@ class Config:
     mode: str
     policy: PolicyConfig
     max_pause_s: float
+    node_mark_ttl_s: float
     state_dir: Path
     actions: Mapping[str, str]
     dry_run: bool
@@ -187,6 +191,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         mode=_choice(values, "mode", MODES),
         policy=policy,
         max_pause_s=_duration(values, "max-pause"),
+        node_mark_ttl_s=_duration(values, "node.mark-ttl"),
         state_dir=state_dir,
         actions=load_actions(
             Path(_rules_path(values, "rules.actions")), _rules_path(values, "rules.files")

@@ -321,6 +321,9 @@ class Controller:
             quiet = time.monotonic() - self._last_decision > MAINTENANCE_DECISION_AFTER_S
             if state is not None and self.config.mode != "webhook" and quiet:
                 self.decide_now("reconcile", state=state)
+            if self.nodes.expire(time.time(), self.config.node_mark_ttl_s):
+                log.warning("node mark expired: no webhook renewed it within the mark TTL")
+                self.journal.set_nodes(self.nodes.to_doc())
             if self._applied_provisionable != self.nodes.provisionable:
                 self.apply_node_mark()
             self.metrics.paused_containers.set(len(self.journal.paused))

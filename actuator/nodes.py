@@ -5,6 +5,11 @@ alert absent from, or resolved in, the group's latest payload no longer holds th
 node is provisionable again when no group holds a reason. When Alertmanager truncated the
 group (``truncatedAlerts`` > 0) absence proves nothing, so only explicit resolutions clear.
 
+Marks are leases: Alertmanager repeats a firing group's notification every
+``repeat_interval`` (1m on the node-list route), and each repeat renews its reasons. A reason
+not renewed within ``--node.mark-ttl`` expires, so a mark whose resolution was lost (an
+Alertmanager restarted without its state, a route changed) cannot hold a node forever.
+
 ``SwarmMarker`` executes the list as the Docker Swarm node label
 ``gpuguard.provisionable=false`` (removed when provisionable again), so a service with the
 constraint ``node.labels.gpuguard.provisionable!=false`` is not placed here.
@@ -34,6 +39,7 @@ class Reason:
     fingerprint: str
     group_key: str
     since: float
+    seen: float = 0.0  # last webhook that said it fires (0: restored from an older journal)
 
 
 @dataclass
@@ -66,7 +72,7 @@ class NodeList:
                 previous = old.get(alert.fingerprint)
                 since = previous.since if previous else _epoch(alert.starts_at, now)
                 new[alert.fingerprint] = Reason(
-                    alert.name, alert.fingerprint, message.group_key, since
+                    alert.name, alert.fingerprint, message.group_key, since, seen=now
                 )
             else:
                 new.pop(alert.fingerprint, None)
@@ -74,6 +80,20 @@ class NodeList:
             self.groups[message.group_key] = new
         else:
             self.groups.pop(message.group_key, None)
+        changed = before != self.provisionable
+        if changed:
+            self.since = now
+        return changed
+
+    def expire(self, now: float, ttl: float) -> bool:
+        """Drop reasons no webhook renewed within ``ttl``; True when ``provisionable`` changed."""
+        before = self.provisionable
+        for key in list(self.groups):
+            kept = {fp: r for fp, r in self.groups[key].items() if now - (r.seen or r.since) <= ttl}
+            if kept:
+                self.groups[key] = kept
+            else:
+                del self.groups[key]
         changed = before != self.provisionable
         if changed:
             self.since = now

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print("gpuguard demo: --containers 1..20, --size and --time-scale > 0", file=sys.stderr)
         return 2
     LocalStack.stop_recorded(args.dir)
+    LocalStack.clean(args.dir)  # a fresh stack: no journal or node marks of an earlier run
     stack = LocalStack(args.dir.resolve(), time_scale=args.time_scale, order=args.order)
     started = time.monotonic()
     try:

@@ -32,7 +32,10 @@ def demo_specs(
                 managed=managed,
             )
         )
-    specs.append(WorkloadSpec(f"{prefix}-batch", size=max(size // 4, 256), managed=False))
+    # An unmanaged tenant arriving later: it shares the GPU and is never paused.
+    specs.append(
+        WorkloadSpec(f"{prefix}-batch", size=max(size // 2, 256), managed=False, delay_s=2.0)
+    )
     return specs
 
 
@@ -48,7 +51,8 @@ def run_both(stack: Any, count: int, size: int) -> str:
             specs = demo_specs(name, count, size, managed, node.time_scale)
             since = requests.get(node.exporter_url + "/api/v1/state", timeout=5).json()["seq"]
             scenario = Scenario(name, client, node.gpusim.dir, stack.dir / "logs", specs)
-            print(f"\n== {name}: {count} equal tasks (N={size}) + 1 small unmanaged", flush=True)
+            extra = f"1 unmanaged (N={size // 2}, 2 s later)"
+            print(f"\n== {name}: {count} equal tasks (N={size}) + {extra}", flush=True)
             scenario.start()
             try:
                 live_view(node.exporter_url, scenario, name)
@@ -120,7 +124,7 @@ def _table(state: dict[str, Any], title: str) -> list[str]:
 
 
 def _row(*cols: str) -> str:
-    widths = (18, 9, 10, 9, 8, 16)
+    widths = (18, 10, 11, 10, 10, 16)
     return "  " + "".join(str(c).ljust(w) for c, w in zip(cols, widths, strict=True))
 
 

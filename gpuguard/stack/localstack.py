@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import socket
 import sys
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.alertmanager import AlertmanagerService
 from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
 from gpuguard.stack.gpusim import GpusimService
@@ -25,6 +27,9 @@ from gpuguard.stack.prometheus import PrometheusService, http_ok
 from gpuguard.stack.swarm import form_swarm, leave_swarm
 
 RECORD = "stack.json"
+STACK_PARTS = ("prometheus", "alertmanager", "logs", "report.txt", "webhook.token")
+# The usual ports when they are free (the first node's exporter and actuator), else any.
+DEFAULT_PORTS = {"exporter": 9835, "actuator": 9836, "prometheus": 9090, "alertmanager": 9093}
 Progress = Callable[[str], None]
 
 
@@ -86,7 +91,7 @@ class NodeStack:
 
     def start_exporter(self) -> None:
         assert self.engine is not None and self.gpusim is not None
-        self.exporter_port = self.exporter_port or free_port()
+        self.exporter_port = free_port(self.exporter_port)
         argv = gpuguard_argv(
             "exporter",
             f"--web.listen-address=127.0.0.1:{self.exporter_port}",
@@ -102,7 +107,7 @@ class NodeStack:
     def start_actuator(self) -> None:
         assert self.engine is not None
         self.token_file = self.token_file or make_token_file(self.base_dir / "webhook.token")
-        self.actuator_port = self.actuator_port or free_port()
+        self.actuator_port = free_port(self.actuator_port)
         argv = gpuguard_argv(
             "actuator",
             f"--web.listen-address=127.0.0.1:{self.actuator_port}",
@@ -129,6 +134,9 @@ class NodeStack:
         for proc in (self.actuator, self.exporter, gpusim):
             if proc is not None:
                 out.append({"kind": "process", "name": proc.name, "pid": proc.pid})
+        watchdog = self.watchdog_pid
+        if watchdog is not None:
+            out.append({"kind": "process", "name": "watchdog", "pid": watchdog})
         if self.engine is not None and self.engine.process is not None:
             out.append(
                 {
@@ -141,12 +149,24 @@ class NodeStack:
             )
         return out
 
+    @property
+    def watchdog_pid(self) -> int | None:
+        """The actuator's watchdog (its lease against ``kill -9``), if it wrote its pidfile."""
+        path = self.base_dir / "actuator" / WATCHDOG_PID_FILE
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            return None
+
     def stop(self) -> None:
         # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
         for proc in (self.actuator, self.exporter):
             if proc is not None:
                 proc.stop()
         self.actuator = self.exporter = None
+        watchdog = self.watchdog_pid
+        if watchdog is not None and _is_ours(watchdog, "watchdog"):
+            stop_pid(watchdog, timeout=10)  # it exits by itself once the actuator is gone
         if self.gpusim is not None:
             self.gpusim.stop()
         if self.engine is not None:
@@ -184,6 +204,8 @@ class LocalStack:
             NodeStack(
                 directory / f"node-{i}",
                 name,
+                exporter_port=DEFAULT_PORTS["exporter"] if i == 0 else 0,
+                actuator_port=DEFAULT_PORTS["actuator"] if i == 0 else 0,
                 time_scale=time_scale,
                 order=order,
                 poll_interval=poll_interval,
@@ -213,12 +235,14 @@ class LocalStack:
                 self.dir / "alertmanager",
                 first.actuator_url + "/api/v1/alerts",
                 self.token_file,
+                port=free_port(DEFAULT_PORTS["alertmanager"]),
                 node_webhooks={n.node_name: n.actuator_url + "/api/v1/alerts" for n in self.nodes},
             ).start()
             progress(f"alertmanager at {self.alertmanager.url}")
             self._record()
             self.prometheus = PrometheusService(
                 self.dir / "prometheus",
+                port=free_port(DEFAULT_PORTS["prometheus"]),
                 profile="fast",
                 exporters={f"127.0.0.1:{n.exporter_port}": n.node_name for n in self.nodes},
                 actuators=[f"127.0.0.1:{n.actuator_port}" for n in self.nodes],
@@ -275,6 +299,16 @@ class LocalStack:
     def stop_recorded(directory: Path) -> int:
         return stop_recorded(directory)
 
+    @staticmethod
+    def clean(directory: Path) -> None:
+        """Remove what a stopped stack left in ``directory`` (only the parts it makes)."""
+        for child in directory.glob("*"):
+            if child.name.startswith("node-") or child.name in STACK_PARTS:
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+
 
 def stop_recorded(directory: Path) -> int:
     """Stop every process a stack recorded in ``directory``; returns how many were alive."""
@@ -308,6 +342,7 @@ def _is_ours(pid: int, name: str) -> bool:
         "actuator": "actuator",
         "prometheus": "prometheus",
         "alertmanager": "alertmanager",
+        "watchdog": "actuator.watchdog",
     }
     return markers.get(name, name) in cmdline
 

@@ -31,6 +31,7 @@ class WorkloadSpec:
     managed: bool = False
     work_seconds: float | None = None
     memory_bytes: int | None = None
+    delay_s: float = 0.0  # released this long after the others
 
     def labels(self, scenario: str) -> dict[str, str]:
         out = {SCENARIO_LABEL: scenario}
@@ -42,7 +43,7 @@ class WorkloadSpec:
 
     def workload_args(self, log_path: Path, start_at: float) -> list[str]:
         args = ["gpusim.workload", "--size", str(self.size), "--repeat", str(self.repeat)]
-        args += ["--log", str(log_path), "--start-at", f"{start_at:.6f}"]
+        args += ["--log", str(log_path), "--start-at", f"{start_at + self.delay_s:.6f}"]
         if self.work_seconds is not None:
             args += ["--work-seconds", str(self.work_seconds)]
         if self.memory_bytes is not None:

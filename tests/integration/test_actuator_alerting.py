@@ -19,10 +19,9 @@ import pytest
 import requests
 
 from actuator.audit import read_audit
-from actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import LocalStack, NodeStack
-from gpuguard.stack.process import ServiceError, stop_pid
+from gpuguard.stack.process import ServiceError
 from gpuguard.stack.swarm import node_labels
 from tests.prereq import require_binary, unavailable
 
@@ -63,18 +62,10 @@ def stack(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
     try:
         stack.start()
     except ServiceError as exc:
-        _stop(stack)
+        stack.stop()
         unavailable(f"stack did not start: {exc}")
     yield stack
-    _stop(stack)
-
-
-def _stop(stack: LocalStack) -> None:
     stack.stop()
-    for node in stack.nodes:
-        pidfile = node.base_dir / "actuator" / WATCHDOG_PID_FILE
-        if pidfile.exists():
-            stop_pid(int(pidfile.read_text()), timeout=10)
 
 
 def _run(node: NodeStack, client: Any, name: str, labels: dict[str, str], args: list[str]) -> Any:

@@ -127,3 +127,15 @@ def test_format_nodes_table() -> None:
     assert "host-a" in lines[1] and "NO" in lines[1]
     assert "NodeCannotGuaranteeDeadlines(11223344)" in lines[1]
     assert lines[-1] == "(list_only: not in a swarm)"
+
+
+def test_a_mark_no_webhook_renews_expires() -> None:
+    from actuator.nodes import NodeList, Reason
+
+    nodes = NodeList("node-a")
+    nodes.groups["g"] = {"f1": Reason("TaskDeadlineAtRisk", "f1", "g", since=100.0, seen=100.0)}
+    assert not nodes.provisionable
+    assert not nodes.expire(now=399.0, ttl=300.0)
+    assert not nodes.provisionable
+    assert nodes.expire(now=401.0, ttl=300.0)
+    assert nodes.provisionable and nodes.since == 401.0

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from actuator.audit import AuditLog
-from actuator.config import validate
+from actuator.config import FLAGS, validate
 from actuator.controller import Controller
 from actuator.executor import DockerExecutor
 from actuator.journal import Journal, PausedEntry
@@ -36,26 +36,16 @@ TOKEN = "t0ken-for-tests"
 def actuator(tmp_path: Path) -> Iterator[tuple[str, Controller]]:
     (tmp_path / "token").write_text(TOKEN)
     config = validate(
-        {
+        {f.name: f.default for f in FLAGS}
+        | {
             "web.listen-address": "127.0.0.1:0",
             "web.token-file": str(tmp_path / "token"),
-            "web.insecure": False,
             "exporter.url": f"http://127.0.0.1:{free_port()}",
-            "exporter.timeout": "5s",
-            "docker.host": None,
-            "swarm.manager": None,
             "node.name": "host-a",
             "mode": "webhook",
-            "policy.order": "fifo",
-            "policy.max-actions": 10,
-            "policy.input-timeout": "5s",
-            "policy.memory-threshold": 0.95,
-            "max-pause": "120s",
             "state.dir": str(tmp_path / "state"),
             "rules.actions": str(REPO / "rules" / "actions.yml"),
             "rules.files": str(REPO / "rules" / "*.rules.yml"),
-            "dry-run": False,
-            "log.level": "info",
         }
     )
     api = docker.APIClient(base_url="unix:///nonexistent/docker.sock", version="1.41", timeout=1)
