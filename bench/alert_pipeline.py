@@ -23,10 +23,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actuator.audit import read_audit
-from actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import LocalStack, NodeStack
-from gpuguard.stack.process import stop_pid
 
 # Prints the wall time right after its context exists, then holds it.
 IDLE_CONTEXT = (
@@ -117,9 +115,6 @@ def main() -> int:
             client.close()
     finally:
         stack.stop()
-        pidfile = node.base_dir / "actuator" / WATCHDOG_PID_FILE
-        if pidfile.exists():
-            stop_pid(int(pidfile.read_text()), timeout=10)
     print(
         f"alert pipeline over {len(samples)} rounds: p50 {statistics.median(samples):.2f} s, "
         f"max {max(samples):.2f} s (target <= 3 s)"

@@ -35,10 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actuator.audit import read_audit
-from actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.process import stop_pid
 from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec, parse_workload_log
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -95,18 +93,9 @@ def run_scenario(
 
 
 def restart_actuator(node: NodeStack, order: str) -> None:
-    stop_actuator(node)
+    node.stop_actuator()
     node.order = order
     node.start_actuator()
-
-
-def stop_actuator(node: NodeStack) -> None:
-    if node.actuator is not None:
-        node.actuator.stop()
-        node.actuator = None
-    pidfile = node.base_dir / "actuator" / WATCHDOG_PID_FILE
-    if pidfile.exists():
-        stop_pid(int(pidfile.read_text()), timeout=10)
 
 
 def pause_latencies(node: NodeStack, result: ScenarioResult, since: float) -> list[float]:
@@ -243,7 +232,7 @@ def main() -> int:
     parser.add_argument("--poll-interval", default="20ms", help="exporter poll interval")
     parser.add_argument("--seed", type=int, default=7, help="deadline mix")
     args = parser.parse_args()
-    scale = args.time_scale or (0.05 if args.quick else 0.1)
+    scale = args.time_scale or (0.03 if args.quick else 0.1)
     cases = QUICK_CASES if args.quick else FULL_CASES
     OUT.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="ggb-"))
@@ -263,7 +252,7 @@ def main() -> int:
                 print(table(results[-1:]).splitlines()[1], flush=True)
         staggered = staggered_pause_latency(node)
     finally:
-        stop_actuator(node)
+        node.stop_actuator()
         node.stop()
     print(table(results))
     print(plot(results, OUT / "contention.png"))

@@ -158,15 +158,21 @@ class NodeStack:
         except (OSError, ValueError):
             return None
 
-    def stop(self) -> None:
-        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
-        for proc in (self.actuator, self.exporter):
-            if proc is not None:
-                proc.stop()
-        self.actuator = self.exporter = None
+    def stop_actuator(self) -> None:
+        """SIGTERM (it resumes what it paused), then its watchdog, by their PIDs."""
+        if self.actuator is not None:
+            self.actuator.stop()
+            self.actuator = None
         watchdog = self.watchdog_pid
         if watchdog is not None and _is_ours(watchdog, "watchdog"):
             stop_pid(watchdog, timeout=10)  # it exits by itself once the actuator is gone
+
+    def stop(self) -> None:
+        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
+        self.stop_actuator()
+        if self.exporter is not None:
+            self.exporter.stop()
+            self.exporter = None
         if self.gpusim is not None:
             self.gpusim.stop()
         if self.engine is not None:
