@@ -1,4 +1,8 @@
-"""Fixtures for the alerting stack: real Prometheus and Alertmanager on 127.0.0.1.
+"""Fixtures for the integration tests: the exporter on gpusim, and the alerting stack (real
+Prometheus and Alertmanager on 127.0.0.1).
+
+``sim`` and ``exporter`` run at ``exporter_support.SCALE`` with default flags; a module
+changes that by overriding ``sim_time_scale`` or ``exporter_flags``.
 
 Each factory starts a service in its own temporary directory and stops every service it
 started by PID at teardown, even when the test failed. A missing binary or a service that
@@ -13,11 +17,40 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from exporter_support import SCALE, ExporterProcess
 
 from gpuguard.stack.alertmanager import BINARIES, AlertmanagerService
+from gpuguard.stack.dockerd import PrivateDockerd
+from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.process import ServiceError
 from gpuguard.stack.prometheus import PrometheusService
 from tests.prereq import unavailable
+
+
+@pytest.fixture
+def sim_time_scale() -> float:
+    """gpusim's time scale for ``sim``: a kernel of W device-seconds lasts W * scale s."""
+    return SCALE
+
+
+@pytest.fixture
+def exporter_flags() -> tuple[str, ...]:
+    """Command-line flags ``exporter`` adds to those of ExporterProcess."""
+    return ()
+
+
+@pytest.fixture
+def sim(gpusim_daemon: Callable[..., GpusimService], sim_time_scale: float) -> GpusimService:
+    return gpusim_daemon(time_scale=sim_time_scale)
+
+
+@pytest.fixture
+def exporter(
+    dockerd: PrivateDockerd, sim: GpusimService, tmp_path: Path, exporter_flags: tuple[str, ...]
+) -> Iterator[ExporterProcess]:
+    process = ExporterProcess(tmp_path, dockerd.url, sim.socket, *exporter_flags).start()
+    yield process
+    process.stop()
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,17 +85,6 @@ def workload_log(sim: GpusimService, log_name: str) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; returns that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what} not met after {timeout}s"
-        time.sleep(0.05)
 
 
 def restart_dockerd_process(engine: PrivateDockerd) -> None:

@@ -24,6 +24,7 @@ from gpuguard.stack.localstack import LocalStack, NodeStack
 from gpuguard.stack.process import ServiceError
 from gpuguard.stack.swarm import node_labels
 from tests.prereq import require_binary, unavailable
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +38,6 @@ IDLE_CONTEXT = (
     "client.request('context_create', device=0)\n"
     "time.sleep(300)\n"
 )
-
-
-def wait_for(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -117,13 +108,18 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
                 if r.get("event") == "action" and r.get("container_id") == idle.id
             ]
 
-        wait_for("the saturation alert to pause the idle task", pauses, 30)
+        wait_for(pauses, 30, "the saturation alert to pause the idle task", interval=0.2)
         assert _paused(client, idle)
         assert pauses()[0]["trigger"] == "webhook" and pauses()[0]["result"] == "ok"
         idle.remove(force=True)  # it would otherwise wait long enough for another alert
 
         # TaskDeadlineAtRisk -> mark_node -> Swarm label: a new real-time service is held.
-        wait_for("node marked", lambda: node_labels(client, node_id).get(MARK) == "false", 30)
+        wait_for(
+            lambda: node_labels(client, node_id).get(MARK) == "false",
+            30,
+            "node marked",
+            interval=0.2,
+        )
         nodes = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
         assert nodes["executor"] == "swarm"
         assert nodes["nodes"][0]["provisionable"] is False
@@ -139,8 +135,13 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
         # End the task before its deadline (a hit, so no other alert holds the node).
         assert time.monotonic() - started < DEADLINE_S - 0.5, "test too slow to stay a hit"
         busy.remove(force=True)
-        wait_for("node unmarked", lambda: node_labels(client, node_id).get(MARK) != "false", 30)
-        wait_for("the held service to run", lambda: _running_task(service), 60)
+        wait_for(
+            lambda: node_labels(client, node_id).get(MARK) != "false",
+            30,
+            "node unmarked",
+            interval=0.2,
+        )
+        wait_for(lambda: _running_task(service), 60, "the held service to run", interval=0.2)
         nodes = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
         assert nodes["nodes"][0]["provisionable"] is True
     finally:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import requests
-from exporter_support import ExporterProcess, sim_mounts, wait_for, workload_args, workload_log
+from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
 
 from actuator.audit import AuditLog, read_audit
 from actuator.executor import DockerExecutor
@@ -28,6 +28,7 @@ from actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -92,18 +93,15 @@ class ActuatorProcess:
         return self.process.log_tail(60) if self.process else ""
 
 
+# ``sim`` and ``exporter`` come from conftest.py, at this module's scale and poll interval
 @pytest.fixture
-def sim(gpusim_daemon: Callable[..., GpusimService]) -> GpusimService:
-    return gpusim_daemon(time_scale=SCALE)
+def sim_time_scale() -> float:
+    return SCALE
 
 
 @pytest.fixture
-def exporter(
-    dockerd: PrivateDockerd, sim: GpusimService, tmp_path: Path
-) -> Iterator[ExporterProcess]:
-    process = ExporterProcess(tmp_path, dockerd.url, sim.socket, "--poll.interval=20ms").start()
-    yield process
-    process.stop()
+def exporter_flags() -> tuple[str, ...]:
+    return ("--poll.interval=20ms",)
 
 
 @pytest.fixture
@@ -230,16 +228,23 @@ def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
         lambda: sum(paused(docker_client, c) for c in workers) >= 2,
         timeout=20,
         what="two containers paused by the actuator",
+        interval=0.05,
     )
     os.kill(first.pid, signal.SIGKILL)
     wait_for(
         lambda: not any(paused(docker_client, c) for c in workers),
         timeout=10,
         what="the watchdog resumed every container",
+        interval=0.05,
     )
     watchdog_records = [r for r in first.audit() if r["event"] == "watchdog_resume"]
     assert len(watchdog_records) >= 2
-    wait_for(lambda: not _alive(first.watchdogs[0]), timeout=10, what="the watchdog exited")
+    wait_for(
+        lambda: not _alive(first.watchdogs[0]),
+        timeout=10,
+        what="the watchdog exited",
+        interval=0.05,
+    )
     journal = json.loads((state_dir / "journal.json").read_text())
     assert journal["paused"] == {}
 

@@ -21,6 +21,7 @@ import pytest
 
 from gpuguard.stack.alertmanager import AlertmanagerService
 from gpuguard.stack.prometheus import PrometheusService
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -150,15 +151,6 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
     server.server_close()
 
 
-def _wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def _has_alert(name: str, status: str) -> Callable[[Webhook], bool]:
     def match(hook: Webhook) -> bool:
         return any(
@@ -189,7 +181,7 @@ def test_saturation_alert_reaches_the_actuator_webhook(
 
     # The rules run on scraped data: two active tasks, GPU not saturated, no alert yet.
     active = f'gpuguard:gpu_tasks_active:count{{node="{NODE}",gpu="0"}}'
-    _wait_until(lambda: prometheus.query_value(active) == 2.0, 30, "the recording rules")
+    wait_for(lambda: prometheus.query_value(active) == 2.0, 30, "the recording rules")
     assert prometheus.query_value(f'up{{job="gpuguard-exporter",node="{NODE}"}}') == 1.0
     early = webhook_receiver.wait_for(_has_alert("GpuSaturatedContention", "firing"), 0)
     assert early is None, "alert fired before the GPU was saturated"

@@ -23,21 +23,12 @@ from gpuguard.stack.scenario import Scenario, WorkloadSpec
 from gpuguard.stack.swarm import node_labels
 from tests.dashboards import MAY_BE_EMPTY, load_dashboards, panel_queries
 from tests.prereq import require_binary, unavailable
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 RT_CONSTRAINT = "node.labels.gpuguard.provisionable!=false"
 MARK = "gpuguard.provisionable"
-
-
-def wait_for(what: str, check: Any, timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +64,10 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
     try:
         scenario.start()
         wait_for(
-            "node A marked in the swarm",
             lambda: node_labels(client_a, id_a).get(MARK) == "false",
-            timeout=60,
+            60,
+            "node A marked in the swarm",
+            interval=0.5,
         )
         nodes = requests.get(node_a.actuator_url + "/api/v1/nodes", timeout=5).json()
         assert "node-a" in str(nodes)
@@ -83,14 +75,15 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
         service = client_a.services.create(
             "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]
         )
-        task = wait_for("the new service to run", lambda: _running_task(service), timeout=60)
+        task = wait_for(lambda: _running_task(service), 60, "the new service to run", interval=0.5)
         assert task["NodeID"] == id_b, "the real-time service landed on the marked node"
 
         scenario.wait(timeout=120)
         wait_for(
-            "node A unmarked after the task ended",
             lambda: node_labels(client_a, id_a).get(MARK) != "false",
-            timeout=60,
+            60,
+            "node A unmarked after the task ended",
+            interval=0.5,
         )
         pinned = client_a.services.create(
             "gpuguard/base:local",
@@ -98,7 +91,9 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
             name="rt-pinned-a",
             constraints=[RT_CONSTRAINT, f"node.id=={id_a}"],
         )
-        task = wait_for("a service on the recovered node", lambda: _running_task(pinned), 60)
+        task = wait_for(
+            lambda: _running_task(pinned), 60, "a service on the recovered node", interval=0.5
+        )
         assert task["NodeID"] == id_a
         pinned.remove()
     finally:

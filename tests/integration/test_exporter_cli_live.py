@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_support import SCALE, ExporterProcess, wait_for
+from exporter_support import ExporterProcess
 
 from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,15 +19,6 @@ pytestmark = pytest.mark.integration
 def gpuguard(*args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "gpuguard.cli", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-
-
-@pytest.fixture
-def exporter(
-    dockerd: PrivateDockerd, gpusim_daemon: Callable[..., GpusimService], tmp_path: Path
-) -> Iterator[ExporterProcess]:
-    process = ExporterProcess(tmp_path, dockerd.url, gpusim_daemon(time_scale=SCALE).socket)
-    yield process.start()
-    process.stop()
 
 
 def test_run_labels_the_container_and_ps_shows_its_deadline(
@@ -43,7 +32,11 @@ def test_run_labels_the_container_and_ps_shows_its_deadline(
         assert done.returncode == 0, done.stderr
         container = docker_client.containers.get("ps-rt")
         assert container.labels == {"gpuguard.deadline": "9s", "gpuguard.managed": "true"}
-        wait_for(lambda: any(c["name"] == "ps-rt" for c in exporter.state()["containers"]))
+        wait_for(
+            lambda: any(c["name"] == "ps-rt" for c in exporter.state()["containers"]),
+            timeout=20,
+            interval=0.05,
+        )
         table = gpuguard("ps", f"--exporter.url={exporter.url}")
         assert table.returncode == 0, table.stderr
         header, *rows = table.stdout.splitlines()

@@ -5,40 +5,23 @@ The exporter runs as a real subprocess (``python -m gpuguard.cli exporter``) on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from exporter_support import (
-    SCALE,
     ExporterProcess,
     sim_mounts,
-    wait_for,
     workload_args,
     workload_log,
 )
 
-from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 SMALL = "30MiB"
-
-
-@pytest.fixture
-def sim(gpusim_daemon: Callable[..., GpusimService]) -> GpusimService:
-    return gpusim_daemon(time_scale=SCALE)
-
-
-@pytest.fixture
-def exporter(
-    dockerd: PrivateDockerd, sim: GpusimService, tmp_path: Path
-) -> Iterator[ExporterProcess]:
-    process = ExporterProcess(tmp_path, dockerd.url, sim.socket).start()
-    yield process
-    process.stop()
 
 
 def finished_by_container(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -68,7 +51,9 @@ def test_tasks_attributed_and_timed_against_the_workload(
         assert container.wait(timeout=60)["StatusCode"] == 0
     wait_for(
         lambda: all(len(finished_by_container(exporter.state()).get(n, [])) == 2 for n in names),
+        timeout=20,
         what="both runs of both containers finished",
+        interval=0.05,
     )
     state = exporter.state()
     recent = finished_by_container(state)
@@ -106,7 +91,7 @@ def test_overrun_counted_while_the_task_runs(
         tasks = [t for t in exporter.state()["tasks"] if t["container"] == "late"]
         return tasks[0] if tasks and tasks[0]["overrun"] else None
 
-    task = wait_for(overrun_task, what="overrun while running")
+    task = wait_for(overrun_task, timeout=20, what="overrun while running", interval=0.05)
     assert task["slack_s"] < 0 and task["phase"] != "ended"
     assert exporter.metric("gpuguard_container_deadline_misses_total", container="late") == 1
     assert any(t["container"] == "late" for t in exporter.state()["tasks"])  # still running
@@ -115,7 +100,7 @@ def test_overrun_counted_while_the_task_runs(
     assert len(overruns) == 1 and overruns[0]["container_id"] == container.id
     assert overruns[0]["deadline_s"] == 0.5
     assert container.wait(timeout=60)["StatusCode"] == 0
-    wait_for(lambda: not exporter.state()["tasks"], what="task ended")
+    wait_for(lambda: not exporter.state()["tasks"], timeout=20, what="task ended", interval=0.05)
     assert exporter.metric("gpuguard_container_deadline_misses_total", container="late") == 1
 
 
@@ -130,13 +115,17 @@ def test_pause_shows_in_metrics_and_events_and_removal_leaves_no_series(
         labels={"gpuguard.managed": "true", "gpuguard.deadline": "soon"},
         name="held",
     )
-    wait_for(lambda: exporter.state()["tasks"], what="task visible")
+    wait_for(lambda: exporter.state()["tasks"], timeout=20, what="task visible", interval=0.05)
     since = exporter.events()["next"]
     container.pause()
     batch = exporter.events(since=since, timeout=10)
     paused = [e for e in batch["events"] if e["type"] == "container_paused"]
     assert paused and paused[0]["container_id"] == container.id and paused[0]["container"] == "held"
-    wait_for(lambda: exporter.metric("gpuguard_container_paused", container="held") == 1)
+    wait_for(
+        lambda: exporter.metric("gpuguard_container_paused", container="held") == 1,
+        timeout=20,
+        interval=0.05,
+    )
     assert exporter.metric("gpuguard_tasks_waiting", gpu="0") == 1
     assert exporter.metric("gpuguard_container_deadline_invalid", container="held") == 1
     assert exporter.metric("gpuguard_container_managed", container="held") == 1
@@ -147,7 +136,12 @@ def test_pause_shows_in_metrics_and_events_and_removal_leaves_no_series(
     assert any(e["type"] == "container_resumed" for e in batch["events"])
 
     container.remove(force=True)
-    wait_for(lambda: 'container="held"' not in exporter.metrics_text(), what="series gone")
+    wait_for(
+        lambda: 'container="held"' not in exporter.metrics_text(),
+        timeout=20,
+        what="series gone",
+        interval=0.05,
+    )
     events = exporter.events()["events"]
     assert any(e["type"] == "container_removed" and e["container"] == "held" for e in events)
     assert any(e["type"] == "task_ended" and e["container_id"] == container.id for e in events)
@@ -160,7 +154,9 @@ def test_failing_gpu_backend_sets_success_zero_while_metrics_answer(
     sim.stop()
     wait_for(
         lambda: exporter.metric("gpuguard_exporter_collector_success", source="gpu") == 0,
+        timeout=20,
         what="gpu success 0",
+        interval=0.05,
     )
     errors = exporter.metric("gpuguard_exporter_errors_total", source="gpu")
     assert errors is not None and errors >= 1
@@ -170,5 +166,7 @@ def test_failing_gpu_backend_sets_success_zero_while_metrics_answer(
     sim.start()
     wait_for(
         lambda: exporter.metric("gpuguard_exporter_collector_success", source="gpu") == 1,
+        timeout=20,
         what="gpu back",
+        interval=0.05,
     )

@@ -7,34 +7,21 @@ Regenerate the golden file after an intended change with
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from exporter_support import SCALE, ExporterProcess, wait_for
+from exporter_support import SCALE, ExporterProcess
 
-from exporter.cgroup import ProcReader
 from exporter.collector import TextRenderer, build_rows
-from exporter.events import EventLog
-from exporter.poller import Poller
-from exporter.tracker import Tracker
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
+from tests.prereq import require_binary
 
 # the unit tests' fakes, shared on purpose: the golden scene is built from the same parts
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from exporter_fakes import (
-    GIB,
-    FakeProcfs,
-    ListBackend,
-    StaticContainers,
-    cid,
-    container,
-    sample,
-)
+from tests.unit.exporter_fakes import GIB, sample, three_container_poller
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -42,11 +29,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "exporter_metrics.pr
 
 
 def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("promtool not installed")
-        pytest.skip("promtool not installed (make setup installs it)")
+    promtool = require_binary("promtool")
     return subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
     )
@@ -54,20 +37,7 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
 
 def golden_text(tmp_path: Path) -> str:
     """The exposition of a fixed scene: every metric family has at least one series."""
-    procfs = FakeProcfs(tmp_path / "proc")
-    procfs.add(100, cid(1), 500)
-    procfs.add(200, cid(2), 600)
-    procfs.add(300, None, 700)
-    backend = ListBackend()
-    containers = StaticContainers(
-        container(1, "rt-1", deadline_s=9.0),
-        container(2, "batch", state="paused"),
-        container(3, 'odd"name', deadline_error="invalid duration 'soon'", managed=False),
-    )
-    events = EventLog(100)
-    poller = Poller(
-        backend, containers, ProcReader(procfs.root), Tracker(events), events, "node-a", 0.1
-    )
+    backend, _, poller = three_container_poller(tmp_path / "proc", ("rt-1", "batch", 'odd"name'))
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
     backend.next = sample(1_763_776_000.0, procs)
     poller.poll_once()
@@ -103,7 +73,11 @@ def test_live_metrics_pass_promtool(
     sim = gpusim_daemon(time_scale=SCALE)
     exporter = ExporterProcess(tmp_path, dockerd.url, sim.socket).start()
     try:
-        wait_for(lambda: (exporter.metric("gpuguard_exporter_polls_total") or 0) > 2)
+        wait_for(
+            lambda: (exporter.metric("gpuguard_exporter_polls_total") or 0) > 2,
+            timeout=20,
+            interval=0.05,
+        )
         reply = exporter.get("/metrics")
         assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         checked = promtool_check(reply.text)

@@ -19,6 +19,7 @@ import pytest
 
 from gpuguard.stack.gpusim import GpusimService
 from gpusim.client import GpusimClient
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,13 +53,6 @@ def wait_event(sim: GpusimService, name: str, event: str, timeout: float = 30) -
         assert time.monotonic() < deadline, f"{name}: no {event} after {timeout}s"
         time.sleep(0.005)
     return found
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def exit_code(container: Any, timeout: float = 60) -> int:
@@ -183,7 +177,7 @@ def test_status_shows_host_pids_and_a_killed_container_frees_its_memory(
         pids = [p["pid"] for p in gpusim_status(sim)["devices"][0]["processes"]]
         return killed_pid not in pids
 
-    wait_for(freed)
+    wait_for(freed, 10, interval=0.02)
     device = gpusim_status(sim)["devices"][0]
     assert [p["pid"] for p in device["processes"]] == [kept.attrs["State"]["Pid"]]
     assert device["memory_used_bytes"] == 300 * 2**20 + 3 * 2**30

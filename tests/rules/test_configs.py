@@ -1,13 +1,12 @@
 """The deploy configs as shipped and as rendered by gpuguard.stack: ``promtool check config``
 and ``amtool check-config`` accept them, and rendering keeps everything on 127.0.0.1.
 
-Without promtool or amtool: fail under ``CI=true``, skip elsewhere with the reason.
+Without promtool or amtool (Debian's prometheus / prometheus-alertmanager, which ``make setup``
+installs): fail under ``CI=true``, skip elsewhere with the reason (``tests/prereq.py``).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,24 +15,10 @@ import yaml
 
 from gpuguard.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertmanager_config
 from gpuguard.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
+from tests.prereq import require_binary
 
 ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}
 NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines"}
-
-
-def unavailable(reason: str) -> None:
-    """Fail under CI, skip elsewhere (the pattern of tests/conftest.py's ``unavailable``)."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"prerequisite unavailable under CI: {reason}")
-    pytest.skip(reason)
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        unavailable(f"{name} not installed (Debian's prometheus / prometheus-alertmanager)")
-    assert path is not None
-    return path
 
 
 def check(argv: list[str]) -> None:
@@ -43,7 +28,8 @@ def check(argv: list[str]) -> None:
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_shipped_prometheus_config_is_valid(profile: str) -> None:
-    check([tool("promtool"), "check", "config", str(PROMETHEUS_DEPLOY_DIR / PROFILES[profile])])
+    shipped = PROMETHEUS_DEPLOY_DIR / PROFILES[profile]
+    check([require_binary("promtool"), "check", "config", str(shipped)])
 
 
 def test_profiles_intervals() -> None:
@@ -74,7 +60,7 @@ def test_rendered_prometheus_config_is_valid(tmp_path: Path) -> None:
     assert all(Path(pattern).is_absolute() for pattern in config["rule_files"])
     path = tmp_path / "prometheus.yml"
     path.write_text(text)
-    check([tool("promtool"), "check", "config", str(path)])
+    check([require_binary("promtool"), "check", "config", str(path)])
 
 
 def test_rendering_drops_jobs_without_targets() -> None:
@@ -84,7 +70,7 @@ def test_rendering_drops_jobs_without_targets() -> None:
 
 
 def test_shipped_alertmanager_config_is_valid() -> None:
-    check([tool("amtool"), "check-config", str(ALERTMANAGER_CONFIG)])
+    check([require_binary("amtool"), "check-config", str(ALERTMANAGER_CONFIG)])
 
 
 def test_alertmanager_routes() -> None:
@@ -125,12 +111,13 @@ def test_rendered_alertmanager_config_is_valid(tmp_path: Path) -> None:
     assert config["route"] == yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]
     path = tmp_path / "alertmanager.yml"
     path.write_text(text)
-    check([tool("amtool"), "check-config", str(path)])
+    check([require_binary("amtool"), "check-config", str(path)])
 
 
 def route_receiver(config_file: Path, *labels: str) -> str:
+    amtool = require_binary("amtool")
     result = subprocess.run(
-        [tool("amtool"), "config", "routes", "test", f"--config.file={config_file}", *labels],
+        [amtool, "config", "routes", "test", f"--config.file={config_file}", *labels],
         capture_output=True,
         text=True,
         timeout=60,
@@ -152,7 +139,7 @@ def test_per_node_routing(tmp_path: Path) -> None:
     )
     path = tmp_path / "alertmanager.yml"
     path.write_text(text)
-    check([tool("amtool"), "check-config", str(path)])
+    check([require_binary("amtool"), "check-config", str(path)])
     assert route_receiver(path, "alertname=TaskDeadlineOverrun", "node=node-a") == (
         "gpuguard-actuator-node-a"
     )

@@ -6,32 +6,21 @@ Without promtool: fail under ``CI=true``, skip elsewhere with the reason.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.prereq import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.rules.yml"))
 TEST_FILES = sorted(Path(__file__).parent.glob("*_test.yml"))
 
 
-def unavailable(reason: str) -> None:
-    """Fail under CI, skip elsewhere (the pattern of tests/conftest.py's ``unavailable``)."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"prerequisite unavailable under CI: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        unavailable("promtool not installed (Debian's prometheus package; make setup)")
-    assert path is not None
-    return path
+    return require_binary("promtool")
 
 
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from exporter.cgroup import ProcReader
+from exporter.events import EventLog
 from exporter.model import ContainerInfo, DeviceSample, GpuProcess, GpuSample, ProcessUtilization
+from exporter.poller import Poller
+from exporter.tracker import Tracker
 
 GIB = 2**30
 
@@ -117,3 +121,26 @@ class StaticContainers:
 
     def snapshot(self) -> Mapping[str, ContainerInfo]:
         return self._map
+
+
+def three_container_poller(
+    proc_root: Path, names: tuple[str, str, str] = ("rt-1", "rt-2", "bad")
+) -> tuple[ListBackend, StaticContainers, Poller]:
+    """A poller on node-a over three containers named ``names``: 1 with a 9 s deadline, 2
+    paused, 3 unmanaged with an invalid deadline; PIDs 100 and 200 run in 1 and 2, 300 in none.
+    """
+    procfs = FakeProcfs(proc_root)
+    procfs.add(100, cid(1), 500)
+    procfs.add(200, cid(2), 600)
+    procfs.add(300, None, 700)
+    backend = ListBackend()
+    containers = StaticContainers(
+        container(1, names[0], deadline_s=9.0),
+        container(2, names[1], state="paused"),
+        container(3, names[2], deadline_error="invalid duration 'soon'", managed=False),
+    )
+    events = EventLog(100)
+    poller = Poller(
+        backend, containers, ProcReader(procfs.root), Tracker(events), events, "node-a", 0.1
+    )
+    return backend, containers, poller

@@ -3,10 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exporter_fakes import FakeProcfs, cid
 
 from exporter.cgroup import ProcReader, container_id_from_cgroup, start_ticks_from_stat
 from exporter.errors import ProcfsError
+from tests.unit.exporter_fakes import FakeProcfs, cid
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
 ID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

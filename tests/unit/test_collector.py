@@ -3,34 +3,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exporter_fakes import GIB, FakeProcfs, ListBackend, StaticContainers, cid, container, sample
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cgroup import ProcReader
 from exporter.collector import GpuguardCollector, TextRenderer, build_rows
 from exporter.errors import BackendError
-from exporter.events import EventLog
-from exporter.poller import Poller
-from exporter.tracker import Tracker
+from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
 
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    procfs = FakeProcfs(tmp_path / "proc")
-    procfs.add(100, cid(1), 500)
-    procfs.add(200, cid(2), 600)
-    procfs.add(300, None, 700)
-    backend = ListBackend()
-    containers = StaticContainers(
-        container(1, "rt-1", deadline_s=9.0),
-        container(2, "rt-2", state="paused"),
-        container(3, "bad", deadline_error="invalid duration 'soon'", managed=False),
-    )
-    events = EventLog(100)
-    poller = Poller(
-        backend, containers, ProcReader(procfs.root), Tracker(events), events, "node-a", 0.1
-    )
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
     registry = CollectorRegistry()
     registry.register(GpuguardCollector(lambda: poller.snapshot))
     return backend, containers, poller, registry

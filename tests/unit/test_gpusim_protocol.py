@@ -21,6 +21,7 @@ from gpusim.client import GpusimClient
 from gpusim.config import DaemonConfig, DeviceSpec
 from gpusim.daemon import Daemon, SocketInUse, prepare_socket_path
 from gpusim.errors import GpusimError, OutOfMemory
+from tests.waiting import wait_for
 
 GIB = 2**30
 MIB = 2**20
@@ -81,13 +82,6 @@ def state(client: GpusimClient) -> list[dict[str, Any]]:
         {k: d[k] for k in ("index", "memory_used_bytes", "processes")}
         for d in client.status()["devices"]
     ]
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 BAD_LINES = [
@@ -196,7 +190,11 @@ def test_disconnect_frees_memory_at_once(connect: Callable[[], GpusimClient]) ->
     client.context_create(0)
     client.alloc(GIB)
     client.close()
-    wait_for(lambda: observer.sample()["devices"][0]["memory_used_bytes"] == 0, timeout=1.0)
+    wait_for(
+        lambda: observer.sample()["devices"][0]["memory_used_bytes"] == 0,
+        timeout=1.0,
+        interval=0.01,
+    )
 
 
 def test_disconnect_during_a_kernel_frees_everything(
@@ -207,8 +205,12 @@ def test_disconnect_during_a_kernel_frees_everything(
         sock.connect(str(daemon.socket_path))
         assert raw_request(sock, b'{"op": "context_create", "device": 0}\n')["ok"]
         sock.sendall(b'{"op": "kernel", "work": 1000}\n')  # 50 s at this scale
-        wait_for(lambda: observer.status()["devices"][0]["processes"][0]["phase"] == "kernel")
-    wait_for(lambda: observer.sample()["devices"][0]["processes"] == [], timeout=1.0)
+        wait_for(
+            lambda: observer.status()["devices"][0]["processes"][0]["phase"] == "kernel",
+            timeout=5.0,
+            interval=0.01,
+        )
+    wait_for(lambda: observer.sample()["devices"][0]["processes"] == [], timeout=1.0, interval=0.01)
     assert observer.sample()["devices"][0]["memory_used_bytes"] == 0
 
 
@@ -220,12 +222,18 @@ def test_killed_process_frees_its_memory(
     argv += ["--work-seconds", "1000", "--memory-bytes", "3GiB", "--log", os.devnull]
     proc = subprocess.Popen(argv)
     try:
-        wait_for(lambda: observer.sample()["devices"][0]["processes"] != [], timeout=10)
+        wait_for(
+            lambda: observer.sample()["devices"][0]["processes"] != [], timeout=10, interval=0.01
+        )
         procs = observer.sample()["devices"][0]["processes"]
         assert procs[0]["pid"] == proc.pid
         proc.kill()
         proc.wait(timeout=5)
-        wait_for(lambda: observer.sample()["devices"][0]["memory_used_bytes"] == 0, timeout=1)
+        wait_for(
+            lambda: observer.sample()["devices"][0]["memory_used_bytes"] == 0,
+            timeout=1,
+            interval=0.01,
+        )
     finally:
         proc.kill()
         proc.wait(timeout=5)
@@ -299,8 +307,16 @@ def test_sm_ratio_splits_between_processes(daemon: Daemon) -> None:
     proc = subprocess.Popen(argv)
     try:
         with GpusimClient(daemon.socket_path) as observer, GpusimClient(daemon.socket_path) as me:
-            wait_for(lambda: observer.status()["devices"][0]["processes"] != [], timeout=10)
-            wait_for(lambda: observer.status()["devices"][0]["processes"][0]["phase"] == "kernel")
+            wait_for(
+                lambda: observer.status()["devices"][0]["processes"] != [],
+                timeout=10,
+                interval=0.01,
+            )
+            wait_for(
+                lambda: observer.status()["devices"][0]["processes"][0]["phase"] == "kernel",
+                timeout=5.0,
+                interval=0.01,
+            )
             me.context_create(0)
             me.send("kernel", work=1000)
             time.sleep(2 * PERIOD)

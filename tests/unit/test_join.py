@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from exporter_fakes import GIB, cid, container, sample
 
 from exporter.join import join
 from exporter.model import (
@@ -11,6 +10,7 @@ from exporter.model import (
     ProcessOwner,
     ProcessUtilization,
 )
+from tests.unit.exporter_fakes import GIB, cid, container, sample
 
 
 def test_processes_attributed_to_their_containers() -> None:

@@ -3,17 +3,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_pynvml import (
+
+from exporter.backends.base import open_backend
+from exporter.backends.nvml import NvmlBackend
+from exporter.errors import BackendError, BackendUnavailable
+from tests.unit.fake_pynvml import (
     NVML_DEVICE_MIG_ENABLE,
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_LIBRARY_NOT_FOUND,
     FakeDevice,
     FakeNvml,
 )
-
-from exporter.backends.base import open_backend
-from exporter.backends.nvml import NvmlBackend
-from exporter.errors import BackendError, BackendUnavailable
 
 
 def test_devices_processes_and_utilization() -> None:
