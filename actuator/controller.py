@@ -177,6 +177,9 @@ class Controller:
         if now - self._skip_audited.get(key, -1e9) < _SKIP_AUDIT_EVERY_S:
             return
         self._skip_audited[key] = now
+        # Counted when audited: a skip recurs on every event while its task runs, and the
+        # counter should say how often the policy held back, not how often it was asked.
+        self.metrics.skip(skip.reason)
         if len(self._skip_audited) > 4096:
             self._skip_audited = {k: v for k, v in self._skip_audited.items() if now - v < 60}
         self.audit.write(

@@ -22,6 +22,11 @@ SKIP_REASONS = (
     "cap",
     "stale_state",
     "irrelevant_alert",
+    "kernel_running",
+    "input_timeout",
+    "memory_pressure",
+    "runs_elsewhere",
+    "max_pause_exempt",
 )
 TRIGGERS = ("webhook", "fast", "reconcile")
 WEBHOOK_CODES = ("200", "400", "401", "415", "503")
