@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import glob
 import ipaddress
-import math
 import os
 import socket
 from collections.abc import Mapping
@@ -20,23 +19,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
-
 from actuator.errors import ConfigError
 from actuator.policy import ORDERS, PolicyConfig
-from gpuguard.labels import LabelError, parse_duration
+from gpuguard import flags
+from gpuguard.flags import Flag
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 ACTIONS = ("admission", "mark_node", "resume_all", "record")
 MODES = ("webhook", "fast", "both")
-
-
-@dataclass(frozen=True)
-class Flag:
-    name: str
-    default: Any
-    help: str
-    kind: str = "str"  # str, bool, int, float, duration
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -65,10 +55,6 @@ FLAGS: tuple[Flag, ...] = (
     Flag("log.level", "info", "debug, info, warning or error"),
 )  # fmt: skip
 _BY_NAME = {f.name: f for f in FLAGS}
-
-
-def dest(name: str) -> str:
-    return name.replace(".", "_").replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -100,63 +86,21 @@ class Config:
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Add every flag; unset flags stay absent so the config file can fill them."""
-    parser.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="PATH",
-        default=None,
-        help="YAML file keyed by flag name (flags win)",
-    )
-    for flag in FLAGS:
-        if flag.kind == "bool":
-            parser.add_argument(
-                f"--{flag.name}",
-                dest=dest(flag.name),
-                action="store_true",
-                default=argparse.SUPPRESS,
-                help=flag.help,
-            )
-        else:
-            default = "" if flag.default is None else f" (default: {flag.default})"
-            parser.add_argument(
-                f"--{flag.name}",
-                dest=dest(flag.name),
-                metavar="VALUE",
-                default=argparse.SUPPRESS,
-                help=flag.help + default,
-            )
+    flags.add_flags(parser, FLAGS)
 
 
+@flags.reraise_as(ConfigError)
 def load_config(args: argparse.Namespace) -> Config:
     """Merge command line > config file > defaults and validate the result."""
-    values: dict[str, Any] = {f.name: f.default for f in FLAGS}
-    config_file = getattr(args, "config_file", None)
-    if config_file:
-        values.update(_read_config_file(Path(config_file)))
-    given = vars(args)
-    for flag in FLAGS:
-        if dest(flag.name) in given:
-            values[flag.name] = given[dest(flag.name)]
-    return validate(values)
+    return validate(flags.merge(args, FLAGS))
 
 
-def _read_config_file(path: Path) -> dict[str, Any]:
-    doc = _read_yaml(path, "--config.file")
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"--config.file {path}: must be a mapping of flag names to values")
-    unknown = sorted(str(k) for k in doc if k not in _BY_NAME)
-    if unknown:
-        raise ConfigError(f"--config.file {path}: unknown setting(s) {', '.join(unknown)}")
-    return dict(doc)
-
-
+@flags.reraise_as(ConfigError)
 def validate(values: Mapping[str, Any]) -> Config:
     """Check every value once; raises ``ConfigError`` with one clear line."""
     warnings: list[str] = []
-    host, port = _listen_address(values["web.listen-address"])
-    insecure = _bool(values, "web.insecure")
+    host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:9836")
+    insecure = flags.boolean(values, "web.insecure")
     token = _token(values["web.token-file"], insecure)
     if insecure and not _is_loopback(host):
         warnings.append(f"--web.insecure: binding 127.0.0.1 instead of {host} (no token)")
@@ -164,12 +108,12 @@ def validate(values: Mapping[str, Any]) -> Config:
     elif insecure:
         warnings.append("--web.insecure: webhooks are accepted without a token (loopback only)")
     policy = PolicyConfig(
-        order=_choice(values, "policy.order", ORDERS),
-        max_actions=_int(values, "policy.max-actions", minimum=1),
-        input_timeout_s=_duration(values, "policy.input-timeout"),
-        memory_threshold=_ratio(values, "policy.memory-threshold"),
+        order=flags.choice(values, "policy.order", ORDERS),
+        max_actions=flags.integer(values, "policy.max-actions", minimum=1),
+        input_timeout_s=flags.duration(values, "policy.input-timeout"),
+        memory_threshold=flags.ratio(values, "policy.memory-threshold"),
     )
-    exporter_timeout = _duration(values, "exporter.timeout")
+    exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
     state_dir = Path(str(values["state.dir"]))
     try:
@@ -188,16 +132,16 @@ def validate(values: Mapping[str, Any]) -> Config:
         docker_host=_engine_url(values, "docker.host"),
         swarm_manager=_engine_url(values, "swarm.manager"),
         node_name=str(values["node.name"] or socket.gethostname()),
-        mode=_choice(values, "mode", MODES),
+        mode=flags.choice(values, "mode", MODES),
         policy=policy,
-        max_pause_s=_duration(values, "max-pause"),
-        node_mark_ttl_s=_duration(values, "node.mark-ttl"),
+        max_pause_s=flags.duration(values, "max-pause"),
+        node_mark_ttl_s=flags.duration(values, "node.mark-ttl"),
         state_dir=state_dir,
         actions=load_actions(
             Path(_rules_path(values, "rules.actions")), _rules_path(values, "rules.files")
         ),
-        dry_run=_bool(values, "dry-run"),
-        log_level=_choice(values, "log.level", ("debug", "info", "warning", "error")),
+        dry_run=flags.boolean(values, "dry-run"),
+        log_level=flags.choice(values, "log.level", ("debug", "info", "warning", "error")),
         warnings=tuple(warnings),
     )
 
@@ -210,9 +154,10 @@ def _rules_path(values: Mapping[str, Any], name: str) -> str:
     return value
 
 
+@flags.reraise_as(ConfigError)
 def load_actions(actions_path: Path, rules_glob: str) -> dict[str, str]:
     """Read ``rules/actions.yml`` and check it against the alerts of the rule files."""
-    doc = _read_yaml(actions_path, "--rules.actions")
+    doc = flags.read_yaml(actions_path, "--rules.actions")
     if not isinstance(doc, dict) or not isinstance(doc.get("actions"), dict):
         raise ConfigError(
             f"--rules.actions {actions_path}: needs a mapping 'actions: {{ALERT: ACTION}}'"
@@ -235,6 +180,7 @@ def load_actions(actions_path: Path, rules_glob: str) -> dict[str, str]:
     return actions
 
 
+@flags.reraise_as(ConfigError)
 def rule_alert_names(rules_glob: str) -> set[str]:
     """Every ``alert:`` name in the Prometheus rule files matching ``rules_glob``."""
     paths = sorted(glob.glob(rules_glob))
@@ -242,7 +188,7 @@ def rule_alert_names(rules_glob: str) -> set[str]:
         raise ConfigError(f"--rules.files {rules_glob}: no rule files match")
     names: set[str] = set()
     for path in paths:
-        doc = _read_yaml(Path(path), "--rules.files")
+        doc = flags.read_yaml(Path(path), "--rules.files")
         groups = doc.get("groups") if isinstance(doc, dict) else None
         if not isinstance(groups, list):
             raise ConfigError(f"--rules.files {path}: not a Prometheus rule file (no groups)")
@@ -251,22 +197,6 @@ def rule_alert_names(rules_glob: str) -> set[str]:
                 if isinstance(rule, dict) and "alert" in rule:
                     names.add(str(rule["alert"]))
     return names
-
-
-def _read_yaml(path: Path, flag: str) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
-
-
-def _listen_address(text: Any) -> tuple[str, int]:
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"--web.listen-address {text!r}: use host:port (e.g. 127.0.0.1:9836)")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def _is_loopback(host: str) -> bool:
@@ -290,50 +220,6 @@ def _token(path: Any, insecure: bool) -> str | None:
     if not token:
         raise ConfigError(f"--web.token-file {path}: is empty")
     return token
-
-
-def _bool(values: Mapping[str, Any], name: str) -> bool:
-    value = values[name]
-    if isinstance(value, bool):
-        return value
-    raise ConfigError(f"--{name}: must be true or false, got {value!r}")
-
-
-def _choice(values: Mapping[str, Any], name: str, choices: tuple[str, ...]) -> str:
-    value = str(values[name])
-    if value not in choices:
-        raise ConfigError(f"--{name} {value!r}: must be one of {', '.join(choices)}")
-    return value
-
-
-def _int(values: Mapping[str, Any], name: str, minimum: int) -> int:
-    value = values[name]
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be an integer") from None
-    if number < minimum:
-        raise ConfigError(f"--{name} {value!r}: must be >= {minimum}")
-    return number
-
-
-def _ratio(values: Mapping[str, Any], name: str) -> float:
-    value = values[name]
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not math.isfinite(number) or not 0 < number <= 1:
-        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
-    return number
-
-
-def _duration(values: Mapping[str, Any], name: str) -> float:
-    value = values[name]
-    try:
-        return parse_duration(str(value))
-    except LabelError as exc:
-        raise ConfigError(f"--{name}: {exc}") from None
 
 
 def _url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:

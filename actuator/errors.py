@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from gpuguard import flags
+
 
 class ActuatorError(Exception):
     """Base class of every error the actuator raises on purpose."""
 
 
-class ConfigError(ActuatorError):
+class ConfigError(ActuatorError, flags.ConfigError):
     """The configuration cannot be used; the message is one line for stderr."""
 
 

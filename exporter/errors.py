@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from gpuguard import flags
+
 
 class ExporterError(Exception):
     """Base class of every error the exporter raises on purpose."""
 
 
-class ConfigError(ExporterError):
+class ConfigError(ExporterError, flags.ConfigError):
     """The configuration (flags or YAML file) is invalid; the message is one clear line."""
 
 

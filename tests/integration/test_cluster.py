@@ -69,8 +69,9 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
             "node A marked in the swarm",
             interval=0.5,
         )
-        nodes = requests.get(node_a.actuator_url + "/api/v1/nodes", timeout=5).json()
-        assert "node-a" in str(nodes)
+        [listed] = requests.get(node_a.actuator_url + "/api/v1/nodes", timeout=5).json()["nodes"]
+        assert (listed["node"], listed["provisionable"]) == ("node-a", False)
+        assert "TaskDeadlineAtRisk" in {r["alertname"] for r in listed["reasons"]}
         assert node_labels(client_a, id_b).get(MARK) != "false"
         service = client_a.services.create(
             "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]

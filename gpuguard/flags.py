@@ -1,0 +1,194 @@
+"""Dotted command-line flags backed by an optional YAML file, shared by the exporter and actuator.
+
+Each component declares its flags as a tuple of ``Flag``; ``add_flags`` puts them on an
+argparse parser and ``merge`` resolves every value: the command line, else the same key in
+``--config.file`` (YAML keyed by flag name without the dashes, e.g. ``log.level: debug``),
+else the default. The validators below check one merged value each; anything wrong raises
+``ConfigError`` with one line naming the flag (the CLI prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, ParamSpec, TypeVar
+
+import yaml
+
+from gpuguard.labels import LabelError, parse_duration
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class ConfigError(ValueError):
+    """A flag or config-file value is invalid; the message is one line naming the flag."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    default: Any
+    help: str
+    kind: Literal["str", "bool", "int", "float", "duration"] = "str"
+
+    @property
+    def dest(self) -> str:
+        return dest(self.name)
+
+
+def dest(name: str) -> str:
+    """The argparse destination of a dotted flag name."""
+    return name.replace(".", "_").replace("-", "_")
+
+
+def add_flags(
+    parser: argparse.ArgumentParser,
+    flags: Iterable[Flag],
+    config_help: str = "YAML file keyed by flag name (flags win)",
+) -> None:
+    """Add ``--config.file`` and every flag; unset flags stay absent so the file can fill them."""
+    parser.add_argument(
+        "--config.file", dest="config_file", metavar="PATH", default=None, help=config_help
+    )
+    for flag in flags:
+        if flag.kind == "bool":
+            parser.add_argument(
+                f"--{flag.name}",
+                dest=flag.dest,
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help=flag.help,
+            )
+        else:
+            default = "" if flag.default is None else f" (default: {flag.default})"
+            parser.add_argument(
+                f"--{flag.name}",
+                dest=flag.dest,
+                metavar="VALUE",
+                default=argparse.SUPPRESS,
+                help=flag.help + default,
+            )
+
+
+def merge(args: argparse.Namespace, flags: Iterable[Flag]) -> dict[str, Any]:
+    """Every flag's value by name: command line > ``--config.file`` > default (unvalidated)."""
+    flags = tuple(flags)
+    values: dict[str, Any] = {f.name: f.default for f in flags}
+    config_file = getattr(args, "config_file", None)
+    if config_file:
+        values.update(read_config_file(Path(config_file), {f.name for f in flags}))
+    given = vars(args)
+    for flag in flags:
+        if given.get(flag.dest) is not None:
+            values[flag.name] = given[flag.dest]
+    return values
+
+
+def read_config_file(path: Path, names: Iterable[str]) -> dict[str, Any]:
+    """The ``--config.file`` mapping; every key must be one of ``names``."""
+    doc = read_yaml(path, "--config.file")
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config.file {path}: must be a mapping of flag names to values")
+    known = set(names)
+    unknown = sorted(str(k) for k in doc if k not in known)
+    if unknown:
+        raise ConfigError(f"--config.file {path}: unknown setting(s) {', '.join(unknown)}")
+    return {str(k): v for k, v in doc.items()}
+
+
+def read_yaml(path: Path, flag: str) -> Any:
+    """Parse the YAML file that ``flag`` names; unreadable or invalid is one line."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{flag} {path}: cannot read: not UTF-8 ({exc.reason})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def reraise_as(error: type[ConfigError]) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a component's config entry point so shared ``ConfigError``s surface as ``error``."""
+
+    def decorate(func: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(func)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return func(*args, **kwargs)
+            except ConfigError as exc:
+                if isinstance(exc, error):
+                    raise
+                raise error(str(exc)) from None
+
+        return wrapper
+
+    return decorate
+
+
+# Validators: each checks values[name] and returns it converted, or raises ConfigError.
+
+
+def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets; an empty host means every address) as (host, port)."""
+    text = values[name]
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"--{name} {text!r}: use host:port (e.g. {example})")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def duration(values: Mapping[str, Any], name: str) -> float:
+    """A positive duration such as ``100ms``, ``5s`` or ``2m``, in seconds."""
+    try:
+        return parse_duration(str(values[name]))
+    except LabelError as exc:
+        raise ConfigError(f"--{name}: {exc}") from None
+
+
+def choice(values: Mapping[str, Any], name: str, choices: tuple[str, ...]) -> str:
+    value = str(values[name])
+    if value not in choices:
+        raise ConfigError(f"--{name} {value!r}: must be one of {', '.join(choices)}")
+    return value
+
+
+def integer(values: Mapping[str, Any], name: str, minimum: int, maximum: int | None = None) -> int:
+    """An integer in ``[minimum, maximum]`` (no upper bound when ``maximum`` is None)."""
+    value = values[name]
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"--{name} {value!r}: must be an integer") from None
+    if maximum is None and number < minimum:
+        raise ConfigError(f"--{name} {value!r}: must be >= {minimum}")
+    if maximum is not None and not minimum <= number <= maximum:
+        raise ConfigError(f"--{name} {value!r}: must be between {minimum} and {maximum}")
+    return number
+
+
+def ratio(values: Mapping[str, Any], name: str) -> float:
+    """A finite number in (0, 1]."""
+    value = values[name]
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"--{name} {value!r}: must be a number") from None
+    if not math.isfinite(number) or not 0 < number <= 1:
+        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
+    return number
+
+
+def boolean(values: Mapping[str, Any], name: str) -> bool:
+    """A real boolean (YAML ``true``/``false``; a bool flag on the command line)."""
+    value = values[name]
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"--{name}: must be true or false, got {value!r}")
