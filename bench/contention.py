@@ -213,7 +213,7 @@ def plot(results: list[CaseResult], path: Path) -> str:
     for ax, size in zip(axes[0], sizes, strict=True):
         rows = [r for r in results if r.size == size]
         ns = [r.n for r in rows]
-        ax.plot(ns, [r.ideal_s for r in rows], "k--", label="one after another (ideal)")
+        ax.plot(ns, [r.ideal_s for r in rows], "kx--", label="one after another (ideal)")
         for mode, style in (("unmanaged", "r-o"), ("fifo", "b-s"), ("edf", "g-^")):
             ax.plot(ns, [r.runs[mode].total_s for r in rows], style, label=mode)
         ax.set_title(f"{size} x {size} matmul")
