@@ -12,8 +12,8 @@ from typing import Any
 import requests
 import yaml
 
-from gpuguard.stack.process import ManagedProcess, ServiceError, free_port
-from gpuguard.stack.prometheus import LISTEN_HOST, REPO_ROOT, http_ok
+from gpuguard.stack.process import ConfiguredHttpService, ServiceError
+from gpuguard.stack.prometheus import LISTEN_HOST, REPO_ROOT
 
 ALERTMANAGER_CONFIG = REPO_ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 # Debian names the binary prometheus-alertmanager; upstream tarballs name it alertmanager.
@@ -88,8 +88,12 @@ def alertmanager_binary() -> str:
     )
 
 
-class AlertmanagerService:
+class AlertmanagerService(ConfiguredHttpService):
     """Alertmanager in its own directory: 127.0.0.1 only, no cluster gossip; stopped by PID."""
+
+    name = "alertmanager"
+    config_name = "alertmanager.yml"
+    listen_host = LISTEN_HOST
 
     def __init__(
         self,
@@ -101,32 +105,13 @@ class AlertmanagerService:
         config_text: str | None = None,
         node_webhooks: Mapping[str, str] | None = None,
     ) -> None:
-        self.dir = directory
-        self.port = port if port is not None else free_port()
         if config_text is None:
             if token_file is None:
                 raise ValueError("token_file is required when rendering the deploy config")
             config_text = render_alertmanager_config(
                 webhook_url, token_file, node_webhooks=node_webhooks
             )
-        self.config_text = config_text
-        self.config_path = directory / "alertmanager.yml"
-        self.process: ManagedProcess | None = None
-
-    @property
-    def address(self) -> str:
-        """``host:port``, as Prometheus' alerting targets want it."""
-        return f"{LISTEN_HOST}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise ServiceError("alertmanager is not started")
-        return self.process.pid
+        super().__init__(directory, config_text, port)
 
     def argv(self) -> list[str]:
         return [
@@ -137,19 +122,6 @@ class AlertmanagerService:
             # Empty: no gossip listener at all, so nothing but the web port is opened.
             "--cluster.listen-address=",
         ]
-
-    def start(self, timeout: float = 30.0) -> AlertmanagerService:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(self.config_text)
-        log = self.dir / "alertmanager.log"
-        self.process = ManagedProcess("alertmanager", self.argv(), log).start()
-        self.process.wait_ready(lambda: http_ok(f"{self.url}/-/ready"), timeout)
-        return self
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-            self.process = None
 
     def alerts(self) -> list[dict[str, Any]]:
         """Alerts Alertmanager holds now (``/api/v2/alerts``)."""

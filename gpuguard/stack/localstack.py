@@ -22,8 +22,8 @@ from gpuguard.stack.alertmanager import AlertmanagerService
 from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image
-from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
-from gpuguard.stack.prometheus import PrometheusService, http_ok
+from gpuguard.stack.process import ManagedProcess, free_port, http_ok, stop_pid
+from gpuguard.stack.prometheus import PrometheusService
 from gpuguard.stack.swarm import form_swarm, leave_swarm
 
 RECORD = "stack.json"

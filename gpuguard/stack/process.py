@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 
 class ServiceError(RuntimeError):
@@ -84,6 +85,67 @@ class ManagedProcess:
         if self.proc is None:
             return
         stop_pid(self.proc.pid, timeout, popen=self.proc)
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    """True when ``GET url`` answers 200: the readiness check of HTTP services."""
+    import requests
+
+    return requests.get(url, timeout=timeout).status_code == 200
+
+
+_Service = TypeVar("_Service", bound="ConfiguredHttpService")
+
+
+class ConfiguredHttpService:
+    """A server with one config file in its own directory, on 127.0.0.1 only; stopped by PID.
+
+    Subclasses name themselves and their config file and give ``argv()``; readiness is
+    ``GET <url><ready_path>`` answering 200.
+    """
+
+    name = "service"
+    config_name = "config.yml"
+    ready_path = "/-/ready"
+    listen_host = "127.0.0.1"
+
+    def __init__(self, directory: Path, config_text: str, port: int | None) -> None:
+        self.dir = directory
+        self.port = port if port is not None else free_port()
+        self.config_text = config_text
+        self.config_path = directory / self.config_name
+        self.process: ManagedProcess | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port``, as Prometheus' targets want it."""
+        return f"{self.listen_host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise ServiceError(f"{self.name} is not started")
+        return self.process.pid
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self: _Service, timeout: float = 30.0) -> _Service:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_text)
+        log = self.dir / f"{self.name}.log"
+        self.process = ManagedProcess(self.name, self.argv(), log).start()
+        self.process.wait_ready(lambda: http_ok(f"{self.url}{self.ready_path}"), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
 
 
 def stop_pid(pid: int, timeout: float = 15.0, popen: subprocess.Popen[bytes] | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import requests
 import yaml
 
-from gpuguard.stack.process import ManagedProcess, ServiceError, free_port
+from gpuguard.stack.process import ConfiguredHttpService, ServiceError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DEPLOY_DIR = REPO_ROOT / "deploy" / "prometheus"
@@ -28,11 +28,6 @@ LISTEN_HOST = "127.0.0.1"
 # A list of "host:port" targets, or a mapping "host:port" -> node name; the node name becomes
 # the target label `node`, so the `up` series of an exporter says which node it serves.
 Targets = Sequence[str] | Mapping[str, str]
-
-
-def http_ok(url: str, timeout: float = 1.0) -> bool:
-    """True when ``GET url`` answers 200: the readiness check of Prometheus and Alertmanager."""
-    return requests.get(url, timeout=timeout).status_code == 200
 
 
 def render_prometheus_config(
@@ -89,13 +84,17 @@ def _static_configs(targets: Targets) -> list[dict[str, Any]]:
     return [{"targets": list(targets)}]
 
 
-class PrometheusService:
+class PrometheusService(ConfiguredHttpService):
     """``prometheus`` in its own directory, listening on 127.0.0.1 only; stopped by PID.
 
     Give ``config_text`` to run a config of your own, else the ``profile`` file from
     ``deploy/prometheus/`` is rendered with the given targets (see
     :func:`render_prometheus_config`).
     """
+
+    name = "prometheus"
+    config_name = "prometheus.yml"
+    listen_host = LISTEN_HOST
 
     def __init__(
         self,
@@ -109,8 +108,6 @@ class PrometheusService:
         alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
         rule_files: Sequence[Path] | None = None,
     ) -> None:
-        self.dir = directory
-        self.port = port if port is not None else free_port()
         if config_text is None:
             config_text = render_prometheus_config(
                 profile=profile,
@@ -119,23 +116,7 @@ class PrometheusService:
                 alertmanagers=alertmanagers,
                 rule_files=rule_files,
             )
-        self.config_text = config_text
-        self.config_path = directory / "prometheus.yml"
-        self.process: ManagedProcess | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{LISTEN_HOST}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise ServiceError("prometheus is not started")
-        return self.process.pid
+        super().__init__(directory, config_text, port)
 
     def argv(self) -> list[str]:
         binary = shutil.which("prometheus")
@@ -149,19 +130,6 @@ class PrometheusService:
             "--web.enable-lifecycle",
             "--storage.tsdb.retention.time=1d",
         ]
-
-    def start(self, timeout: float = 30.0) -> PrometheusService:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(self.config_text)
-        log = self.dir / "prometheus.log"
-        self.process = ManagedProcess("prometheus", self.argv(), log).start()
-        self.process.wait_ready(lambda: http_ok(f"{self.url}/-/ready"), timeout)
-        return self
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-            self.process = None
 
     def reload(self, config_text: str | None = None) -> None:
         """Write a new config (if given) and ask Prometheus to reload it."""
