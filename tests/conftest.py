@@ -19,7 +19,7 @@ from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image, python_container_kwargs
 from gpuguard.stack.process import ServiceError
-from tests.prereq import require_binary, unavailable
+from tests.prereq import Services, require_binary, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -91,18 +91,11 @@ def run_python_container(docker_client: Any, base_image: str) -> Iterator[Callab
 @pytest.fixture
 def gpusim_daemon(short_tmp: Path) -> Iterator[Callable[..., GpusimService]]:
     """Factory: start ``gpusim serve`` with options given as keyword flags."""
-    started: list[GpusimService] = []
+    services = Services()
 
     def start(**options: object) -> GpusimService:
         directory = Path(tempfile.mkdtemp(prefix="sim-", dir=short_tmp))
-        service = GpusimService(directory, options)
-        started.append(service)
-        try:
-            service.start()
-        except ServiceError as exc:
-            unavailable(f"gpusim did not start: {exc}")
-        return service
+        return services.start(GpusimService(directory, options), "gpusim")
 
     yield start
-    for service in started:
-        service.stop()
+    services.stop_all()

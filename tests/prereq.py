@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any, TypeVar
 
 import pytest
+
+from gpuguard.stack.process import ServiceError
+
+_S = TypeVar("_S")
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -23,3 +28,25 @@ def require_binary(name: str) -> str:
         unavailable(f"{name} not installed (make setup installs it)")
     assert path is not None
     return path
+
+
+class Services:
+    """Services a fixture started: each is started here, and all are stopped by PID later.
+
+    A service that does not come up is ``unavailable`` (a failure under CI, else a skip).
+    """
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+
+    def start(self, service: _S, what: str) -> _S:
+        self.started.append(service)
+        try:
+            service.start()
+        except ServiceError as exc:
+            unavailable(f"{what} did not start: {exc}")
+        return service
+
+    def stop_all(self) -> None:
+        for service in reversed(self.started):
+            service.stop()

@@ -22,9 +22,8 @@ from exporter_support import SCALE, ExporterProcess
 from gpuguard.stack.alertmanager import BINARIES, AlertmanagerService
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import ServiceError
 from gpuguard.stack.prometheus import PrometheusService
-from tests.prereq import unavailable
+from tests.prereq import Services, require_binary, unavailable
 
 
 @pytest.fixture
@@ -58,22 +57,15 @@ def prometheus_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., PrometheusService]]:
     """Start ``PrometheusService(dir, **kwargs)`` (fast profile unless told otherwise)."""
-    started: list[PrometheusService] = []
+    services = Services()
 
     def start(**kwargs: Any) -> PrometheusService:
-        if shutil.which("prometheus") is None:
-            unavailable("prometheus not installed (make setup installs it)")
-        service = PrometheusService(tmp_path_factory.mktemp("prometheus"), **kwargs)
-        started.append(service)
-        try:
-            service.start()
-        except ServiceError as exc:
-            unavailable(f"prometheus did not start: {exc}")
-        return service
+        require_binary("prometheus")
+        directory = tmp_path_factory.mktemp("prometheus")
+        return services.start(PrometheusService(directory, **kwargs), "prometheus")
 
     yield start
-    for service in started:
-        service.stop()
+    services.stop_all()
 
 
 @pytest.fixture
@@ -81,20 +73,14 @@ def alertmanager_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., AlertmanagerService]]:
     """Start ``AlertmanagerService(dir, webhook_url, token_file, **kwargs)``."""
-    started: list[AlertmanagerService] = []
+    services = Services()
 
     def start(webhook_url: str, token_file: Path, **kwargs: Any) -> AlertmanagerService:
         if not any(shutil.which(name) for name in BINARIES):
             unavailable("prometheus-alertmanager not installed (make setup installs it)")
         directory = tmp_path_factory.mktemp("alertmanager")
         service = AlertmanagerService(directory, webhook_url, token_file, **kwargs)
-        started.append(service)
-        try:
-            service.start()
-        except ServiceError as exc:
-            unavailable(f"alertmanager did not start: {exc}")
-        return service
+        return services.start(service, "alertmanager")
 
     yield start
-    for service in started:
-        service.stop()
+    services.stop_all()
