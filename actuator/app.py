@@ -10,18 +10,19 @@ from typing import Any
 
 import docker
 
-from actuator.audit import AUDIT_FILE, AuditLog
-from actuator.config import Config
-from actuator.controller import Controller
-from actuator.errors import ExporterUnavailable, StateError
-from actuator.executor import DockerExecutor
-from actuator.fastpath import FastPath
-from actuator.journal import Journal
-from actuator.metrics import ActuatorMetrics
-from actuator.nodes import SwarmMarker
-from actuator.server import ActuatorServer
-from actuator.state import ExporterClient
-from actuator.watchdog import spawn as spawn_watchdog
+from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
+from gpuguard.actuator.config import Config
+from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.fastpath import FastPath
+from gpuguard.actuator.journal import Journal
+from gpuguard.actuator.metrics import ActuatorMetrics
+from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.server import ActuatorServer
+from gpuguard.actuator.state import ExporterClient
+from gpuguard.actuator.watchdog import spawn as spawn_watchdog
+from gpuguard.contract import TriggerSource
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -67,7 +68,7 @@ def run(config: Config) -> int:
         server = ActuatorServer((config.listen_host, config.listen_port), controller, config.token)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.listen_host, config.listen_port, exc)
-        controller.resume_all("start-up failed", "reconcile")
+        controller.resume_all("start-up failed", TriggerSource.RECONCILE)
         return 1
     server.serve_in_thread()
     fast = None
@@ -94,7 +95,7 @@ def run(config: Config) -> int:
     server.shutdown()
     if fast is not None:
         fast.stop()
-    controller.resume_all("actuator stopping", "reconcile")
+    controller.resume_all("actuator stopping", TriggerSource.RECONCILE)
     audit.write("stop")
     audit.close()
     return 0

@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
-from actuator.config import add_flags, load_config
-from actuator.errors import ConfigError
+from gpuguard.actuator.config import add_flags, load_config
+from gpuguard.actuator.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +37,7 @@ def run_actuator(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gpuguard actuator: {exc}", file=sys.stderr)
         return 2
-    from actuator.app import run
+    from gpuguard.actuator.app import run
 
     return run(config)
 

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from actuator.errors import ConfigError
-from actuator.policy import ORDERS, PolicyConfig
-from gpuguard import flags
+from gpuguard import flags, resources
+from gpuguard.actuator.errors import ConfigError
+from gpuguard.actuator.policy import ORDERS, PolicyConfig
+from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
 
-SOURCE_ROOT = Path(__file__).resolve().parents[1]
-ACTIONS = ("admission", "mark_node", "resume_all", "record")
+ACTIONS = tuple(AlertAction)
 MODES = ("webhook", "fast", "both")
 
 
@@ -49,8 +49,10 @@ FLAGS: tuple[Flag, ...] = (
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
          "duration"),
     Flag("state.dir", "/var/lib/gpuguard/actuator", "directory for the journal and audit log"),
-    Flag("rules.actions", "rules/actions.yml", "alert name -> action map"),
-    Flag("rules.files", "rules/*.rules.yml", "glob of rule files whose alerts actions may name"),
+    Flag("rules.actions", None, "alert name -> action map (default: the packaged actions.yml)"),
+    Flag(
+        "rules.files", None, "glob of rule files actions may name (default: the packaged rules)"
+    ),
     Flag("dry-run", False, "decide and audit, change nothing", "bool"),
     Flag("log.level", "info", "debug, info, warning or error"),
 )  # fmt: skip
@@ -138,20 +140,13 @@ def validate(values: Mapping[str, Any]) -> Config:
         node_mark_ttl_s=flags.duration(values, "node.mark-ttl"),
         state_dir=state_dir,
         actions=load_actions(
-            Path(_rules_path(values, "rules.actions")), _rules_path(values, "rules.files")
+            Path(values["rules.actions"] or resources.ACTIONS_FILE),
+            str(values["rules.files"] or resources.RULE_FILES_GLOB),
         ),
         dry_run=flags.boolean(values, "dry-run"),
         log_level=flags.choice(values, "log.level", ("debug", "info", "warning", "error")),
         warnings=tuple(warnings),
     )
-
-
-def _rules_path(values: Mapping[str, Any], name: str) -> str:
-    """A default (relative) rules path also works outside the source tree's root."""
-    value = str(values[name])
-    if value == _BY_NAME[name].default and not glob.glob(value):
-        return str(SOURCE_ROOT / value)
-    return value
 
 
 @flags.reraise_as(ConfigError)

@@ -15,16 +15,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from actuator.audit import AuditLog
-from actuator.config import Config
-from actuator.errors import DockerUnavailable, ExporterUnavailable, StateError
-from actuator.executor import DockerExecutor, Outcome
-from actuator.journal import Journal, plan_reconcile
-from actuator.metrics import ActuatorMetrics
-from actuator.nodes import NodeList, SwarmMarker
-from actuator.policy import UNPAUSE, Action, Decision, Skip, Trigger, decide
-from actuator.state import ExporterClient, ExporterState
-from actuator.webhook import WebhookMessage
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.config import Config
+from gpuguard.actuator.errors import DockerUnavailable, ExporterUnavailable, StateError
+from gpuguard.actuator.executor import DockerExecutor, Outcome
+from gpuguard.actuator.journal import Journal, plan_reconcile
+from gpuguard.actuator.metrics import ActuatorMetrics
+from gpuguard.actuator.nodes import NodeList, SwarmMarker
+from gpuguard.actuator.policy import UNPAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.state import ExporterClient, ExporterState
+from gpuguard.actuator.webhook import WebhookMessage
+from gpuguard.contract import (
+    ActionKind,
+    ActionReason,
+    AlertAction,
+    Result,
+    SkipReason,
+    TriggerSource,
+)
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -87,7 +95,7 @@ class Controller:
 
     def decide_now(
         self,
-        source: str,
+        source: TriggerSource,
         gpu: int | None = None,
         node: str | None = None,
         alert: str | None = None,
@@ -145,7 +153,7 @@ class Controller:
             self.audit.write("exporter_back")
             self._failed_open = False
 
-    def _execute(self, decision: Decision, source: str) -> Report:
+    def _execute(self, decision: Decision, source: TriggerSource) -> Report:
         report = Report()
         actions = decision.actions
         if len(actions) > 1:
@@ -167,10 +175,10 @@ class Controller:
 
     def _count(self, outcome: Outcome) -> None:
         self.metrics.actions.labels(outcome.action, outcome.result).inc()
-        if outcome.result == "skipped":
+        if outcome.result == Result.SKIPPED:
             self.metrics.skip(outcome.skip_reason)
 
-    def _audit_skip(self, skip: Skip, source: str) -> None:
+    def _audit_skip(self, skip: Skip, source: TriggerSource) -> None:
         # The same skip recurs on every event while a task runs: audit it once a while.
         key = (skip.reason, skip.task_id or skip.container_id or skip.detail)
         now = time.monotonic()
@@ -201,19 +209,26 @@ class Controller:
         for alert in message.alerts:
             action = self.config.actions.get(alert.name)
             if action is None:
-                self.metrics.skip("irrelevant_alert")
-                report.skips.append({"reason": "irrelevant_alert", "alert": alert.name})
+                self.metrics.skip(SkipReason.IRRELEVANT_ALERT)
+                report.skips.append({"reason": SkipReason.IRRELEVANT_ALERT, "alert": alert.name})
                 continue
             by_action.setdefault(action, []).append(alert)
-        for alert in by_action.get("record", []):
+        for alert in by_action.get(AlertAction.RECORD, []):
             self.audit.write(
                 "alert", alertname=alert.name, status=alert.status, labels=dict(alert.labels)
             )
-        if "mark_node" in by_action or self._applied_provisionable != self.nodes.provisionable:
+        if (
+            AlertAction.MARK_NODE in by_action
+            or self._applied_provisionable != self.nodes.provisionable
+        ):
             report.merge(self._update_nodes(message))
-        if any(a.firing for a in by_action.get("resume_all", [])):
-            report.merge(self.resume_all("alert " + by_action["resume_all"][0].name, "webhook"))
-        report.merge(self._admission(by_action.get("admission", [])))
+        if any(a.firing for a in by_action.get(AlertAction.RESUME_ALL, [])):
+            report.merge(
+                self.resume_all(
+                    "alert " + by_action[AlertAction.RESUME_ALL][0].name, TriggerSource.WEBHOOK
+                )
+            )
+        report.merge(self._admission(by_action.get(AlertAction.ADMISSION, [])))
         return report
 
     def _admission(self, alerts: list[Any]) -> Report:
@@ -229,7 +244,7 @@ class Controller:
                 targets.append(target)
         for node, gpu, name in targets:
             try:
-                report.merge(self.decide_now("webhook", gpu=gpu, node=node, alert=name))
+                report.merge(self.decide_now(TriggerSource.WEBHOOK, gpu=gpu, node=node, alert=name))
             except (ExporterUnavailable, StateError) as exc:
                 log.warning("webhook %s: no fresh state, nothing done: %s", name, exc)
                 report.exporter_down = True
@@ -237,7 +252,9 @@ class Controller:
 
     def _update_nodes(self, message: WebhookMessage) -> Report:
         with self._lock:
-            changed = self.nodes.apply(message, self.config.alerts_for("mark_node"), time.time())
+            changed = self.nodes.apply(
+                message, self.config.alerts_for(AlertAction.MARK_NODE), time.time()
+            )
             if changed:
                 state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
                 reasons = ", ".join(r.alertname for r in self.nodes.reasons()) or "no reasons left"
@@ -256,9 +273,9 @@ class Controller:
             if self._applied_provisionable is None and want and self.swarm_node_id() is None:
                 self._applied_provisionable = want  # nothing to undo: no swarm, never marked
                 return report
-            kind = "unmark_node" if want else "mark_node"
+            kind = ActionKind.UNMARK_NODE if want else ActionKind.MARK_NODE
             result, detail = self._swarm_apply(want)
-            if result == "failed":
+            if result == Result.FAILED:
                 report.docker_down = True
             else:
                 self._applied_provisionable = want
@@ -273,16 +290,16 @@ class Controller:
             report.actions.append({"action": kind, "node": self.config.node_name, "result": result})
             return report
 
-    def _swarm_apply(self, provisionable: bool) -> tuple[str, str]:
+    def _swarm_apply(self, provisionable: bool) -> tuple[Result, str]:
         if self.config.dry_run:
-            return "dry_run", "dry run: swarm label unchanged"
+            return Result.DRY_RUN, "dry run: swarm label unchanged"
         if self.marker is None or self.swarm_node_id() is None:
-            return "skipped", "engine not in a swarm: node list only"
+            return Result.SKIPPED, "engine not in a swarm: node list only"
         try:
             return self.marker.apply(provisionable), ""
         except Exception as exc:  # any engine failure is worth a retry
             log.warning("swarm node label update failed: %s", exc)
-            return "failed", str(exc)
+            return Result.FAILED, str(exc)
 
     def swarm_node_id(self) -> str | None:
         if self.marker is None:
@@ -294,7 +311,7 @@ class Controller:
 
     # --- safety ------------------------------------------------------------------------
 
-    def resume_all(self, why: str, source: str) -> Report:
+    def resume_all(self, why: str, source: TriggerSource) -> Report:
         """Fail open: unpause every container this actuator paused."""
         with self._lock:
             entries = list(self.journal.paused.values())
@@ -302,7 +319,7 @@ class Controller:
                 log.warning("resuming %d container(s) this actuator paused: %s", len(entries), why)
             self.audit.write("resume_all", why=why, containers=[e.container_id for e in entries])
             actions = [
-                Action(UNPAUSE, e.container_id, e.name, "resume_all", e.gpu, e.task_id)
+                Action(UNPAUSE, e.container_id, e.name, ActionReason.RESUME_ALL, e.gpu, e.task_id)
                 for e in entries
             ]
             return self._execute(Decision(tuple(actions)), source)
@@ -323,7 +340,7 @@ class Controller:
             # A safety net for missed events; the fast path normally decides first.
             quiet = time.monotonic() - self._last_decision > MAINTENANCE_DECISION_AFTER_S
             if state is not None and self.config.mode != "webhook" and quiet:
-                self.decide_now("reconcile", state=state)
+                self.decide_now(TriggerSource.RECONCILE, state=state)
             if self.nodes.expire(time.time(), self.config.node_mark_ttl_s):
                 log.warning("node mark expired: no webhook renewed it within the mark TTL")
                 self.journal.set_nodes(self.nodes.to_doc())
@@ -338,7 +355,7 @@ class Controller:
         self._failed_open = True
         log.warning("exporter unreachable for %.1fs (%s): failing open", down_for, why)
         self.metrics.fail_open.inc()
-        self.resume_all(f"exporter unreachable for {down_for:.1f}s", "reconcile")
+        self.resume_all(f"exporter unreachable for {down_for:.1f}s", TriggerSource.RECONCILE)
 
     def _enforce_max_pause(self) -> None:
         now = time.time()
@@ -349,9 +366,14 @@ class Controller:
             if entry.task_id:
                 self.journal.exempt(entry.task_id, now)
             action = Action(
-                UNPAUSE, entry.container_id, entry.name, "max_pause", entry.gpu, entry.task_id
+                UNPAUSE,
+                entry.container_id,
+                entry.name,
+                ActionReason.MAX_PAUSE,
+                entry.gpu,
+                entry.task_id,
             )
-            self._execute(Decision((action,)), "reconcile")
+            self._execute(Decision((action,)), TriggerSource.RECONCILE)
 
     def reconcile(self, state: ExporterState | None) -> None:
         """Settle the journal against Docker: forget what is gone, resume what must go."""
@@ -379,11 +401,11 @@ class Controller:
                         UNPAUSE,
                         entry.container_id,
                         entry.name,
-                        "reconcile",
+                        ActionReason.RECONCILE,
                         entry.gpu,
                         entry.task_id,
                     )
-                    self._execute(Decision((action,)), "reconcile")
+                    self._execute(Decision((action,)), TriggerSource.RECONCILE)
             if state is not None:
                 self.journal.prune(
                     {t.task_id for t in state.tasks}, {c.id for c in state.containers}

@@ -15,19 +15,26 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 import docker.errors
 import requests
 
-from actuator.audit import AuditLog
-from actuator.errors import DockerUnavailable
-from actuator.journal import Journal, PausedEntry
-from actuator.policy import COMPONENT_ROLES, PAUSE, UNPAUSE, Action
 from gpuguard import labels
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.errors import DockerUnavailable
+from gpuguard.actuator.journal import Journal, PausedEntry
+from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.contract import (
+    COMPONENT_ROLES,
+    ActionKind,
+    ActionReason,
+    Result,
+    SkipReason,
+)
 
 T = TypeVar("T")
-RESULTS = ("ok", "already", "skipped", "failed", "dry_run")
 _SOMEONE_ELSES = "already paused, not by us"
 
 
@@ -35,10 +42,10 @@ _SOMEONE_ELSES = "already paused, not by us"
 class Outcome:
     """What became of one action."""
 
-    action: str
-    result: str
+    action: ActionKind
+    result: Result
     container_id: str
-    skip_reason: str | None = None
+    skip_reason: SkipReason | None = None
     detail: str = ""
     started: float = 0.0
     finished: float = 0.0
@@ -113,7 +120,11 @@ class DockerExecutor:
 
     def _pause(self, action: Action, started: float, journalled: bool) -> Outcome:
         outcome = self._try_pause(action, started, journalled)
-        if journalled and outcome.result not in ("ok", "already") and not outcome.docker_down:
+        if (
+            journalled
+            and outcome.result not in (Result.OK, Result.ALREADY)
+            and not outcome.docker_down
+        ):
             self.journal.released(action.container_id)  # the batch intent did not happen
         elif journalled and outcome.detail == _SOMEONE_ELSES:
             self.journal.released(action.container_id)
@@ -124,22 +135,28 @@ class DockerExecutor:
         try:
             info = self._call(lambda: self.api.inspect_container(cid))
         except docker.errors.NotFound:
-            return self._done(action, started, "skipped", "vanished", "container is gone")
+            return self._done(
+                action, started, Result.SKIPPED, SkipReason.VANISHED, "container is gone"
+            )
         except DockerUnavailable as exc:
-            return self._done(action, started, "failed", None, str(exc), docker_down=True)
+            return self._done(action, started, Result.FAILED, None, str(exc), docker_down=True)
         except docker.errors.APIError as exc:
-            return self._done(action, started, "failed", None, _explain(exc))
+            return self._done(action, started, Result.FAILED, None, _explain(exc))
         refusal = _refuse_pause(info)
         if refusal is not None:
-            return self._done(action, started, "skipped", refusal[0], refusal[1])
+            return self._done(action, started, Result.SKIPPED, refusal[0], refusal[1])
         if info["State"].get("Paused"):
             # Ours if it was in the journal before this decision; else someone else's, and
             # kept out of the journal so we never unpause what another operator froze.
             return self._done(
-                action, started, "already", None, _SOMEONE_ELSES if journalled else "already paused"
+                action,
+                started,
+                Result.ALREADY,
+                None,
+                _SOMEONE_ELSES if journalled else "already paused",
             )
         if self.dry_run:
-            return self._done(action, started, "dry_run", None, "dry run: not paused")
+            return self._done(action, started, Result.DRY_RUN, None, "dry run: not paused")
         if not journalled:
             entry = PausedEntry(
                 cid, action.container, action.task_id, action.gpu, started, action.reason
@@ -149,40 +166,49 @@ class DockerExecutor:
             self._call(lambda: self.api.pause(cid))
         except docker.errors.NotFound:
             self.journal.released(cid)
-            return self._done(action, started, "skipped", "vanished", "container is gone")
+            return self._done(
+                action, started, Result.SKIPPED, SkipReason.VANISHED, "container is gone"
+            )
         except DockerUnavailable as exc:
             # Unknown whether it took effect: keep the journal entry; reconcile settles it.
-            return self._done(action, started, "failed", None, str(exc), docker_down=True)
+            return self._done(action, started, Result.FAILED, None, str(exc), docker_down=True)
         except docker.errors.APIError as exc:
-            if "already paused" in _explain(exc):
-                return self._done(action, started, "already", None, "already paused")
+            # 409: the container's state changed since the inspect; look again to say how.
+            now = self._state_after_conflict(exc, cid)
+            if now is not None and now.get("Paused"):
+                return self._done(action, started, Result.ALREADY, None, "already paused")
             self.journal.released(cid)
-            if "is not running" in _explain(exc):
-                return self._done(action, started, "skipped", "vanished", "not running")
-            return self._done(action, started, "failed", None, _explain(exc))
-        return self._done(action, started, "ok", None, "")
+            if now is not None and not now.get("Running"):
+                return self._done(
+                    action, started, Result.SKIPPED, SkipReason.VANISHED, "not running"
+                )
+            return self._done(action, started, Result.FAILED, None, _explain(exc))
+        return self._done(action, started, Result.OK, None, "")
 
     def _unpause(self, action: Action, started: float) -> Outcome:
         cid = action.container_id
-        admitted_on = action.gpu if action.reason == "admit" else None
+        admitted_on = action.gpu if action.reason == ActionReason.ADMIT else None
         if self.dry_run:
-            return self._done(action, started, "dry_run", None, "dry run: not unpaused")
+            return self._done(action, started, Result.DRY_RUN, None, "dry run: not unpaused")
         try:
             info = self._call(lambda: self.api.inspect_container(cid))
             if info["State"].get("Paused"):
                 self._call(lambda: self.api.unpause(cid))
-                result, detail = "ok", ""
+                result, detail = Result.OK, ""
             else:
-                result, detail = "already", "not paused"
+                result, detail = Result.ALREADY, "not paused"
         except docker.errors.NotFound:
             self.journal.released(cid)
-            return self._done(action, started, "skipped", "vanished", "container is gone")
+            return self._done(
+                action, started, Result.SKIPPED, SkipReason.VANISHED, "container is gone"
+            )
         except DockerUnavailable as exc:
-            return self._done(action, started, "failed", None, str(exc), docker_down=True)
+            return self._done(action, started, Result.FAILED, None, str(exc), docker_down=True)
         except docker.errors.APIError as exc:
-            if "is not paused" not in _explain(exc):
-                return self._done(action, started, "failed", None, _explain(exc))
-            result, detail = "already", "not paused"
+            now = self._state_after_conflict(exc, cid)
+            if now is None or now.get("Paused"):
+                return self._done(action, started, Result.FAILED, None, _explain(exc))
+            result, detail = Result.ALREADY, "not paused"
         self.journal.released(cid, admitted_on=admitted_on, at=time.time())
         return self._done(action, started, result, None, detail)
 
@@ -202,6 +228,18 @@ class DockerExecutor:
             return None
         return bool(info["State"].get("Paused"))
 
+    def _state_after_conflict(
+        self, exc: docker.errors.APIError, container_id: str
+    ) -> dict[str, Any] | None:
+        """The container's ``State`` after a 409 Conflict, else None (decide by status)."""
+        if exc.status_code != HTTPStatus.CONFLICT:
+            return None
+        try:
+            info = self._call(lambda: self.api.inspect_container(container_id))
+        except (docker.errors.APIError, DockerUnavailable):
+            return None
+        return dict(info.get("State") or {})
+
     def _call(self, fn: Callable[[], T]) -> T:
         """Run a Docker call, retrying connection failures; raises DockerUnavailable."""
         last: Exception | None = None
@@ -217,8 +255,8 @@ class DockerExecutor:
     def _done(
         action: Action,
         started: float,
-        result: str,
-        skip_reason: str | None,
+        result: Result,
+        skip_reason: SkipReason | None,
         detail: str,
         docker_down: bool = False,
     ) -> Outcome:
@@ -234,15 +272,15 @@ class DockerExecutor:
         )
 
 
-def _refuse_pause(info: dict[str, Any]) -> tuple[str, str] | None:
+def _refuse_pause(info: dict[str, Any]) -> tuple[SkipReason, str] | None:
     """Why the live container must not be paused, or None."""
     container_labels = (info.get("Config") or {}).get("Labels") or {}
     if container_labels.get(labels.ROLE) in COMPONENT_ROLES:
-        return "gpuguard_component", "gpuguard's own container"
+        return SkipReason.GPUGUARD_COMPONENT, "gpuguard's own container"
     if not labels.parse_managed(container_labels.get(labels.MANAGED)):
-        return "unmanaged", f"no {labels.MANAGED}=true label"
+        return SkipReason.UNMANAGED, f"no {labels.MANAGED}=true label"
     if not info["State"].get("Running"):
-        return "vanished", "not running"
+        return SkipReason.VANISHED, "not running"
     return None
 
 

@@ -13,14 +13,21 @@ import logging
 import threading
 import time
 
-from actuator.controller import Controller
-from actuator.errors import ExporterUnavailable, StateError
-from actuator.state import ExporterClient
+from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.state import ExporterClient
+from gpuguard.contract import EventType, TriggerSource
 
 log = logging.getLogger("gpuguard.actuator.fast")
 
 RELEVANT_EVENTS = frozenset(
-    {"task_started", "task_phase", "task_ended", "container_started", "container_removed"}
+    {
+        EventType.TASK_STARTED,
+        EventType.TASK_PHASE,
+        EventType.TASK_ENDED,
+        EventType.CONTAINER_STARTED,
+        EventType.CONTAINER_REMOVED,
+    }
 )
 LONG_POLL_S = 5.0
 WAITING_POLL_S = 0.02
@@ -50,7 +57,7 @@ class FastPath:
         while not self._stop.is_set():
             try:
                 if since is None:
-                    self.controller.decide_now("fast")
+                    self.controller.decide_now(TriggerSource.FAST)
                     assert self.controller.last_state is not None
                     since = self.controller.last_state.seq
                 # While tasks wait, a kernel's end shows only as its SM share dropping (no
@@ -70,11 +77,11 @@ class FastPath:
                     break
                 if relevant:
                     first = min(e.ts for e in relevant)
-                    self.controller.decide_now("fast", event_ts=first)
+                    self.controller.decide_now(TriggerSource.FAST, event_ts=first)
                     self.latencies_ms.append(1000 * (time.time() - first))
                     del self.latencies_ms[:-1000]
                 elif waiting:
-                    self.controller.decide_now("fast")
+                    self.controller.decide_now(TriggerSource.FAST)
             except (ExporterUnavailable, StateError) as exc:
                 log.debug("fast path: exporter unavailable: %s", exc)
                 self._stop.wait(backoff)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from actuator.policy import Ledger
+from gpuguard.actuator.policy import Ledger
 
 JOURNAL_FILE = "journal.json"
 FORMAT_VERSION = 1

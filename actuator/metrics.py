@@ -13,22 +13,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-ACTION_KINDS = ("pause", "unpause", "mark_node", "unmark_node")
-RESULTS = ("ok", "already", "skipped", "failed", "dry_run")
-SKIP_REASONS = (
-    "unmanaged",
-    "gpuguard_component",
-    "vanished",
-    "cap",
-    "stale_state",
-    "irrelevant_alert",
-    "kernel_running",
-    "input_timeout",
-    "memory_pressure",
-    "runs_elsewhere",
-    "max_pause_exempt",
-)
-TRIGGERS = ("webhook", "fast", "reconcile")
+from gpuguard.contract import ActionKind, Result, SkipReason, TriggerSource
+
+ACTION_KINDS = tuple(ActionKind)
+RESULTS = tuple(Result)
+SKIP_REASONS = tuple(SkipReason)
+TRIGGERS = tuple(TriggerSource)
 WEBHOOK_CODES = ("200", "400", "401", "415", "503")
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 

@@ -25,7 +25,8 @@ from typing import Any
 import docker.errors
 import requests
 
-from actuator.webhook import WebhookMessage
+from gpuguard.actuator.webhook import WebhookMessage
+from gpuguard.contract import Result
 
 SWARM_LABEL = "gpuguard.provisionable"
 _SEQUENCE_RETRIES = 5
@@ -142,17 +143,18 @@ class SwarmMarker:
             return None
         return str(swarm["NodeID"])
 
-    def apply(self, provisionable: bool) -> str:
+    def apply(self, provisionable: bool) -> Result:
         """Make the label match; returns ``ok`` or ``already``. Raises docker errors."""
         node_id = self.node_id()
         if node_id is None:
             raise RuntimeError("this engine is not part of a swarm")
         for attempt in range(_SEQUENCE_RETRIES):
             node = self.manager_api.inspect_node(node_id)
+            version = node["Version"]["Index"]
             spec = dict(node["Spec"])
             node_labels = dict(spec.get("Labels") or {})
             if provisionable == (node_labels.get(SWARM_LABEL) != "false"):
-                return "already"
+                return Result.ALREADY
             if provisionable:
                 node_labels.pop(SWARM_LABEL, None)
             else:
@@ -160,12 +162,17 @@ class SwarmMarker:
             spec["Labels"] = node_labels
             try:
                 # Version.Index makes this a compare-and-swap against concurrent updates.
-                self.manager_api.update_node(node_id, node["Version"]["Index"], spec)
-                return "ok"
-            except docker.errors.APIError as exc:
-                if "out of sequence" not in str(exc) or attempt == _SEQUENCE_RETRIES - 1:
+                self.manager_api.update_node(node_id, version, spec)
+                return Result.OK
+            except docker.errors.APIError:
+                # Docker reports a lost compare-and-swap as a plain server error; what tells
+                # it apart is that the node's version moved on: then try again on the new one.
+                if attempt == _SEQUENCE_RETRIES - 1 or not self._moved(node_id, version):
                     raise
         raise RuntimeError("unreachable")  # pragma: no cover
+
+    def _moved(self, node_id: str, version: int) -> bool:
+        return bool(self.manager_api.inspect_node(node_id)["Version"]["Index"] != version)
 
 
 def swarm_error(exc: Exception) -> bool:

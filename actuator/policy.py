@@ -34,14 +34,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from actuator.state import Container, ExporterState, Gpu, Task
+from gpuguard.actuator.state import Container, ExporterState, Gpu, Task
+from gpuguard.contract import (
+    COMPONENT_ROLES,
+    PRE_KERNEL,
+    ActionKind,
+    ActionReason,
+    Phase,
+    SkipReason,
+    TriggerSource,
+)
 
-PAUSE = "pause"
-UNPAUSE = "unpause"
+PAUSE = ActionKind.PAUSE
+UNPAUSE = ActionKind.UNPAUSE
 ORDERS = ("fifo", "edf")
-COMPONENT_ROLES = frozenset({"exporter", "actuator"})
-PRE_KERNEL = ("starting", "input")
-TRIGGERS = ("webhook", "fast", "reconcile")
 ADMIT_GRACE_S = 1.0
 
 
@@ -63,7 +69,7 @@ class PolicyConfig:
 class Trigger:
     """Why a decision runs; ``gpu``/``node`` narrow it (an alert's labels)."""
 
-    source: str
+    source: TriggerSource
     now: float
     node: str | None = None
     gpu: int | None = None
@@ -88,17 +94,17 @@ class Ledger:
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # PAUSE or UNPAUSE
+    kind: ActionKind  # PAUSE or UNPAUSE
     container_id: str
     container: str
-    reason: str  # newcomer, admit, memory_pressure, task_gone
+    reason: ActionReason
     gpu: int | None = None
     task_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Skip:
-    reason: str
+    reason: SkipReason
     detail: str
     container_id: str | None = None
     task_id: str | None = None
@@ -119,7 +125,7 @@ class _View:
     container: Container | None
     paused: bool
     ours: bool  # paused by this actuator
-    blocker: str | None  # why it may never be paused, or None
+    blocker: SkipReason | None  # why it may never be paused, or None
     since: float  # start of its current chance to run (start or admission)
 
     @property
@@ -136,17 +142,19 @@ def decide(
     """The actions for one fresh snapshot; never raises on well-formed input."""
     ledger = ledger or Ledger()
     if trigger.node is not None and trigger.node != state.node:
-        return Decision(skips=(Skip("irrelevant_alert", f"node {trigger.node} is not ours"),))
+        return Decision(
+            skips=(Skip(SkipReason.IRRELEVANT_ALERT, f"node {trigger.node} is not ours"),)
+        )
     stale = _stale_reason(state, trigger, config)
     if stale:
-        return Decision(skips=(Skip("stale_state", stale),))
+        return Decision(skips=(Skip(SkipReason.STALE_STATE, stale),))
     views = [_view(task, state, ledger, trigger.now) for task in state.tasks]
     actions: list[Action] = []
     skips: list[Skip] = []
     protected: set[str] = set()
     gpus = [g for g in state.gpus if trigger.gpu is None or g.index == trigger.gpu]
     if trigger.gpu is not None and not gpus:
-        skips.append(Skip("irrelevant_alert", f"gpu {trigger.gpu} not in state"))
+        skips.append(Skip(SkipReason.IRRELEVANT_ALERT, f"gpu {trigger.gpu} not in state"))
     for gpu in gpus:
         on_gpu = _queue([v for v in views if v.task.gpu == gpu.index], config.order)
         acts, kept, gpu_skips = _decide_gpu(gpu, on_gpu, trigger.now, config, ledger)
@@ -203,15 +211,15 @@ def _view(task: Task, state: ExporterState, ledger: Ledger, now: float) -> _View
     return _View(task, container, paused, ours, _blocker(task, container, ledger), since)
 
 
-def _blocker(task: Task, container: Container | None, ledger: Ledger) -> str | None:
+def _blocker(task: Task, container: Container | None, ledger: Ledger) -> SkipReason | None:
     if container is None:
-        return "unmanaged"  # a process in no container, or one the exporter cannot name
+        return SkipReason.UNMANAGED  # a process in no container, or one the exporter cannot name
     if container.role in COMPONENT_ROLES:
-        return "gpuguard_component"
+        return SkipReason.GPUGUARD_COMPONENT
     if not container.managed:
-        return "unmanaged"
+        return SkipReason.UNMANAGED
     if task.task_id in ledger.exempt_tasks:
-        return "max_pause_exempt"
+        return SkipReason.MAX_PAUSE_EXEMPT
     return None
 
 
@@ -234,18 +242,20 @@ def _decide_gpu(
     live = [v for v in queue if not v.paused and _counts(v, gpu, now, config)]
     for v in queue:
         if not v.paused and v.task.phase in PRE_KERNEL and v not in live:
-            skips.append(_skip(v, "input_timeout", "no SM activity past --policy.input-timeout"))
+            skips.append(
+                _skip(v, SkipReason.INPUT_TIMEOUT, "no SM activity past --policy.input-timeout")
+            )
     # Tasks that run whatever we do: launched kernels, and tasks we may not pause.
-    must = [v for v in live if v.task.phase == "computing" or v.blocker]
-    frozen_kernels = [v for v in queue if v.paused and v.task.phase == "computing"]
+    must = [v for v in live if v.task.phase == Phase.COMPUTING or v.blocker]
+    frozen_kernels = [v for v in queue if v.paused and v.task.phase == Phase.COMPUTING]
     memory_high = _memory_high(gpu, config)
     last = _last_admitted_view(live, ledger, gpu.index)
     if memory_high and last is not None and last.task.phase in PRE_KERNEL and not last.blocker:
-        actions.append(_action(PAUSE, last, "memory_pressure"))
+        actions.append(_action(PAUSE, last, ActionReason.MEMORY_PRESSURE))
         live.remove(last)
         last = None
     busy = _saturated(gpu, config) and any(
-        not v.paused and v.task.phase != "draining" for v in queue
+        not v.paused and v.task.phase != Phase.DRAINING for v in queue
     )
     waiting = [v for v in queue if v.ours and v.blocker is None]
     keep = list(must)
@@ -259,20 +269,20 @@ def _decide_gpu(
         if head is not None:
             keep = [head]
             if head.paused:
-                actions.append(_action(UNPAUSE, head, "admit"))
+                actions.append(_action(UNPAUSE, head, ActionReason.ADMIT))
     if waiting and memory_high and not any(a.kind == UNPAUSE for a in actions):
-        skips.append(Skip("memory_pressure", "GPU memory above threshold", gpu=gpu.index))
+        skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
     occupied = bool(keep or frozen_kernels) or busy
     kept_ids = {v.task.task_id for v in keep}
     running = len(frozen_kernels)
     for v in live:
         if v.task.task_id not in kept_ids:
             if occupied and not any(a.container_id == v.cid for a in actions):
-                actions.append(_action(PAUSE, v, "newcomer"))
-        elif v.task.phase == "computing":
+                actions.append(_action(PAUSE, v, ActionReason.NEWCOMER))
+        elif v.task.phase == Phase.COMPUTING:
             running += 1
             if running > 1:
-                skips.append(_skip(v, "kernel_running", "kernel already launched"))
+                skips.append(_skip(v, SkipReason.KERNEL_RUNNING, "kernel already launched"))
         elif v.blocker and len(keep) > 1:
             skips.append(_skip(v, v.blocker, "cannot be paused; counts for occupancy"))
     protected = {v.cid for v in keep if v.cid is not None}
@@ -281,7 +291,7 @@ def _decide_gpu(
 
 def _counts(view: _View, gpu: Gpu, now: float, config: PolicyConfig) -> bool:
     """Does this unpaused task hold the GPU (computing, or before its kernel, not idle)?"""
-    if view.task.phase == "computing":
+    if view.task.phase == Phase.COMPUTING:
         return not _kernel_done(view.task, gpu, config)
     return view.task.phase in PRE_KERNEL and now - view.since <= config.input_timeout_s
 
@@ -309,7 +319,7 @@ def _release_gone(state: ExporterState, ledger: Ledger) -> list[Action]:
     with_tasks = {t.container_id for t in state.tasks}
     names = {c.id: c.name for c in state.containers}
     return [
-        Action(UNPAUSE, cid, names.get(cid, cid[:12]), "task_gone")
+        Action(UNPAUSE, cid, names.get(cid, cid[:12]), ActionReason.TASK_GONE)
         for cid in sorted(ledger.paused)
         if cid not in with_tasks
     ]
@@ -324,23 +334,27 @@ def _finish(actions: list[Action], skips: list[Skip], protected: set[str], cap: 
         if action.container_id in seen:
             continue
         if action.kind == PAUSE and action.container_id in protected:
-            skips.append(Skip("runs_elsewhere", "container runs a kept task", action.container_id))
+            skips.append(
+                Skip(SkipReason.RUNS_ELSEWHERE, "container runs a kept task", action.container_id)
+            )
             continue
         seen.add(action.container_id)
         if len(chosen) >= cap:
             skips.append(
-                Skip("cap", f"more than {cap} actions", action.container_id, action.task_id)
+                Skip(
+                    SkipReason.CAP, f"more than {cap} actions", action.container_id, action.task_id
+                )
             )
             continue
         chosen.append(action)
     return Decision(tuple(chosen), tuple(skips))
 
 
-def _action(kind: str, view: _View, reason: str) -> Action:
+def _action(kind: ActionKind, view: _View, reason: ActionReason) -> Action:
     assert view.cid is not None  # only views without a blocker are acted on
     name = view.task.container or (view.container.name if view.container else view.cid[:12])
     return Action(kind, view.cid, name, reason, view.task.gpu, view.task.task_id)
 
 
-def _skip(view: _View, reason: str, detail: str) -> Skip:
+def _skip(view: _View, reason: SkipReason, detail: str) -> Skip:
     return Skip(reason, detail, view.cid, view.task.task_id, view.task.gpu)

@@ -17,9 +17,9 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from actuator.controller import Controller
-from actuator.errors import PayloadError
-from actuator.webhook import parse_body, parse_message
+from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.errors import PayloadError
+from gpuguard.actuator.webhook import parse_body, parse_message
 
 log = logging.getLogger("gpuguard.actuator.http")
 

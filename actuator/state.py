@@ -13,9 +13,10 @@ from typing import Any
 
 import requests
 
-from actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.contract import RUNNING_PHASES, Phase
 
-PHASES = ("starting", "input", "computing", "draining")
+PHASES = RUNNING_PHASES
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Task:
     container: str | None
     pid: int
     gpu: int
-    phase: str
+    phase: Phase
     started_at: float
     elapsed_s: float
     memory_bytes: int | None
@@ -161,6 +162,7 @@ def _task(doc: Any, where: str) -> Task:
     phase = _get(obj, "phase", str, where)
     if phase not in PHASES:
         raise StateError(f"{where}.phase {phase!r} is not one of {', '.join(PHASES)}")
+    phase = Phase(phase)
     return Task(
         task_id=_get(obj, "task_id", str, where),
         container_id=_opt(obj, "container_id", str, where),

@@ -1,6 +1,6 @@
 """The lease that outlives a ``kill -9``: resume what a dead actuator left paused.
 
-At start the actuator spawns ``python -m actuator.watchdog`` in a session of its own. The
+At start the actuator spawns ``python -m gpuguard.actuator.watchdog`` in a session of its own. The
 watchdog blocks on a pidfd of the actuator until the actuator's process ends, however it
 ends, then unpauses every container the journal says the actuator paused, writes the emptied
 journal back, and exits. After a clean shutdown the journal is already empty and it just
@@ -19,8 +19,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from actuator.audit import AUDIT_FILE, AuditLog
-from actuator.journal import JOURNAL_FILE, atomic_write_json, read_journal
+from gpuguard import resources
+from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
+from gpuguard.actuator.journal import JOURNAL_FILE, atomic_write_json, read_journal
 
 WATCHDOG_PID_FILE = "watchdog.pid"
 
@@ -101,7 +102,7 @@ def spawn(state_dir: Path, docker_host: str | None) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-m",
-        "actuator.watchdog",
+        "gpuguard.actuator.watchdog",
         "--pid",
         str(me),
         "--start-ticks",
@@ -111,7 +112,7 @@ def spawn(state_dir: Path, docker_host: str | None) -> subprocess.Popen[bytes]:
     if docker_host:
         argv += ["--docker.host", docker_host]
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(resources.IMPORT_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     with open(state_dir / "watchdog.log", "ab") as log:
         proc = subprocess.Popen(
@@ -123,7 +124,7 @@ def spawn(state_dir: Path, docker_host: str | None) -> subprocess.Popen[bytes]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="actuator.watchdog", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gpuguard.actuator.watchdog", description=__doc__)
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--start-ticks", type=int, required=True)
     parser.add_argument("--state.dir", dest="state_dir", type=Path, required=True)

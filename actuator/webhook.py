@@ -13,10 +13,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from actuator.errors import PayloadError
+from gpuguard.actuator.errors import PayloadError
 
 SUPPORTED_VERSION = "4"
 STATUSES = ("firing", "resolved")
@@ -168,4 +168,4 @@ def parse_rfc3339(text: str) -> datetime:
     micro = (fraction or "").ljust(6, "0")[:6]
     offset = "+00:00" if zone == "Z" else zone
     parsed = datetime.fromisoformat(f"{base}.{micro}{offset}")
-    return parsed.astimezone(timezone.utc) if parsed.year > 1 else parsed
+    return parsed.astimezone(UTC) if parsed.year > 1 else parsed

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actuator.audit import read_audit
+from gpuguard.actuator.audit import read_audit
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import LocalStack, NodeStack
 
@@ -56,7 +56,7 @@ def one_round(node: NodeStack, client: Any, index: int) -> float:
     """Seconds from the second task's context to the actuator's finished pause of it."""
     assert node.gpusim is not None
     command = [sys.executable, "-c", IDLE_CONTEXT, str(node.gpusim.socket)]
-    newcomer = container(node, client, f"newcomer-{index}", command, ["gpusim.workload"])
+    newcomer = container(node, client, f"newcomer-{index}", command, ["gpuguard.gpusim.workload"])
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -101,8 +101,8 @@ def main() -> int:
         assert node.gpusim is not None
         holder = container(
             node, client, "holder", None,
-            ["gpusim.workload", "--socket", str(node.gpusim.socket), "--work-seconds", "6000",
-             "--memory-bytes", "1GiB"],
+            ["gpuguard.gpusim.workload", "--socket", str(node.gpusim.socket),
+             "--work-seconds", "6000", "--memory-bytes", "1GiB"],
         )  # fmt: skip
         try:
             time.sleep(3)  # the holder computes; no alert fires for one task

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actuator.audit import read_audit
+from gpuguard.actuator.audit import read_audit
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import NodeStack
 from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec, parse_workload_log

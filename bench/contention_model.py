@@ -29,9 +29,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
 
+from gpuguard.gpusim.model import PAPER_B_KERNEL_S, PAPER_B_SIZE  # noqa: E402
 from gpuguard.stack.gpusim import GpusimService  # noqa: E402
 from gpuguard.stack.process import stop_pid  # noqa: E402
-from gpusim.model import PAPER_B_KERNEL_S, PAPER_B_SIZE  # noqa: E402
 
 COPY_TIME_SCALE = 0.001
 
@@ -44,7 +44,7 @@ def run_concurrent(sim: GpusimService, n: int, size: int) -> list[float]:
     logs = [sim.dir / f"n{n}-{i}.log" for i in range(n)]
     procs = []
     for log in logs:
-        argv = [sys.executable, "-m", "gpusim.workload", "--socket", str(sim.socket)]
+        argv = [sys.executable, "-m", "gpuguard.gpusim.workload", "--socket", str(sim.socket)]
         argv += ["--size", str(size), "--log", str(log), "--start-at", str(start_at)]
         # One copy request per phase, as paper B's program did: with many small chunks, n
         # processes on a small machine end their input phases apart (CPU scheduling), and

@@ -64,7 +64,8 @@ def start_workloads(
     for i in range(n):
         name = f"acc-{i}"
         args = [
-            "gpusim.workload", "--socket", str(sim.socket), "--log", str(sim.dir / f"{name}.log"),
+            "gpuguard.gpusim.workload", "--socket", str(sim.socket),
+            "--log", str(sim.dir / f"{name}.log"),
             "--work-seconds", str(WORK_S), "--memory-bytes", "600MiB", "--repeat", str(repeat),
             # uneven gaps so tasks start at every phase of the exporter's poll
             "--sleep-between", f"{rng.uniform(0.2, 0.6):.3f}",

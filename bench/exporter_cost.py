@@ -38,18 +38,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
 
-from exporter.cgroup import ProcReader  # noqa: E402
-from exporter.collector import TextRenderer  # noqa: E402
-from exporter.events import EventLog  # noqa: E402
-from exporter.model import (  # noqa: E402
+from gpuguard.exporter.cgroup import ProcReader  # noqa: E402
+from gpuguard.exporter.collector import TextRenderer  # noqa: E402
+from gpuguard.exporter.events import EventLog  # noqa: E402
+from gpuguard.exporter.model import (  # noqa: E402
     ContainerInfo,
     DeviceSample,
     GpuProcess,
     GpuSample,
     ProcessUtilization,
 )
-from exporter.poller import Poller  # noqa: E402
-from exporter.tracker import Tracker  # noqa: E402
+from gpuguard.exporter.poller import Poller  # noqa: E402
+from gpuguard.exporter.tracker import Tracker  # noqa: E402
 
 GIB = 2**30
 

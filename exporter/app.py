@@ -8,15 +8,15 @@ import sys
 import threading
 from typing import Any
 
-from exporter.backends.base import open_backend
-from exporter.cgroup import ProcReader
-from exporter.config import ExporterConfig
-from exporter.containers import ContainerIndex
-from exporter.errors import BackendUnavailable
-from exporter.events import EventLog
-from exporter.http import ExporterHTTPServer
-from exporter.poller import Poller
-from exporter.tracker import Tracker
+from gpuguard.exporter.backends.base import open_backend
+from gpuguard.exporter.cgroup import ProcReader
+from gpuguard.exporter.config import ExporterConfig
+from gpuguard.exporter.containers import ContainerIndex
+from gpuguard.exporter.errors import BackendUnavailable
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.http import ExporterHTTPServer
+from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.tracker import Tracker
 
 log = logging.getLogger("exporter")
 

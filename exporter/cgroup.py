@@ -20,8 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from exporter.errors import ProcfsError
-from exporter.model import ProcessOwner
+from gpuguard.exporter.errors import ProcfsError
+from gpuguard.exporter.model import ProcessOwner
 
 _COMPONENT = re.compile(
     r"^(?:(?:docker|libpod|cri-containerd|crio|containerd)-)?([0-9a-f]{64})(?:\.scope)?$"

@@ -15,9 +15,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from exporter.config import add_flags, load_config
-from exporter.errors import ConfigError
 from gpuguard import labels
+from gpuguard.exporter.config import add_flags, load_config
+from gpuguard.exporter.errors import ConfigError
 
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:9835"
 PS_COLUMNS = (
@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    from exporter.app import run_exporter
+    from gpuguard.exporter.app import run_exporter
 
     try:
         config = load_config(args)

@@ -35,9 +35,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-from exporter.poller import SOURCES, PollSnapshot
-from exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 from gpuguard import __version__
+from gpuguard.exporter.poller import SOURCES, PollSnapshot
+from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 
 _C = ("node", "container", "container_id")
 _CG = ("node", "gpu", "container", "container_id")

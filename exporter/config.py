@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.backends.base import BACKEND_CHOICES
-from exporter.errors import ConfigError
 from gpuguard import flags
+from gpuguard.exporter.backends.base import BACKEND_CHOICES
+from gpuguard.exporter.errors import ConfigError
 from gpuguard.flags import Flag
 
 DEFAULT_LISTEN = "127.0.0.1:9835"

@@ -17,17 +17,18 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from exporter.events import EventLog
-from exporter.model import ContainerInfo
 from gpuguard import labels
+from gpuguard.contract import EventType
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.model import ContainerInfo
 
 log = logging.getLogger(__name__)
 
 WATCHED_ACTIONS = ("create", "start", "pause", "unpause", "die", "destroy", "rename")
 _ACTION_EVENT = {
-    "start": "container_started",
-    "pause": "container_paused",
-    "unpause": "container_resumed",
+    "start": EventType.CONTAINER_STARTED,
+    "pause": EventType.CONTAINER_PAUSED,
+    "unpause": EventType.CONTAINER_RESUMED,
 }
 
 
@@ -191,14 +192,16 @@ class ContainerIndex:
         """After a reconnect, report what changed while we were not listening."""
         for cid, info in old.items():
             if cid not in new:
-                self._emit("container_removed", info)
+                self._emit(EventType.CONTAINER_REMOVED, info)
         for cid, info in new.items():
             before = old.get(cid)
             if before is None:
                 if old and info.state == "running":
-                    self._emit("container_started", info)
+                    self._emit(EventType.CONTAINER_STARTED, info)
             elif before.paused != info.paused:
-                self._emit("container_paused" if info.paused else "container_resumed", info)
+                self._emit(
+                    EventType.CONTAINER_PAUSED if info.paused else EventType.CONTAINER_RESUMED, info
+                )
 
     def _inspect(self, container_id: str) -> ContainerInfo | None:
         import docker.errors
@@ -232,11 +235,11 @@ class ContainerIndex:
         if info is None:
             self._warned_deadline.discard(container_id)
             if old is not None:
-                self._emit("container_removed", old, when)
+                self._emit(EventType.CONTAINER_REMOVED, old, when)
         elif action in _ACTION_EVENT:
             self._emit(_ACTION_EVENT[action], info, when)
 
-    def _emit(self, type_: str, info: ContainerInfo, ts: float | None = None) -> None:
+    def _emit(self, type_: EventType, info: ContainerInfo, ts: float | None = None) -> None:
         if self._events is not None:
             self._events.append(type_, ts=ts, container_id=info.id, container=info.name)
 

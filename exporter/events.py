@@ -13,18 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-EVENT_TYPES = frozenset(
-    {
-        "task_started",
-        "task_phase",
-        "task_ended",
-        "deadline_overrun",
-        "container_paused",
-        "container_resumed",
-        "container_started",
-        "container_removed",
-    }
-)
+from gpuguard.contract import EventType
+
+_EVENT_TYPES = frozenset(EventType)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +43,9 @@ class EventLog:
         """Sequence number of the newest event (0 before the first)."""
         return self._seq
 
-    def append(self, type_: str, ts: float | None = None, **fields: Any) -> dict[str, Any]:
+    def append(self, type_: EventType, ts: float | None = None, **fields: Any) -> dict[str, Any]:
         """Record one event; fields whose value is None are left out."""
-        if type_ not in EVENT_TYPES:
+        if type_ not in _EVENT_TYPES:
             raise ValueError(f"unknown event type {type_!r}")
         with self._cond:
             self._seq += 1

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from exporter.collector import TextRenderer
-from exporter.events import EventLog
-from exporter.poller import Poller
-from exporter.state import state_json
+from gpuguard.exporter.collector import TextRenderer
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.state import state_json
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.model import (
+from gpuguard.exporter.model import (
     AttributedProcess,
     ContainerGpuUsage,
     ContainerInfo,

@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from exporter.backends.base import GpuBackend
-from exporter.cgroup import ProcReader
-from exporter.errors import BackendError, ProcfsError
-from exporter.events import EventLog
-from exporter.join import join
-from exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
-from exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
+from gpuguard.exporter.backends.base import GpuBackend
+from gpuguard.exporter.cgroup import ProcReader
+from gpuguard.exporter.errors import BackendError, ProcfsError
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.join import join
+from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
+from gpuguard.exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
 
 log = logging.getLogger(__name__)
 

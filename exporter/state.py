@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.model import ContainerInfo
-from exporter.poller import PollSnapshot
-from exporter.tracker import TaskView
+from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.poller import PollSnapshot
+from gpuguard.exporter.tracker import TaskView
 
 
 def _container_json(info: ContainerInfo) -> dict[str, Any]:

@@ -37,10 +37,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.events import EventLog
-from exporter.model import AttributedProcess, ContainerInfo, Joined
+from gpuguard.contract import RUNNING_PHASES, EventType, Phase
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
 
-PHASES = ("starting", "input", "computing", "draining")
+PHASES = RUNNING_PHASES
 
 # NVML updates per-process samples about every 1/6 s, so a poll (100 ms) without a sample
 # does not mean the kernels stopped; only this long without one does.
@@ -63,7 +64,7 @@ class TaskView:
     mig_index: int | None
     proc_start_ticks: int
     order: tuple[int, int]
-    phase: str
+    phase: Phase
     started_at: float
     memory_bytes: int | None
     sm_ratio: float
@@ -144,7 +145,7 @@ class _Task:
         self.mig_index = proc.mig_index
         self.start_ticks = proc.start_ticks
         self.order = order
-        self.phase = "starting"
+        self.phase = Phase.STARTING
         self.base_memory = proc.used_memory_bytes
         self.memory = proc.used_memory_bytes
         self.sm = 0.0
@@ -163,7 +164,7 @@ class _Task:
             mig_index=self.mig_index,
             proc_start_ticks=self.start_ticks,
             order=self.order,
-            phase="ended" if ended_at is not None else self.phase,
+            phase=Phase.ENDED if ended_at is not None else self.phase,
             started_at=self.started_at,
             memory_bytes=self.memory,
             sm_ratio=self.sm,
@@ -228,7 +229,7 @@ class Tracker:
             if now - task.started_at > task.deadline_s:
                 task.overrun = True
                 self._count(task.container_id, misses=1)
-                self._emit("deadline_overrun", task, now, deadline_s=task.deadline_s)
+                self._emit(EventType.DEADLINE_OVERRUN, task, now, deadline_s=task.deadline_s)
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
@@ -264,7 +265,9 @@ class Tracker:
         info = containers.get(proc.container_id) if proc.container_id else None
         task.deadline_s = info.deadline_s if info is not None else None
         self._running[(proc.gpu, proc.pid, proc.start_ticks)] = task
-        self._emit("task_started", task, started_at, phase=task.phase, deadline_s=task.deadline_s)
+        self._emit(
+            EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
+        )
         return task
 
     def _observe(
@@ -280,14 +283,14 @@ class Tracker:
         phase = task.phase
         if task.sm > 0:
             task.last_active = now
-            phase = "computing"
-        elif phase == "starting" and _grew(task.base_memory, memory):
-            phase = "input"
-        elif phase == "computing" and now - task.last_active >= DRAIN_AFTER_S:
-            phase = "draining"
+            phase = Phase.COMPUTING
+        elif phase == Phase.STARTING and _grew(task.base_memory, memory):
+            phase = Phase.INPUT
+        elif phase == Phase.COMPUTING and now - task.last_active >= DRAIN_AFTER_S:
+            phase = Phase.DRAINING
         if phase != task.phase:
             task.phase = phase
-            self._emit("task_phase", task, now, phase=phase)
+            self._emit(EventType.TASK_PHASE, task, now, phase=phase)
 
     def _end(self, key: DeviceKey, ended_at: float) -> None:
         task = self._running.pop(key)
@@ -300,7 +303,9 @@ class Tracker:
         self._count(task.container_id, finished=1)
         self._observe_run(task.gpu, view.run_s or 0.0)
         self.recent.append(view)
-        self._emit("task_ended", task, ended_at, run_s=view.run_s, deadline_s=view.deadline_s)
+        self._emit(
+            EventType.TASK_ENDED, task, ended_at, run_s=view.run_s, deadline_s=view.deadline_s
+        )
 
     def _count(
         self, container_id: str | None, finished: int = 0, hits: int = 0, misses: int = 0
@@ -320,7 +325,7 @@ class Tracker:
         acc[n] += run_s
         acc[n + 1] += 1
 
-    def _emit(self, type_: str, task: _Task, ts: float, **fields: Any) -> None:
+    def _emit(self, type_: EventType, task: _Task, ts: float, **fields: Any) -> None:
         info = self._containers.get(task.container_id) if task.container_id else None
         self._events.append(
             type_,

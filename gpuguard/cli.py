@@ -12,14 +12,15 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from actuator import cli as actuator_cli
-    from exporter import cli as exporter_cli
-    from gpuguard import demo
+    from gpuguard import __version__, demo
+    from gpuguard.actuator import cli as actuator_cli
+    from gpuguard.exporter import cli as exporter_cli
 
     parser = argparse.ArgumentParser(
         prog="gpuguard",
         description="Deadline-aware monitoring and admission control for shared GPUs.",
     )
+    parser.add_argument("--version", action="version", version=f"gpuguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     exporter_cli.register(sub)
     actuator_cli.register(sub)

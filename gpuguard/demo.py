@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.stack.process import ServiceError
-
 DEFAULT_DIR = Path(".stack")
 
 
@@ -37,7 +35,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The harness loads only when the demo runs: `gpuguard exporter` never imports it.
     from gpuguard.stack.localstack import LocalStack
+    from gpuguard.stack.process import ServiceError
 
     if args.stop:
         stopped = LocalStack.stop_recorded(args.dir)

@@ -2,6 +2,6 @@
 
 import sys
 
-from gpusim.cli import main
+from gpuguard.gpusim.cli import main
 
 sys.exit(main())

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpusim.client import GpusimClient, default_socket_path
-from gpusim.config import (
+from gpuguard.gpusim.client import GpusimClient, default_socket_path
+from gpuguard.gpusim.config import (
     DEFAULT_CONTEXT_MEMORY,
     DEFAULT_SAMPLE_PERIOD_S,
     DaemonConfig,
@@ -21,7 +21,7 @@ from gpusim.config import (
     parse_size,
     positive_float,
 )
-from gpusim.errors import GpusimError
+from gpuguard.gpusim.errors import GpusimError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,7 +76,7 @@ def _config(args: argparse.Namespace) -> DaemonConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gpusim.daemon import Daemon, SocketInUse
+    from gpuguard.gpusim.daemon import Daemon, SocketInUse
 
     try:
         config = _config(args)

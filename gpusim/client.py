@@ -12,8 +12,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from gpusim import DEFAULT_SOCKET, SOCKET_ENV
-from gpusim.errors import DaemonUnavailable, error_for
+from gpuguard.gpusim import DEFAULT_SOCKET, SOCKET_ENV
+from gpuguard.gpusim.errors import DaemonUnavailable, error_for
 
 
 def default_socket_path() -> Path:

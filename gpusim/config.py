@@ -7,7 +7,7 @@ import re
 import uuid as uuid_mod
 from dataclasses import dataclass, field
 
-from gpusim.model import COPY_IN_BYTES_PER_S, COPY_OUT_BYTES_PER_S
+from gpuguard.gpusim.model import COPY_IN_BYTES_PER_S, COPY_OUT_BYTES_PER_S
 
 _UNITS = {
     "": 1, "b": 1,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpusim.workload import EXIT_FAILED, EXIT_OUT_OF_MEMORY, EventLog
+from gpuguard.gpusim.workload import EXIT_FAILED, EXIT_OUT_OF_MEMORY, EventLog
 
 
 def _torch_task(torch: Any, size: int, device: int, log: EventLog, run: int) -> None:
@@ -74,7 +74,7 @@ def _cupy_task(cp: Any, size: int, device: int, log: EventLog, run: int) -> None
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one task; exit 3 on CUDA out-of-memory, 1 when no CUDA library is usable."""
-    parser = argparse.ArgumentParser(prog="python -m gpusim.cuda_task")
+    parser = argparse.ArgumentParser(prog="python -m gpuguard.gpusim.cuda_task")
     parser.add_argument("--size", type=int, required=True)
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--run", type=int, default=0)

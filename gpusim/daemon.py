@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpusim.config import DaemonConfig
-from gpusim.errors import BAD_REQUEST, GpusimError
-from gpusim.gpu import SimulatedGpu
-from gpusim.protocol import MAX_LINE_BYTES, encode, error_reply, parse_request
+from gpuguard.gpusim.config import DaemonConfig
+from gpuguard.gpusim.errors import BAD_REQUEST, GpusimError
+from gpuguard.gpusim.gpu import SimulatedGpu
+from gpuguard.gpusim.protocol import MAX_LINE_BYTES, encode, error_reply, parse_request
 
 log = logging.getLogger("gpusim.daemon")
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpusim import errors
-from gpusim.config import DaemonConfig, DeviceSpec
-from gpusim.errors import GpusimError
-from gpusim.model import ContentionSimulator, Job, JobKind
-from gpusim.protocol import Request
-from gpusim.usage import UsageHistory
+from gpuguard.gpusim import errors
+from gpuguard.gpusim.config import DaemonConfig, DeviceSpec
+from gpuguard.gpusim.errors import GpusimError
+from gpuguard.gpusim.model import ContentionSimulator, Job, JobKind
+from gpuguard.gpusim.protocol import Request
+from gpuguard.gpusim.usage import UsageHistory
 
 Reply = dict[str, Any]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 #: Paper B, kernel time (s) of each of n concurrent 13,312 x 13,312 matmuls, n = 1..10.
 PAPER_B_KERNEL_S: tuple[float, ...] = (
@@ -55,7 +55,7 @@ def matmul_bytes(size: int) -> int:
     return 3 * size * size * 4
 
 
-class JobKind(str, Enum):
+class JobKind(StrEnum):
     """The three resources a job can occupy; each is processor-shared on its own."""
 
     KERNEL = "kernel"

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpusim.errors import BAD_REQUEST, GpusimError
+from gpuguard.gpusim.errors import BAD_REQUEST, GpusimError
 
 #: Longest request line accepted; requests are tiny, so anything longer is garbage.
 MAX_LINE_BYTES = 64 * 1024

@@ -1,6 +1,6 @@
 """The matmul workload: the GPU task of paper B, with its own ground-truth timestamps.
 
-``python -m gpusim.workload --size 13312 --repeat 3 --sleep-between 0.5 --backend sim``
+``python -m gpuguard.gpusim.workload --size 13312 --repeat 3 --sleep-between 0.5 --backend sim``
 
 Each run is one GPU task: context, alloc A, B, C, copy A and B in, kernel, copy C out, free,
 context gone. Every phase boundary is logged as one JSON line with ``time.time()``, flushed
@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from gpusim.client import GpusimClient
-from gpusim.config import parse_size, positive_float
-from gpusim.errors import GpusimError, OutOfMemory
-from gpusim.model import matmul_bytes, matmul_work_s
+from gpuguard.gpusim.client import GpusimClient
+from gpuguard.gpusim.config import parse_size, positive_float
+from gpuguard.gpusim.errors import GpusimError, OutOfMemory
+from gpuguard.gpusim.model import matmul_bytes, matmul_work_s
 
 EXIT_FAILED = 1
 EXIT_OUT_OF_MEMORY = 3
@@ -83,7 +83,7 @@ def run_cuda_task(args: argparse.Namespace, log: EventLog, run: int) -> None:
     torch and cupy keep their CUDA context until the process exits, so the child logs every
     phase and this parent logs ``task_end`` once the child (the GPU process) has gone.
     """
-    argv = [sys.executable, "-m", "gpusim.cuda_task", "--size", str(args.size)]
+    argv = [sys.executable, "-m", "gpuguard.gpusim.cuda_task", "--size", str(args.size)]
     argv += ["--device", str(args.device), "--run", str(run)]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
@@ -107,7 +107,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m gpusim.workload", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="python -m gpuguard.gpusim.workload", description=__doc__.split("\n")[0])
 
     def positive_int(text: str) -> int:
         if not text.isdigit() or int(text) <= 0:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuguard.contract import RUNNING_PHASES
+
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 
 SCHEMA_VERSION = 39
@@ -41,7 +43,7 @@ NODE_GPU_CONTAINER = 'node=~"$node", gpu=~"$gpu", container=~"$container"'
 INSTANCE = 'instance=~"$instance"'
 
 # Task phases (docs/interfaces.md §5) as numbers for the state timeline; 0 = no task.
-PHASES = ("starting", "input", "computing", "draining")
+PHASES = tuple(str(p) for p in RUNNING_PHASES)
 PHASE_COLORS = {
     "idle": "transparent",
     "starting": "blue",

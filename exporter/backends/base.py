@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from exporter.errors import BackendUnavailable
-from exporter.model import GpuSample
+from gpuguard.exporter.errors import BackendUnavailable
+from gpuguard.exporter.model import GpuSample
 
 BACKEND_CHOICES = ("auto", "nvml", "gpusim")
 
@@ -27,8 +27,8 @@ def open_backend(kind: str, gpusim_socket: Path, nvml_module: Any = None) -> Gpu
     ``auto`` takes NVML when it initialises, else gpusim when its socket exists; otherwise
     it raises ``BackendUnavailable`` with one line saying what was tried.
     """
-    from exporter.backends.gpusim import GpusimBackend
-    from exporter.backends.nvml import NvmlBackend
+    from gpuguard.exporter.backends.gpusim import GpusimBackend
+    from gpuguard.exporter.backends.nvml import NvmlBackend
 
     if kind == "nvml":
         return NvmlBackend(nvml_module)

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from exporter.errors import BackendError
-from exporter.model import DeviceSample, GpuProcess, GpuSample, ProcessUtilization
+from gpuguard.exporter.errors import BackendError
+from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample, ProcessUtilization
 
 _REQUEST_TIMEOUT_S = 2.0
 
@@ -61,7 +61,7 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceSample:
 
 
 def _default_client(socket_path: Path) -> SampleClient:
-    from gpusim.client import GpusimClient
+    from gpuguard.gpusim.client import GpusimClient
 
     # A timeout so that a hung daemon fails one poll instead of stalling every later one.
     client: SampleClient = GpusimClient(socket_path, timeout=_REQUEST_TIMEOUT_S)
@@ -84,7 +84,7 @@ class GpusimBackend:
         self._since_us = 0
 
     def sample(self) -> GpuSample:
-        from gpusim.errors import GpusimError
+        from gpuguard.gpusim.errors import GpusimError
 
         try:
             if self._client is None:

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from exporter.errors import BackendError, BackendUnavailable
-from exporter.model import DeviceSample, GpuProcess, GpuSample, ProcessUtilization
+from gpuguard.exporter.errors import BackendError, BackendUnavailable
+from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample, ProcessUtilization
 
 T = TypeVar("T")
 

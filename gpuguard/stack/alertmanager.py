@@ -12,10 +12,11 @@ from typing import Any
 import requests
 import yaml
 
+from gpuguard import resources
 from gpuguard.stack.process import ConfiguredHttpService, ServiceError
-from gpuguard.stack.prometheus import LISTEN_HOST, REPO_ROOT
+from gpuguard.stack.prometheus import LISTEN_HOST
 
-ALERTMANAGER_CONFIG = REPO_ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+ALERTMANAGER_CONFIG = resources.ALERTMANAGER_DIR / "alertmanager.yml"
 # Debian names the binary prometheus-alertmanager; upstream tarballs name it alertmanager.
 BINARIES = ("prometheus-alertmanager", "alertmanager")
 

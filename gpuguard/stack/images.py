@@ -12,11 +12,12 @@ import os
 import shutil
 import sys
 import tarfile
-from pathlib import Path
 from typing import Any
 
+from gpuguard import resources
+
 BASE_IMAGE = "gpuguard/base:local"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = resources.IMPORT_ROOT
 
 
 def _rootfs_tar() -> bytes:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actuator.watchdog import WATCHDOG_PID_FILE
+from gpuguard.actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.alertmanager import AlertmanagerService
 from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
 from gpuguard.stack.gpusim import GpusimService
@@ -348,7 +348,7 @@ def _is_ours(pid: int, name: str) -> bool:
         "actuator": "actuator",
         "prometheus": "prometheus",
         "alertmanager": "alertmanager",
-        "watchdog": "actuator.watchdog",
+        "watchdog": "gpuguard.actuator.watchdog",
     }
     return markers.get(name, name) in cmdline
 

@@ -16,10 +16,10 @@ from typing import Any
 import requests
 import yaml
 
+from gpuguard import resources
 from gpuguard.stack.process import ConfiguredHttpService, ServiceError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PROMETHEUS_DEPLOY_DIR = REPO_ROOT / "deploy" / "prometheus"
+PROMETHEUS_DEPLOY_DIR = resources.PROMETHEUS_DIR
 PROFILES = {"default": "prometheus.yml", "fast": "prometheus-fast.yml"}
 EXPORTER_JOB = "gpuguard-exporter"
 ACTUATOR_JOB = "gpuguard-actuator"

@@ -42,7 +42,7 @@ class WorkloadSpec:
         return out
 
     def workload_args(self, log_path: Path, start_at: float) -> list[str]:
-        args = ["gpusim.workload", "--size", str(self.size), "--repeat", str(self.repeat)]
+        args = ["gpuguard.gpusim.workload", "--size", str(self.size), "--repeat", str(self.repeat)]
         args += ["--log", str(log_path), "--start-at", f"{start_at + self.delay_s:.6f}"]
         if self.work_seconds is not None:
             args += ["--work-seconds", str(self.work_seconds)]

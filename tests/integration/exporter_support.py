@@ -72,7 +72,14 @@ class ExporterProcess:
 
 
 def workload_args(sim: GpusimService, log_name: str, *args: str) -> list[str]:
-    return ["gpusim.workload", "--socket", str(sim.socket), "--log", str(sim.dir / log_name), *args]
+    return [
+        "gpuguard.gpusim.workload",
+        "--socket",
+        str(sim.socket),
+        "--log",
+        str(sim.dir / log_name),
+        *args,
+    ]
 
 
 def sim_mounts(sim: GpusimService) -> dict[str, dict[str, str]]:

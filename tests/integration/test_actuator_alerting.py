@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from actuator.audit import read_audit
+from gpuguard.actuator.audit import read_audit
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import LocalStack, NodeStack
 from gpuguard.stack.process import ServiceError
@@ -80,7 +80,7 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
     try:
         # A managed container that holds an idle GPU context: a task that waits to compute.
         kwargs = python_container_kwargs(
-            ["gpusim.workload"],
+            ["gpuguard.gpusim.workload"],
             labels={"gpuguard.managed": "true"},
             extra_mounts={str(node.gpusim.dir): {"bind": str(node.gpusim.dir), "mode": "rw"}},
             name="idle-context",
@@ -94,8 +94,8 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
             client,
             "at-risk",
             {"gpuguard.managed": "true", "gpuguard.deadline": f"{DEADLINE_S:g}s"},
-            ["gpusim.workload", "--socket", str(node.gpusim.socket), "--work-seconds", "600",
-             "--memory-bytes", "1GiB"],
+            ["gpuguard.gpusim.workload", "--socket", str(node.gpusim.socket),
+             "--work-seconds", "600", "--memory-bytes", "1GiB"],
         )  # fmt: skip
         made.append(busy)
         started = time.monotonic()

@@ -20,11 +20,11 @@ import pytest
 import requests
 from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
 
-from actuator.audit import AuditLog, read_audit
-from actuator.executor import DockerExecutor
-from actuator.journal import Journal
-from actuator.policy import PAUSE, Action
-from actuator.watchdog import WATCHDOG_PID_FILE
+from gpuguard.actuator.audit import AuditLog, read_audit
+from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.journal import Journal
+from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.process import ManagedProcess, free_port, stop_pid

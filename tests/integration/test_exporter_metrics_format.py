@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from exporter_support import SCALE, ExporterProcess
 
-from exporter.collector import TextRenderer, build_rows
+from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from tests.prereq import require_binary
@@ -48,7 +48,7 @@ def golden_text(tmp_path: Path) -> str:
     # the durations are measured; pin them so the file is stable
     from dataclasses import replace
 
-    from exporter.poller import SourceStatus
+    from gpuguard.exporter.poller import SourceStatus
 
     snap = replace(
         snap,

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from gpuguard.gpusim.client import GpusimClient
 from gpuguard.stack.gpusim import GpusimService
-from gpusim.client import GpusimClient
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ SMALL = "30MiB"  # A+B+C of a workload whose copies do not matter
 
 def workload(sim: GpusimService, name: str, *args: str) -> list[str]:
     log = sim.dir / f"{name}.log"
-    return ["gpusim.workload", "--socket", str(sim.socket), "--log", str(log), *args]
+    return ["gpuguard.gpusim.workload", "--socket", str(sim.socket), "--log", str(log), *args]
 
 
 def mounts(sim: GpusimService) -> dict[str, dict[str, str]]:

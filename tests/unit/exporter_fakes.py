@@ -7,11 +7,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from exporter.cgroup import ProcReader
-from exporter.events import EventLog
-from exporter.model import ContainerInfo, DeviceSample, GpuProcess, GpuSample, ProcessUtilization
-from exporter.poller import Poller
-from exporter.tracker import Tracker
+from gpuguard.exporter.cgroup import ProcReader
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.model import (
+    ContainerInfo,
+    DeviceSample,
+    GpuProcess,
+    GpuSample,
+    ProcessUtilization,
+)
+from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.tracker import Tracker
 
 GIB = 2**30
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from actuator.config import add_flags, load_actions, load_config
-from actuator.errors import ConfigError
+from gpuguard.actuator.config import add_flags, load_actions, load_config
+from gpuguard.actuator.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = """

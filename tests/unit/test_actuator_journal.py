@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actuator.journal import (
+from gpuguard.actuator.journal import (
     JOURNAL_FILE,
     Journal,
     PausedEntry,
@@ -19,7 +19,7 @@ from actuator.journal import (
     plan_reconcile,
     read_journal,
 )
-from actuator.watchdog import proc_start_ticks, wait_for_exit
+from gpuguard.actuator.watchdog import proc_start_ticks, wait_for_exit
 
 
 def entry(cid: str, paused_at: float = 100.0) -> PausedEntry:

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from actuator.cli import format_nodes
-from actuator.nodes import NodeList
-from actuator.webhook import parse_message
+from gpuguard.actuator.cli import format_nodes
+from gpuguard.actuator.nodes import NodeList
+from gpuguard.actuator.webhook import parse_message
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
 MARK = {"NodeCannotGuaranteeDeadlines", "TaskDeadlineAtRisk"}
@@ -130,7 +130,7 @@ def test_format_nodes_table() -> None:
 
 
 def test_a_mark_no_webhook_renews_expires() -> None:
-    from actuator.nodes import NodeList, Reason
+    from gpuguard.actuator.nodes import NodeList, Reason
 
     nodes = NodeList("node-a")
     nodes.groups["g"] = {"f1": Reason("TaskDeadlineAtRisk", "f1", "g", since=100.0, seen=100.0)}

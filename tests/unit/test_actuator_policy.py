@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actuator.policy import (
+from gpuguard.actuator.policy import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -17,7 +17,7 @@ from actuator.policy import (
     decide,
     queue_order,
 )
-from actuator.state import parse_state
+from gpuguard.actuator.state import parse_state
 
 NOW = 1_000_000.0
 GIB = 2**30

@@ -16,15 +16,15 @@ import docker
 import pytest
 import requests
 
-from actuator.audit import AuditLog
-from actuator.config import FLAGS, validate
-from actuator.controller import Controller
-from actuator.executor import DockerExecutor
-from actuator.journal import Journal, PausedEntry
-from actuator.metrics import ActuatorMetrics
-from actuator.nodes import SwarmMarker
-from actuator.server import ActuatorServer
-from actuator.state import ExporterClient
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.config import FLAGS, validate
+from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.journal import Journal, PausedEntry
+from gpuguard.actuator.metrics import ActuatorMetrics
+from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.server import ActuatorServer
+from gpuguard.actuator.state import ExporterClient
 from gpuguard.stack.process import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"

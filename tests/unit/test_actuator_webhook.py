@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actuator.errors import PayloadError
-from actuator.webhook import parse_body, parse_message, parse_rfc3339
+from gpuguard.actuator.errors import PayloadError
+from gpuguard.actuator.webhook import parse_body, parse_message, parse_rfc3339
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
 
@@ -34,7 +34,7 @@ def test_firing_payload_parses_into_the_message_shape() -> None:
     assert first.firing
     assert first.labels["gpu"] == "0"
     assert first.fingerprint == "4a5b6c7d8e9f0a1b"
-    assert first.starts_at == datetime(2025, 11, 22, 1, 2, 3, 123456, tzinfo=timezone.utc)
+    assert first.starts_at == datetime(2025, 11, 22, 1, 2, 3, 123456, tzinfo=UTC)
     assert first.ends_at.year == 1  # Go's zero time: still firing
 
 
@@ -126,14 +126,14 @@ def test_non_json_body_is_told_apart_from_an_invalid_payload() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("2025-11-22T01:02:03Z", datetime(2025, 11, 22, 1, 2, 3, tzinfo=timezone.utc)),
+        ("2025-11-22T01:02:03Z", datetime(2025, 11, 22, 1, 2, 3, tzinfo=UTC)),
         (
             "2025-11-22T03:02:03.5+02:00",
-            datetime(2025, 11, 22, 1, 2, 3, 500000, tzinfo=timezone.utc),
+            datetime(2025, 11, 22, 1, 2, 3, 500000, tzinfo=UTC),
         ),
         (
             "2025-11-22T01:02:03.123456789Z",
-            datetime(2025, 11, 22, 1, 2, 3, 123456, tzinfo=timezone.utc),
+            datetime(2025, 11, 22, 1, 2, 3, 123456, tzinfo=UTC),
         ),
     ],
 )

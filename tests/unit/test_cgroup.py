@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cgroup import ProcReader, container_id_from_cgroup, start_ticks_from_stat
-from exporter.errors import ProcfsError
+from gpuguard.exporter.cgroup import ProcReader, container_id_from_cgroup, start_ticks_from_stat
+from gpuguard.exporter.errors import ProcfsError
 from tests.unit.exporter_fakes import FakeProcfs, cid
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"

@@ -6,8 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import GpuguardCollector, TextRenderer, build_rows
-from exporter.errors import BackendError
+from gpuguard.exporter.collector import GpuguardCollector, TextRenderer, build_rows
+from gpuguard.exporter.errors import BackendError
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
 
 
@@ -115,7 +115,7 @@ def test_text_renderer_matches_the_collector(setup) -> None:
 
 
 def test_label_values_are_escaped() -> None:
-    from exporter.collector import _escape_label
+    from gpuguard.exporter.collector import _escape_label
 
     assert _escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
 

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from exporter.containers import container_info, gpus_from_config
+from gpuguard.exporter.containers import container_info, gpus_from_config
 
 ID = "ab" * 32
 

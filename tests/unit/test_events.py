@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from exporter.events import EventLog
+from gpuguard.exporter.events import EventLog
 
 
 def test_seq_increases_and_none_fields_are_dropped() -> None:

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.cli import docker_run_argv, format_table, ps_rows
-from exporter.errors import ConfigError
-from exporter.http import BadRequest, parse_events_query
+from gpuguard.exporter.cli import docker_run_argv, format_table, ps_rows
+from gpuguard.exporter.errors import ConfigError
+from gpuguard.exporter.http import BadRequest, parse_events_query
 
 A = "a" * 64
 B = "b" * 64

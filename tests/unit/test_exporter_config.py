@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import add_flags, load_config
-from exporter.errors import ConfigError
+from gpuguard.exporter.config import add_flags, load_config
+from gpuguard.exporter.errors import ConfigError
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-import actuator.errors
-import exporter.errors
+import gpuguard.actuator.errors
+import gpuguard.exporter.errors
 from gpuguard import flags
 from gpuguard.flags import ConfigError, Flag
 
@@ -166,7 +166,9 @@ def test_boolean() -> None:
         flags.boolean({"b": "yes"}, "b")
 
 
-@pytest.mark.parametrize("error", [exporter.errors.ConfigError, actuator.errors.ConfigError])
+@pytest.mark.parametrize(
+    "error", [gpuguard.exporter.errors.ConfigError, gpuguard.actuator.errors.ConfigError]
+)
 def test_reraise_as_the_callers_class(error: type[ConfigError]) -> None:
     @flags.reraise_as(error)
     def load() -> None:

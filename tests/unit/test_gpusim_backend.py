@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from exporter.backends.gpusim import GpusimBackend, parse_sample
-from exporter.errors import BackendError
-from gpusim.errors import DaemonUnavailable
+from gpuguard.exporter.backends.gpusim import GpusimBackend, parse_sample
+from gpuguard.exporter.errors import BackendError
+from gpuguard.gpusim.errors import DaemonUnavailable
 
 REPLY = {
     "ok": True,

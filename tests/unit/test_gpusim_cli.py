@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gpusim.cli import format_status, main
-from gpusim.client import GpusimClient
-from gpusim.config import DeviceSpec, parse_device_spec, parse_size
-from gpusim.workload import main as workload_main
+from gpuguard.gpusim.cli import format_status, main
+from gpuguard.gpusim.client import GpusimClient
+from gpuguard.gpusim.config import DeviceSpec, parse_device_spec, parse_size
+from gpuguard.gpusim.workload import main as workload_main
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusim.model import (
+from gpuguard.gpusim.model import (
     COPY_IN_BYTES_PER_S,
     COPY_OUT_BYTES_PER_S,
     PAPER_B_KERNEL_S,
@@ -16,7 +16,7 @@ from gpusim.model import (
     matmul_work_s,
     slowdown_factor,
 )
-from gpusim.usage import UsageHistory
+from gpuguard.gpusim.usage import UsageHistory
 
 
 def run_to_end(sim: ContentionSimulator) -> list[float]:

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from gpusim.client import GpusimClient
-from gpusim.config import DaemonConfig, DeviceSpec
-from gpusim.daemon import Daemon, SocketInUse, prepare_socket_path
-from gpusim.errors import GpusimError, OutOfMemory
+from gpuguard.gpusim.client import GpusimClient
+from gpuguard.gpusim.config import DaemonConfig, DeviceSpec
+from gpuguard.gpusim.daemon import Daemon, SocketInUse, prepare_socket_path
+from gpuguard.gpusim.errors import GpusimError, OutOfMemory
 from tests.waiting import wait_for
 
 GIB = 2**30
@@ -218,7 +218,7 @@ def test_killed_process_frees_its_memory(
     daemon: Daemon, connect: Callable[[], GpusimClient]
 ) -> None:
     observer = connect()
-    argv = [sys.executable, "-m", "gpusim.workload", "--socket", str(daemon.socket_path)]
+    argv = [sys.executable, "-m", "gpuguard.gpusim.workload", "--socket", str(daemon.socket_path)]
     argv += ["--work-seconds", "1000", "--memory-bytes", "3GiB", "--log", os.devnull]
     proc = subprocess.Popen(argv)
     try:
@@ -302,7 +302,7 @@ def test_utilization_and_process_samples(connect: Callable[[], GpusimClient]) ->
 
 def test_sm_ratio_splits_between_processes(daemon: Daemon) -> None:
     # Two distinct processes: this one and a workload subprocess.
-    argv = [sys.executable, "-m", "gpusim.workload", "--socket", str(daemon.socket_path)]
+    argv = [sys.executable, "-m", "gpuguard.gpusim.workload", "--socket", str(daemon.socket_path)]
     argv += ["--work-seconds", "1000", "--memory-bytes", "3MiB", "--log", os.devnull]
     proc = subprocess.Popen(argv)
     try:

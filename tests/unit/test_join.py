@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.join import join
-from exporter.model import (
+from gpuguard.exporter.join import join
+from gpuguard.exporter.model import (
     DeviceSample,
     GpuProcess,
     GpuSample,

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.backends.base import open_backend
-from exporter.backends.nvml import NvmlBackend
-from exporter.errors import BackendError, BackendUnavailable
+from gpuguard.exporter.backends.base import open_backend
+from gpuguard.exporter.backends.nvml import NvmlBackend
+from gpuguard.exporter.errors import BackendError, BackendUnavailable
 from tests.unit.fake_pynvml import (
     NVML_DEVICE_MIG_ENABLE,
     NVML_ERROR_DRIVER_NOT_LOADED,

@@ -4,10 +4,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from exporter.events import EventLog
-from exporter.join import join
-from exporter.model import ContainerInfo, ProcessOwner
-from exporter.tracker import DRAIN_AFTER_S, Tracker
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.join import join
+from gpuguard.exporter.model import ContainerInfo, ProcessOwner
+from gpuguard.exporter.tracker import DRAIN_AFTER_S, Tracker
 from tests.unit.exporter_fakes import GIB, cid, container, sample
 
 CTX = 300 * 2**20  # context base memory, as gpusim and a real CUDA context show

@@ -1,0 +1,114 @@
+"""The names the exporter, the actuator, the rules and the dashboards share, defined once.
+
+Each is a ``StrEnum``: a member *is* its string, so it goes into JSON, label values and
+audit lines unchanged, while code that uses a name the other side does not know fails type
+checking instead of a doc-parsing test. ``docs/interfaces.md`` describes the same names for
+readers; ``tests/unit/test_contract.py`` checks that it lists exactly these.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    """Where a running GPU task is in its life (the exporter's tracker)."""
+
+    STARTING = "starting"  # seen on the device, nothing more yet
+    INPUT = "input"  # memory grew: host-to-device input
+    COMPUTING = "computing"  # SM samples show its kernels
+    DRAINING = "draining"  # no SM activity for a while after computing: output, or done
+    ENDED = "ended"  # finished (history only)
+
+
+#: The phases of a task that still runs, in life order (``gpuguard_container_task_phase``).
+RUNNING_PHASES: tuple[Phase, ...] = (Phase.STARTING, Phase.INPUT, Phase.COMPUTING, Phase.DRAINING)
+#: Phases of a task whose kernel has not started: pausing it now still keeps it off the GPU.
+PRE_KERNEL: frozenset[Phase] = frozenset({Phase.STARTING, Phase.INPUT})
+
+
+class EventType(StrEnum):
+    """The ``type`` of an event on the exporter's ``/api/v1/events`` stream."""
+
+    TASK_STARTED = "task_started"
+    TASK_PHASE = "task_phase"
+    TASK_ENDED = "task_ended"
+    DEADLINE_OVERRUN = "deadline_overrun"
+    CONTAINER_PAUSED = "container_paused"
+    CONTAINER_RESUMED = "container_resumed"
+    CONTAINER_STARTED = "container_started"
+    CONTAINER_REMOVED = "container_removed"
+
+
+class Role(StrEnum):
+    """``gpuguard.role`` of gpuguard's own containers: never paused."""
+
+    EXPORTER = "exporter"
+    ACTUATOR = "actuator"
+
+
+COMPONENT_ROLES: frozenset[str] = frozenset(Role)
+
+
+class AlertAction(StrEnum):
+    """What an alert makes the actuator do (``rules/actions.yml``)."""
+
+    ADMISSION = "admission"  # run admission control for the alert's node/gpu
+    MARK_NODE = "mark_node"  # node unprovisionable while the alert fires
+    RESUME_ALL = "resume_all"  # fail open: resume what this actuator paused on the node
+    RECORD = "record"  # audit only
+
+
+class ActionKind(StrEnum):
+    """Things the actuator does (``gpuguard_actuator_actions_total{action}``)."""
+
+    PAUSE = "pause"
+    UNPAUSE = "unpause"
+    MARK_NODE = "mark_node"
+    UNMARK_NODE = "unmark_node"
+
+
+class ActionReason(StrEnum):
+    """Why the policy pauses or unpauses a container (audit log, webhook reply)."""
+
+    NEWCOMER = "newcomer"  # a task arrived while the GPU is occupied
+    ADMIT = "admit"  # its turn in the queue
+    MEMORY_PRESSURE = "memory_pressure"  # admitted last, before its kernel, memory too high
+    TASK_GONE = "task_gone"  # paused by us, no running task any more
+    RESUME_ALL = "resume_all"  # fail open, or the actuator stops
+    MAX_PAUSE = "max_pause"  # paused longer than --max-pause
+    RECONCILE = "reconcile"  # the journal's record has no reason left
+
+
+class Result(StrEnum):
+    """How an action ended (``gpuguard_actuator_actions_total{result}``)."""
+
+    OK = "ok"
+    ALREADY = "already"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    DRY_RUN = "dry_run"
+
+
+class SkipReason(StrEnum):
+    """Why the policy or executor held back (``gpuguard_actuator_skipped_total{reason}``)."""
+
+    UNMANAGED = "unmanaged"
+    GPUGUARD_COMPONENT = "gpuguard_component"
+    VANISHED = "vanished"
+    CAP = "cap"
+    STALE_STATE = "stale_state"
+    IRRELEVANT_ALERT = "irrelevant_alert"
+    KERNEL_RUNNING = "kernel_running"
+    INPUT_TIMEOUT = "input_timeout"
+    MEMORY_PRESSURE = "memory_pressure"
+    RUNS_ELSEWHERE = "runs_elsewhere"
+    MAX_PAUSE_EXEMPT = "max_pause_exempt"
+
+
+class TriggerSource(StrEnum):
+    """What started a decision (``gpuguard_actuator_decision_seconds{trigger}``)."""
+
+    WEBHOOK = "webhook"
+    FAST = "fast"
+    RECONCILE = "reconcile"

@@ -1,0 +1,107 @@
+"""One installed namespace: ``gpuguard.*`` imports only, a runtime that never needs the
+demo/test harness, and the contract names documented in docs/interfaces.md."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuguard import contract, resources
+
+REPO = Path(__file__).resolve().parents[2]
+TOP_LEVEL_PARTS = ("exporter", "actuator", "gpusim")
+#: What the deployed programs import; the harness (``gpuguard.stack``, the demo) is not.
+RUNTIME_ENTRY_MODULES = (
+    "gpuguard.cli",
+    "gpuguard.exporter.app",
+    "gpuguard.actuator.app",
+    "gpuguard.actuator.watchdog",
+    "gpuguard.gpusim.daemon",
+    "gpuguard.gpusim.workload",
+)
+HARNESS_MODULES = ("gpuguard.stack", "gpuguard.demo_scenario", "tests")
+
+
+def _python_files() -> list[Path]:
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [REPO / name for name in tracked]
+
+
+def test_no_module_imports_a_part_by_its_bare_folder_name() -> None:
+    """``import exporter`` would load a second copy of the module beside ``gpuguard.exporter``
+    (two ``BackendError`` classes, say) when run from the source tree."""
+    offenders = []
+    for path in _python_files():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.relative_to(REPO)}:{node.lineno} {name}"
+                for name in names
+                if name.split(".")[0] in TOP_LEVEL_PARTS
+            ]
+    assert not offenders, "import through gpuguard.*: " + ", ".join(offenders)
+
+
+def test_the_package_links_the_design_folders() -> None:
+    for part in (*TOP_LEVEL_PARTS, "rules", "deploy"):
+        link = REPO / "gpuguard" / part
+        assert link.is_symlink() and link.resolve() == REPO / part, link
+    assert (REPO / "gpuguard" / "dashboards").resolve() == REPO / "grafana" / "dashboards"
+
+
+@pytest.mark.parametrize("module", RUNTIME_ENTRY_MODULES)
+def test_runtime_never_imports_the_harness(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        f"bad = sorted(m for m in sys.modules if m.startswith({HARNESS_MODULES!r}))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/"
+    )
+    assert out.stdout.strip() == "", f"{module} pulls in the harness: {out.stdout.strip()}"
+
+
+def test_package_data_is_where_the_runtime_looks() -> None:
+    assert resources.ACTIONS_FILE.is_file()
+    assert len(list(resources.RULES_DIR.glob("*.rules.yml"))) >= 2
+    assert (resources.PROMETHEUS_DIR / "prometheus.yml").is_file()
+    assert (resources.ALERTMANAGER_DIR / "alertmanager.yml").is_file()
+    assert len(list(resources.DASHBOARDS_DIR.glob("*.json"))) >= 4
+
+
+def _documented(section: str) -> str:
+    text = (REPO / "docs" / "interfaces.md").read_text()
+    match = re.search(rf"^## {section}\. .*?(?=^## |\Z)", text, re.S | re.M)
+    assert match, f"docs/interfaces.md has no section {section}"
+    return match.group(0)
+
+
+@pytest.mark.parametrize(
+    ("section", "names"),
+    [
+        ("3", [p.value for p in contract.RUNNING_PHASES]),
+        ("3", [e.value for e in contract.EventType]),
+        ("7", [a.value for a in contract.AlertAction]),
+        ("8", [k.value for k in contract.ActionKind]),
+        ("8", [r.value for r in contract.Result]),
+        ("8", [s.value for s in contract.SkipReason]),
+        ("8", [t.value for t in contract.TriggerSource]),
+    ],
+)
+def test_interfaces_doc_names_every_contract_value(section: str, names: list[str]) -> None:
+    text = _documented(section)
+    missing = [name for name in names if f"`{name}`" not in text]
+    assert not missing, f"docs/interfaces.md section {section} lacks {missing}"
