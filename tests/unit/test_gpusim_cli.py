@@ -106,10 +106,11 @@ def test_status_table_and_json(served: Path, capsys: pytest.CaptureFixture[str])
             "used_memory_bytes": 2**30,
             "phase": "idle",
             "kernels_running": 0,
+            "kernels_queued": 0,
         }
         assert main(["status", "--socket", str(served)]) == 0
         table = capsys.readouterr().out
-        assert f"{os.getpid():<10}1" in table and "1.00/1.00" in table
+        assert f"{os.getpid():<10}1 " in table and "1.00/1.00" in table
         assert "(no processes)" in format_status({"devices": []})
 
 
