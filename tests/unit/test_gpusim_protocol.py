@@ -30,25 +30,16 @@ PERIOD = 0.1
 
 
 @pytest.fixture
-def daemon() -> Iterator[Daemon]:
-    directory = Path(tempfile.mkdtemp(prefix="gs-"))  # short: socket paths max 108 bytes
-    config = DaemonConfig(
-        devices=(DeviceSpec(0, "sim0", 4 * GIB), DeviceSpec(1, "small", 1 * GIB)),
-        time_scale=TIME_SCALE,
-        copy_time_scale=TIME_SCALE,
-        context_memory_bytes=300 * MIB,
-        sample_period_s=PERIOD,
+def daemon(serve_gpusim: Callable[[DaemonConfig], Daemon]) -> Daemon:
+    return serve_gpusim(
+        DaemonConfig(
+            devices=(DeviceSpec(0, "sim0", 4 * GIB), DeviceSpec(1, "small", 1 * GIB)),
+            time_scale=TIME_SCALE,
+            copy_time_scale=TIME_SCALE,
+            context_memory_bytes=300 * MIB,
+            sample_period_s=PERIOD,
+        )
     )
-    server = Daemon(directory / "gpusim.sock", config)
-    server.bind()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.stop()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
-    assert not server.socket_path.exists()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
