@@ -65,6 +65,7 @@ def _common(kind: WorkloadKind, memory: str, default_memory: int | None) -> _Par
     parser = _Parser(
         prog=f"python -m gpuguard.gpusim.workload {kind.value}",
         description=sys.modules[f"gpuguard.gpusim.workload.{kind.value}"].__doc__,
+        epilog="kinds: oneshot (the default), server, train; KIND -h shows a kind's flags",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--backend", choices=["sim", "cuda"], default="sim")
@@ -219,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args.addresses) > 1:
         fields["devices"] = list(args.addresses)
     log = EventLog(stream, args.kind, **fields)
-    stop_on_sigterm()
+    if args.kind is not WorkloadKind.ONESHOT:
+        stop_on_sigterm()  # docker stop: a long-lived workload still logs its summary
     try:
         run(args, log)
     except OutOfMemory as exc:

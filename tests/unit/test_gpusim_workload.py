@@ -219,3 +219,21 @@ def test_cuda_backend_without_torch_or_cupy_exits_1(
     assert main(["train", "--backend", "cuda", "--log", str(log)]) == 1
     last = json.loads(log.read_text().splitlines()[-1])
     assert (last["event"], last["error"]) == ("error", "no_cuda")
+
+
+def test_sigterm_ends_a_long_lived_workload_with_its_summary(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    log = tmp_path / "term.log"
+    argv = [sys.executable, "-m", "gpuguard.gpusim.workload", "server", "--rate", "50"]
+    argv += ["--duration", "600", "--socket", str(daemon.socket_path), "--log", str(log)]
+    proc = subprocess.Popen(argv)
+    try:
+        wait_for(lambda: log.exists() and '"request"' in log.read_text(), timeout=20)
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last["event"] == "summary" and last["requests"] >= 1
