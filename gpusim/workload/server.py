@@ -31,16 +31,21 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def answer(devices: Devices, request: Arrival, kernels: int) -> None:
-    """One request: copy in, ``kernels`` kernels, copy out (which waits for them)."""
+def answer(devices: Devices, request: Arrival, kernels: int) -> tuple[float, float]:
+    """One request: copy in, ``kernels`` kernels, copy out (which waits for them).
+
+    Returns when the device started its first kernel and ended its last (from marks).
+    """
     if request.nbytes:
         devices.copy_in(request.nbytes)
+    first = devices.mark()
     for _ in range(kernels):
         devices.launch(work_s=request.work / kernels)
+    last = devices.mark()
     if request.nbytes:
         devices.copy_out(request.nbytes)
-    else:
-        devices.synchronize()
+    reached = devices.synchronize()  # at once after the copy: it only collects the marks
+    return reached[first], reached[last]
 
 
 def run_server(
@@ -61,12 +66,12 @@ def run_server(
             arrival = start + request.offset
             wait_until(arrival)
             began = time.time()
-            answer(devices, request, args.kernels)
+            gpu_start, gpu_end = answer(devices, request, args.kernels)
             end = time.time()
             latencies.append(end - arrival)
             log.event(
                 Ev.REQUEST, t=end, id=number, arrival=arrival, start=began, end=end,
-                work=request.work, bytes=request.nbytes,
+                gpu_start=gpu_start, gpu_end=gpu_end, work=request.work, bytes=request.nbytes,
             )  # fmt: skip
     except Stopped:
         pass  # SIGTERM: report what was answered

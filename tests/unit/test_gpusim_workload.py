@@ -57,9 +57,10 @@ def test_server_answers_requests_at_a_fixed_rate(daemon: Daemon, tmp_path: Path)
     for i, req in enumerate(requests):
         assert req["id"] == i and req["kind"] == "server" and req["pid"] == os.getpid()
         assert req["arrival"] == pytest.approx(origin + i / 20, abs=1e-6)
-        assert req["arrival"] <= req["start"] < req["end"] == req["t"]
-        # 0.4 s of kernels at time scale 0.05: 20 ms of GPU time, plus the copies.
-        assert req["end"] - req["start"] >= 0.4 * SCALE
+        assert req["arrival"] <= req["start"] < req["gpu_start"] < req["gpu_end"] < req["end"]
+        assert req["end"] == req["t"]
+        # 0.4 s of kernels at time scale 0.05: 20 ms of GPU time, between the copies.
+        assert req["gpu_end"] - req["gpu_start"] == pytest.approx(0.4 * SCALE, abs=0.002)
     summary = events[-1]
     assert summary["requests"] == 8
     assert 0.4 * SCALE <= summary["latency_p50_s"] <= summary["latency_p99_s"] < 1.0
