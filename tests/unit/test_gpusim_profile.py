@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpuguard.gpusim.allocator import CachingAllocator, rounded
+from gpuguard.gpusim.config import DaemonConfig
 from gpuguard.gpusim.errors import OutOfMemory
 from gpuguard.gpusim.model import PAPER_B_KERNEL_S, PAPER_B_SIZE, matmul_flops
 from gpuguard.gpusim.profile import default_profile, load_profile, parse_profile
@@ -112,3 +113,12 @@ def test_caching_allocator_frees_its_cache_before_failing() -> None:
     with pytest.raises(OutOfMemory):
         cache.malloc(10 * 2**20)
     assert rounded(2**20 + 1) == 2 * 2**20
+
+
+def test_config_defaults_are_the_default_profiles() -> None:
+    config, profile = DaemonConfig(), default_profile()
+    assert config.profile == profile
+    assert config.context_memory_bytes == profile.context_memory_bytes
+    assert config.sample_period_s == pytest.approx(profile.sample_period_s)
+    assert config.launch_queue_depth == profile.launch_queue_depth
+    assert config.devices[0].memory_bytes == profile.memory_bytes
