@@ -44,6 +44,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.input-timeout", "5s",
          "a task idle this long before its kernel stops counting", "duration"),
     Flag("policy.memory-threshold", 0.95, "never admit above this share of GPU memory", "float"),
+    Flag("policy.best-effort-min-share", 0.1,
+         "share of each window a frozen best-effort container runs anyway (0: none)", "float"),
+    Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
     Flag("node.mark-ttl", "5m",
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
@@ -114,7 +117,16 @@ def validate(values: Mapping[str, Any]) -> Config:
         max_actions=flags.integer(values, "policy.max-actions", minimum=1),
         input_timeout_s=flags.duration(values, "policy.input-timeout"),
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
+        best_effort_min_share=_share(values, "policy.best-effort-min-share"),
+        best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
     )
+    max_pause_s = flags.duration(values, "max-pause")
+    if policy.best_effort_min_share and policy.best_effort_window_s > max_pause_s:
+        # frozen longer than --max-pause, a best-effort task would be released for good
+        raise ConfigError(
+            f"--policy.best-effort-window {values['policy.best-effort-window']!r}: "
+            "must not be longer than --max-pause"
+        )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
     state_dir = Path(str(values["state.dir"]))
@@ -136,7 +148,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         node_name=str(values["node.name"] or socket.gethostname()),
         mode=flags.choice(values, "mode", MODES),
         policy=policy,
-        max_pause_s=flags.duration(values, "max-pause"),
+        max_pause_s=max_pause_s,
         node_mark_ttl_s=flags.duration(values, "node.mark-ttl"),
         state_dir=state_dir,
         actions=load_actions(
@@ -192,6 +204,18 @@ def rule_alert_names(rules_glob: str) -> set[str]:
                 if isinstance(rule, dict) and "alert" in rule:
                     names.add(str(rule["alert"]))
     return names
+
+
+def _share(values: Mapping[str, Any], name: str) -> float:
+    """A number in [0, 1)."""
+    value = values[name]
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"--{name} {value!r}: must be a number") from None
+    if not 0 <= number < 1:  # also rejects nan
+        raise ConfigError(f"--{name} {value!r}: must be in [0, 1)")
+    return number
 
 
 def _is_loopback(host: str) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuguard.contract import TaskMode
 from gpuguard.exporter.backends.base import GpuBackend
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.errors import BackendError, ProcfsError
@@ -66,6 +67,8 @@ class PollSnapshot:
     stats: Mapping[str, ContainerStats]
     histograms: Mapping[str, RunHistogram]
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
+    default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
+    demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
 
 
 class Poller:
@@ -142,6 +145,8 @@ class Poller:
             stats=dict(self.tracker.stats),
             histograms=self.tracker.histograms(),
             sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
+            default_task_mode=self.tracker.rules.default_mode,
+            demand=dict(self.tracker.demand),
         )
         self.snapshot = snapshot
         return snapshot

@@ -9,7 +9,7 @@ from gpuguard.exporter.poller import PollSnapshot
 from gpuguard.exporter.tracker import TaskView
 
 
-def _container_json(info: ContainerInfo) -> dict[str, Any]:
+def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
     return {
         "id": info.id,
         "name": info.name,
@@ -22,6 +22,11 @@ def _container_json(info: ContainerInfo) -> dict[str, Any]:
         "deadline_error": info.deadline_error,
         "gpus": list(info.gpus),
         "role": info.role,
+        "task_mode": info.task_mode or snap.default_task_mode,
+        "task_mode_error": info.task_mode_error,
+        "class": info.priority_class,
+        "class_error": info.class_error,
+        "demand_sm_ratio": snap.demand.get(info.id),
     }
 
 
@@ -35,6 +40,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
         "pid": task.pid,
         "gpu": task.gpu_index,
         "mig_index": task.mig_index,
+        "mode": task.mode,
         "phase": task.phase,
         "started_at": task.started_at,
         "proc_start_ticks": task.proc_start_ticks,
@@ -77,7 +83,7 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
         "poll_interval_s": snap.poll_interval_s,
         "sources": {name: status.success for name, status in snap.sources.items()},
         "gpus": gpus,
-        "containers": [_container_json(c) for c in snap.containers.values()],
+        "containers": [_container_json(c, snap) for c in snap.containers.values()],
         "tasks": [task_json(t, snap) for t in snap.tasks],
         "recent": [task_json(t, snap) for t in snap.recent],
     }
