@@ -42,7 +42,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("history.size", 256, "finished tasks kept for /api/v1/state's recent", "int"),
     Flag("events.buffer", 4096, "events kept for /api/v1/events followers", "int"),
     Flag("log.level", "info", "debug, info, warning or error"),
-    Flag("record.window", "5m",
+    Flag("record.window", "1m",
          "node record: a deadline missed this recently puts the GPU in state 0", "duration"),
     Flag("record.busy-window", "5s",
          "node record: window over which GPU utilization is averaged", "duration"),

@@ -134,5 +134,4 @@ class RankReason(StrEnum):
     MEMORY = "memory"  # free memory less what the placer reserved < requested + headroom
     FLOAT_TIME = "float_time"  # paper C: float time not larger than the new deadline
     PREDICTED_MISS = "predicted_miss"  # contention model: the new task would miss
-    SLACK = "slack"  # contention model: a running task would be pushed past its deadline
     GPU_MODEL = "gpu_model"  # not the GPU model the request asked for

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
+from urllib.parse import urlparse
 
 import yaml
 
@@ -192,3 +194,33 @@ def boolean(values: Mapping[str, Any], name: str) -> bool:
     if isinstance(value, bool):
         return value
     raise ConfigError(f"--{name}: must be true or false, got {value!r}")
+
+
+def http_url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
+    """A URL with one of ``schemes`` and a host, without its trailing slash."""
+    value = str(values[name])
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
+    return value.rstrip("/")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Any, name: str = "web.token-file") -> str:
+    """The bearer token in the file ``--name`` gives (stripped; must not be empty)."""
+    try:
+        token = Path(str(path)).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--{name} {path}: cannot read: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"--{name} {path}: is empty")
+    return token
