@@ -42,8 +42,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("history.size", 256, "finished tasks kept for /api/v1/state's recent", "int"),
     Flag("events.buffer", 4096, "events kept for /api/v1/events followers", "int"),
     Flag("log.level", "info", "debug, info, warning or error"),
-    Flag("record.window", "1m",
-         "node record: a deadline missed this recently puts the GPU in state 0", "duration"),
+    Flag("record.window", "30s",
+         "node record: window over which missed deadlines count", "duration"),
+    Flag("record.miss-ratio", 0.1,
+         "node record: state 0 when more than this share of the window's tasks missed"),
     Flag("record.busy-window", "5s",
          "node record: window over which GPU utilization is averaged", "duration"),
     Flag("record.busy-threshold", 0.99,
@@ -113,6 +115,7 @@ def _record(values: Mapping[str, Any]) -> RecordConfig:
         )
     return RecordConfig(
         window_s=window,
+        miss_ratio=flags.share(values, "record.miss-ratio"),
         busy_window_s=busy_window,
         busy_threshold=flags.ratio(values, "record.busy-threshold"),
         memory_threshold=flags.ratio(values, "record.memory-threshold"),

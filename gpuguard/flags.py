@@ -188,6 +188,18 @@ def ratio(values: Mapping[str, Any], name: str) -> float:
     return number
 
 
+def share(values: Mapping[str, Any], name: str) -> float:
+    """A finite number in [0, 1)."""
+    value = values[name]
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"--{name} {value!r}: must be a number") from None
+    if not 0 <= number < 1:  # also rejects nan
+        raise ConfigError(f"--{name} {value!r}: must be in [0, 1)")
+    return number
+
+
 def boolean(values: Mapping[str, Any], name: str) -> bool:
     """A real boolean (YAML ``true``/``false``; a bool flag on the command line)."""
     value = values[name]

@@ -889,9 +889,9 @@ def cluster_dashboard() -> Json:
             f"max by (node) (gpuguard_node_state{{{NODE}}})",
             "{{node}}",
             description=(
-                "1 while a node may take new real-time containers; 0 when on every GPU a "
-                "deadline was missed in the last minute, a kernel ran all the time, or memory "
-                "is 95% full (NodeInStateZero fires and the actuator labels the node)."
+                "1 while a node may take new real-time containers; 0 when on every GPU more "
+                "than 10% of the last 30 s of tasks missed, a kernel ran all the time, or "
+                "memory is 95% full (NodeInStateZero fires and the actuator labels the node)."
             ),
             mappings=value_mappings({0: ("state 0", "red"), 1: ("state 1", "green")}),
         ),

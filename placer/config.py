@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 
 from gpuguard import flags
@@ -65,7 +64,7 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
         raise ConfigError(
             f"--web.listen-address {host}: beyond loopback the API needs --web.token-file"
         )
-    headroom = _headroom(values["placement.headroom"])
+    headroom = flags.share(values, "placement.headroom")
     return PlacerConfig(
         listen_host=host,
         listen_port=port,
@@ -80,12 +79,3 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
     )
 
-
-def _headroom(value: object) -> float:
-    try:
-        share = float(str(value))
-    except ValueError:
-        share = math.nan
-    if not 0 <= share < 1:  # also rejects nan
-        raise ConfigError(f"--placement.headroom {value!r}: must be a share in [0, 1)")
-    return share

@@ -38,7 +38,6 @@ _GPU_FIELDS = (
     "memory_total_bytes",
     "busy_ratio",
     "running_tasks",
-    "min_slack_seconds",
 )
 LAST_POLL = "gpuguard_exporter_last_poll_timestamp_seconds"
 PROVISIONABLE = "gpuguard_actuator_node_provisionable"
@@ -54,6 +53,7 @@ RECORDS_QUERY = (
     f" or max by (__name__, node, gpu, reason) ({STATE_REASON} == 1)"
 )
 _STATE_REASONS = {str(r): r for r in StateReason}
+_REASON_ORDER = tuple(StateReason)
 _FIELD_OF = {f"gpuguard_gpu_{name}": name for name in _GPU_FIELDS}
 
 
@@ -112,18 +112,17 @@ def views_from_samples(samples: Iterable[Mapping[str, Any]], now: float) -> list
 def _gpu(key: str, fields: Mapping[str, Any]) -> GpuRecord | None:
     if not {"state", "free_memory_bytes", "memory_total_bytes"} <= set(fields):
         return None
-    reasons = fields.get("reasons", set())
-    slack = fields.get("min_slack_seconds")
+    reasons = fields.get("reasons")
     return GpuRecord(
         gpu=key,
         model=fields.get("model", ""),
         state=int(fields["state"]),
-        reasons=tuple(r for r in StateReason if r in reasons),
+        reasons=tuple(r for r in _REASON_ORDER if r in reasons) if reasons else (),
         float_time_s=fields.get("float_time_seconds", math.inf),
-        deadline_tasks=int(fields.get("deadline_tasks", 0)),
-        recent_misses=int(fields.get("recent_misses", 0)),
+        deadline_tasks=0,  # not queried: the ranking does not use them
+        recent_misses=0,
         running_tasks=int(fields.get("running_tasks", 0)),
-        min_slack_s=slack if slack is not None and math.isfinite(slack) else None,
+        min_slack_s=None,
         busy_ratio=fields.get("busy_ratio", 0.0),
         memory_free_bytes=int(fields["free_memory_bytes"]),
         memory_total_bytes=int(fields["memory_total_bytes"]),

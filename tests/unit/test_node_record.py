@@ -89,6 +89,18 @@ def test_a_miss_in_the_window_means_state_0_and_is_forgotten_after_it() -> None:
     assert (after.state, after.recent_misses) == (1, 0)
 
 
+def test_state_0_takes_more_than_the_miss_ratio_of_judged_tasks() -> None:
+    hits = [task(float(i), 10.0, ended=i + 1.0) for i in range(50, 68)]  # 18 met
+    misses = [task(70.0, 1.0, ended=75.0), task(76.0, 1.0, ended=80.0)]
+    two_of_20 = gpu_record(device(), [], hits + misses, 100.0, 0.0, CONFIG)
+    assert (two_of_20.recent_misses, two_of_20.state) == (2, 1)  # 10%: not more than 0.1
+    three = [*misses, task(81.0, 1.0, ended=90.0)]
+    three_of_21 = gpu_record(device(), [], hits + three, 100.0, 0.0, CONFIG)
+    assert three_of_21.reasons == (StateReason.MISSED_DEADLINE,)
+    any_miss = RecordConfig(window_s=60.0, miss_ratio=0.0)  # paper C's literal rule
+    assert gpu_record(device(), [], hits + misses[:1], 100.0, 0.0, any_miss).state == 0
+
+
 def test_a_running_overrun_counts_as_a_miss_now() -> None:
     record = gpu_record(device(), [task(90.0, 5.0, overrun=True)], [], 100.0, 0.0, CONFIG)
     assert record.reasons == (StateReason.MISSED_DEADLINE,)
@@ -210,10 +222,18 @@ def test_record_flags_are_validated_once() -> None:
         return load_config(parser.parse_args(list(argv)), env={})
 
     assert config().record == RecordConfig()
-    got = config("--record.window=30s", "--record.busy-window=2s", "--record.memory-threshold=0.9")
-    assert got.record == RecordConfig(30.0, 2.0, 0.99, 0.9)
+    got = config(
+        "--record.window=1m",
+        "--record.busy-window=2s",
+        "--record.memory-threshold=0.9",
+        "--record.miss-ratio=0",
+    )
+    assert got.record == RecordConfig(
+        window_s=60.0, miss_ratio=0.0, busy_window_s=2.0, memory_threshold=0.9
+    )
     for bad in (
         ("--record.busy-window=10m",),  # longer than the record window
+        ("--record.miss-ratio=1",),
         ("--record.window=soon",),
         ("--record.busy-threshold=1.5",),
         ("--record.memory-threshold=nan",),

@@ -95,7 +95,6 @@ def test_views_from_the_records_query() -> None:
     samples = [
         *reply("a"),
         *reply("b", state="0", float="12.5"),
-        series("gpuguard_gpu_min_slack_seconds", "3.5", node="b", gpu="0"),
         series("gpuguard_actuator_node_provisionable", "0", node="b"),
         series("gpuguard_actuator_node_provisionable", "1", node="c"),  # no exporter: no record
         series("gpuguard_gpu_state", "1", node="d", gpu="0"),  # no poll time: no record
@@ -110,9 +109,7 @@ def test_views_from_the_records_query() -> None:
         "0", "NVIDIA A100", 1, (), math.inf, 0, 0, 2, None, 0.25, 10 * GIB, 24 * GIB
     )
     [gb] = b.record.gpus
-    assert (gb.state, gb.reasons, gb.float_time_s, gb.min_slack_s) == (
-        0, (StateReason.SATURATED,), 12.5, 3.5,
-    )  # fmt: skip
+    assert (gb.state, gb.reasons, gb.float_time_s) == (0, (StateReason.SATURATED,), 12.5)
 
 
 def test_a_gpu_without_its_core_series_is_left_out() -> None:
