@@ -78,4 +78,3 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
         settle_s=flags.duration(values, "placement.settle"),
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
     )
-
