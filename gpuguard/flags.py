@@ -178,25 +178,24 @@ def integer(values: Mapping[str, Any], name: str, minimum: int, maximum: int | N
 
 def ratio(values: Mapping[str, Any], name: str) -> float:
     """A finite number in (0, 1]."""
-    value = values[name]
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not math.isfinite(number) or not 0 < number <= 1:
-        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
-    return number
+    return _fraction(values, name, lambda x: 0 < x <= 1, "(0, 1]")
 
 
 def share(values: Mapping[str, Any], name: str) -> float:
     """A finite number in [0, 1)."""
+    return _fraction(values, name, lambda x: 0 <= x < 1, "[0, 1)")
+
+
+def _fraction(
+    values: Mapping[str, Any], name: str, within: Callable[[float], bool], text: str
+) -> float:
     value = values[name]
     try:
         number = float(str(value))
     except ValueError:
         raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not 0 <= number < 1:  # also rejects nan
-        raise ConfigError(f"--{name} {value!r}: must be in [0, 1)")
+    if not math.isfinite(number) or not within(number):
+        raise ConfigError(f"--{name} {value!r}: must be in {text}")
     return number
 
 
