@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -104,7 +103,7 @@ def validate(values: Mapping[str, Any]) -> Config:
     host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:9836")
     insecure = flags.boolean(values, "web.insecure")
     token = _token(values["web.token-file"], insecure)
-    if insecure and not _is_loopback(host):
+    if insecure and not flags.is_loopback(host):
         warnings.append(f"--web.insecure: binding 127.0.0.1 instead of {host} (no token)")
         host = "127.0.0.1"
     elif insecure:
@@ -129,7 +128,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         listen_port=port,
         token=token,
         insecure=insecure,
-        exporter_url=_url(values, "exporter.url", ("http", "https")),
+        exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
         exporter_timeout_s=exporter_timeout,
         docker_host=_engine_url(values, "docker.host"),
         swarm_manager=_engine_url(values, "swarm.manager"),
@@ -194,35 +193,12 @@ def rule_alert_names(rules_glob: str) -> set[str]:
     return names
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _token(path: Any, insecure: bool) -> str | None:
     if not path:
         if insecure:
             return None
         raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
-    try:
-        token = Path(str(path)).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"--web.token-file {path}: cannot read: {exc.strerror}") from None
-    if not token:
-        raise ConfigError(f"--web.token-file {path}: is empty")
-    return token
-
-
-def _url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
-    value = str(values[name])
-    parsed = urlparse(value)
-    if parsed.scheme not in schemes or not parsed.netloc:
-        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
-    return value.rstrip("/")
+    return flags.read_token(path)
 
 
 def _engine_url(values: Mapping[str, Any], name: str) -> str | None:
