@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
 
     nodes_parser = subparsers.add_parser("nodes", help="show the actuator's node list")
     nodes_parser.add_argument(
-        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:9836"
+        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:10836"
     )
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     nodes_parser.set_defaults(func=show_nodes)

@@ -29,7 +29,7 @@ from gpuguard.stack.swarm import form_swarm, leave_swarm
 RECORD = "stack.json"
 STACK_PARTS = ("prometheus", "alertmanager", "logs", "report.txt", "webhook.token")
 # The usual ports when they are free (the first node's exporter and actuator), else any.
-DEFAULT_PORTS = {"exporter": 9835, "actuator": 9836, "prometheus": 9090, "alertmanager": 9093}
+DEFAULT_PORTS = {"exporter": 10835, "actuator": 10836, "prometheus": 9090, "alertmanager": 9093}
 Progress = Callable[[str], None]
 
 
