@@ -1,7 +1,8 @@
 """The exporter's event log: a bounded ring with increasing ``seq``, long-polled by followers.
 
-``/api/v1/events?since=SEQ&timeout=S`` (docs/interfaces.md §3) calls ``EventLog.since``,
-which waits on a Condition, so an ``append`` wakes waiting followers at once.
+``/api/v1/events?since=SEQ&timeout=S`` (docs/interfaces.md §3) reads ``EventLog.since``;
+an ``append`` wakes whoever waits at once: threads in ``since`` (a Condition) and the HTTP
+server's long polls (``subscribe``, which must not block).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class EventLog:
         self._seq = 0
         self._cond = threading.Condition()
         self._clock = clock
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every append (from the appending thread)."""
+        self._listeners.append(listener)
 
     @property
     def seq(self) -> int:
@@ -53,6 +59,8 @@ class EventLog:
             event.update((k, v) for k, v in fields.items() if v is not None)
             self._events.append(event)
             self._cond.notify_all()
+        for listener in self._listeners:
+            listener()
         return event
 
     def since(self, since: int, timeout: float = 0.0) -> EventBatch:
