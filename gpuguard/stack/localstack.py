@@ -50,6 +50,8 @@ class NodeStack:
     actuator_port: int = 0
     actuator_mode: str = "both"
     extra_actuator_flags: list[str] = field(default_factory=list)
+    #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
+    launcher: tuple[str, ...] = ()
     engine: PrivateDockerd | None = None
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
@@ -120,6 +122,7 @@ class NodeStack:
             f"--state.dir={self.base_dir / 'actuator'}",
             *self.extra_actuator_flags,
         )
+        argv = [*self.launcher, *argv]
         self.actuator = ManagedProcess("actuator", argv, self.base_dir / "actuator.log").start()
         self.actuator.wait_ready(lambda: http_ok(self.actuator_url + "/healthz"))
 
