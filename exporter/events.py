@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from gpuguard.contract import EventType
@@ -80,5 +81,7 @@ class EventLog:
                     return EventBatch((), self._seq, False)
                 self._cond.wait(remaining)
             oldest = self._events[0]["seq"]
-            events = tuple(e for e in self._events if e["seq"] > since)
+            # seqs are consecutive: the newest (seq - since) events, without a full scan
+            wanted = min(self._seq - since, len(self._events))
+            events = tuple(islice(reversed(self._events), wanted))[::-1]
             return EventBatch(events, self._seq, truncated=since + 1 < oldest)

@@ -122,7 +122,21 @@ class EventWaiters:
         self._events = events
         self._loop: asyncio.AbstractEventLoop | None = None
         self._futures: set[asyncio.Future[None]] = set()
+        self._last_key: tuple[int, int] | None = None
+        self._last_body = b""
         events.subscribe(self._appended)
+
+    def body(self, since: int, batch: EventBatch) -> bytes:
+        """The JSON reply for ``batch``: followers woken by one event share one rendering.
+
+        (``since``, ``next``) decides the batch: the same newest seq means the same ring.
+        """
+        key = (since, batch.next)
+        if self._last_key != key:
+            doc = {"events": list(batch.events), "next": batch.next, "truncated": batch.truncated}
+            self._last_body = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+            self._last_key = key
+        return self._last_body
 
     def _appended(self) -> None:  # the poller's (or Docker watcher's) thread
         loop = self._loop
@@ -195,8 +209,7 @@ def exporter_router(poller: Poller, events: EventLog) -> Router:
         except BadRequest as exc:
             raise HttpError(400, str(exc)) from None
         batch = await waiters.wait(since, timeout, request.interrupt)
-        doc = {"events": list(batch.events), "next": batch.next, "truncated": batch.truncated}
-        return json_response(doc)
+        return Response(200, waiters.body(since, batch), JSON)
 
     router.get("/", lambda request: page)
     router.get("/metrics", metrics_handler, compress=True)
