@@ -20,6 +20,7 @@ from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import PayloadError
 from gpuguard.actuator.webhook import parse_body, parse_message
 from gpuguard.web import HttpServer, Limits, Request, Response, Router
+from gpuguard.web.render import SharedRender
 from gpuguard.web.routes import json_response, landing_page, text_response
 
 log = logging.getLogger("gpuguard.actuator.http")
@@ -61,7 +62,12 @@ def actuator_router(controller: Controller, token: str | None) -> Router:
     router.get("/", lambda request: page)
     router.get("/healthz", lambda request: text_response("ok\n"))
     router.get("/api/v1/nodes", lambda request: json_response(controller.node_doc()), compress=True)
-    router.get("/metrics", lambda request: _metrics(controller), compress=True)
+    metrics = SharedRender(lambda: generate_latest(controller.metrics.registry))
+    router.get(
+        "/metrics",
+        lambda request: Response(200, metrics.get(), CONTENT_TYPE_LATEST),
+        compress=True,
+    )
     router.post(
         "/api/v1/alerts",
         alerts,
@@ -90,7 +96,3 @@ def handle_alerts(controller: Controller, body: bytes) -> tuple[int, dict[str, A
     if report.docker_down or report.exporter_down:
         return 503, {"error": "docker or exporter unavailable; retry", **report.to_doc()}
     return 200, {"status": "ok", **report.to_doc()}
-
-
-def _metrics(controller: Controller) -> Response:
-    return Response(200, generate_latest(controller.metrics.registry), CONTENT_TYPE_LATEST)

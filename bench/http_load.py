@@ -7,10 +7,10 @@ Real processes on 127.0.0.1: a private dockerd, gpusim, the exporter and the act
 1. burst: 300 clients connect at the same moment and GET /metrics, from the exporter and
    then the actuator; each latency runs from connect to the last byte of the reply.
    ``burst300_p99_s`` (exporter; target <= 1 s), ``burst300_failed`` (both; target 0).
-2. siege: 1,000 idle and 100 slow-loris connections held on the actuator while a valid
-   webhook (an admission alert for this node) is posted on a fresh connection.
-   ``webhook_under_siege_ms`` (the slowest of the rounds; target <= 100 ms), next to the same
-   webhook without a siege.
+2. siege: 1,000 idle and 100 slow-loris connections held on the actuator while valid
+   webhooks (an admission alert for this node: a state read and a decision) are posted, 5
+   per round, each on a fresh connection. ``webhook_under_siege_ms`` (the slowest; target
+   <= 100 ms) and its median, next to the slowest of 5 without a siege.
 3. followers: 1,000 long polls on the exporter's /api/v1/events, then a container starts;
    from the event's timestamp to each follower's reply (parsed here, so this client's own
    time is included). ``followers1000_event_p99_s`` (target <= 0.5 s), the exporter's
@@ -93,18 +93,29 @@ async def burst(port: int) -> tuple[float, int]:
     return httpload.percentile(seconds, 0.99), len(results) - len(seconds)
 
 
-async def siege(node: NodeStack) -> tuple[float, float, int]:
-    """(webhook ms without, with siege; siege connections the server still held)."""
-    calm = (await post_webhook(node)).seconds * 1000
+async def webhooks(node: NodeStack, count: int) -> list[float]:
+    """Milliseconds of ``count`` webhooks, one after another, each on a fresh connection."""
+    out = []
+    for _ in range(count):
+        reply = await post_webhook(node)
+        assert reply.status == 200, reply.body
+        out.append(reply.seconds * 1000)
+        await asyncio.sleep(0.1)
+    return out
+
+
+async def siege(node: NodeStack) -> tuple[list[float], list[float], int]:
+    """Webhook ms without and with a siege; siege connections the server still held."""
+    calm = await webhooks(node, 5)
     attack = httpload.Siege(node.actuator_port)
     await attack.open_idle(1000)
     await attack.open_slow_loris(100, interval=0.5)
     await asyncio.sleep(1.0)
-    reply = await post_webhook(node)
-    assert reply.status == 200, reply.body
+    under = await webhooks(node, 5)
     held = attack.still_open
     await attack.close()
-    return calm, reply.seconds * 1000, held
+    await asyncio.sleep(1.0)  # the server tears 1,100 connections down (~50 ms of its loop)
+    return calm, under, held
 
 
 async def followers(node: NodeStack, client: Any) -> dict[str, float]:
@@ -164,8 +175,11 @@ async def measure(node: NodeStack, client: Any, rounds: int) -> dict[str, Any]:
         flush=True,
     )
     sieges = [await siege(node) for _ in range(rounds)]
-    out["webhook_calm_ms"] = round(max(calm for calm, _, _ in sieges), 1)
-    out["webhook_under_siege_ms"] = round(max(hit for _, hit, _ in sieges), 1)
+    calm = [ms for c, _, _ in sieges for ms in c]
+    under = [ms for _, u, _ in sieges for ms in u]
+    out["webhook_calm_ms"] = round(max(calm), 1)
+    out["webhook_under_siege_ms"] = round(max(under), 1)
+    out["webhook_under_siege_p50_ms"] = round(statistics.median(under), 1)
     out["siege_connections_held"] = min(held for _, _, held in sieges)
     print(
         f"webhook: {out['webhook_calm_ms']} ms calm, {out['webhook_under_siege_ms']} ms "

@@ -153,3 +153,43 @@ def test_error_bodies_are_json() -> None:
     reply = error_response(HttpError(418, "teapot", (("X", "y"),)))
     assert reply.status == 418 and json.loads(reply.body) == {"error": "teapot"}
     assert reply.headers == (("X", "y"),)
+
+
+def test_shared_render_serves_concurrent_callers_from_one_render() -> None:
+    import threading
+    import time
+
+    from gpuguard.web.render import SharedRender
+
+    started, release = threading.Event(), threading.Event()
+    renders: list[int] = []
+
+    def render() -> bytes:
+        renders.append(1)
+        started.set()
+        release.wait(5)
+        return b"body %d" % len(renders)
+
+    shared = SharedRender(render)
+    results: list[bytes] = []
+    callers = [threading.Thread(target=lambda: results.append(shared.get())) for _ in range(8)]
+    callers[0].start()
+    assert started.wait(5)
+    for caller in callers[1:]:
+        caller.start()
+    time.sleep(0.5)  # the others are waiting on the first render
+    release.set()
+    for caller in callers:
+        caller.join(5)
+    assert results == [b"body 1"] * 8 and len(renders) == 1
+    assert shared.get() == b"body 2"  # nothing kept: the next caller renders afresh
+
+
+def test_shared_render_failure_reaches_every_caller() -> None:
+    from gpuguard.web.render import SharedRender
+
+    def render() -> bytes:
+        raise OSError("registry unreadable")
+
+    with pytest.raises(OSError):
+        SharedRender(render).get()
