@@ -92,14 +92,18 @@ class Siege:
         self.tasks: list[asyncio.Task[None]] = []
         self.refused = 0
 
+    async def _connect(self) -> asyncio.StreamReader | None:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:
+            self.refused += 1
+            return None
+        self.writers.append(writer)
+        return reader
+
     async def open_idle(self, count: int) -> None:
         for _ in range(count):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                self.refused += 1
-                continue
-            self.writers.append(writer)
+            await self._connect()
 
     async def open_slow_loris(
         self, count: int, interval: float = 0.5
@@ -107,13 +111,9 @@ class Siege:
         """Start ``count`` slow heads; returns the last one's reader (to see its answer)."""
         reader = None
         for _ in range(count):
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                self.refused += 1
-                continue
-            self.writers.append(writer)
-            self.tasks.append(asyncio.create_task(_drip(writer, interval)))
+            reader = await self._connect()
+            if reader is not None:
+                self.tasks.append(asyncio.create_task(_drip(self.writers[-1], interval)))
         return reader
 
     @property
