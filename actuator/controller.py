@@ -317,13 +317,19 @@ class Controller:
 
     def _cached_swarm_node_id(self) -> str | None:
         # GET /api/v1/nodes is open to anyone who can connect: at most one Docker call per
-        # TTL however often it is asked, and callers wait for that one, not for their own.
-        with self._node_id_lock:
-            now = time.monotonic()
-            if self._node_id_at is None or now - self._node_id_at > _NODE_ID_TTL_S:
-                self._node_id = self.swarm_node_id()
-                self._node_id_at = time.monotonic()
+        # TTL however often it is asked, and while one caller waits for Docker the others
+        # take the last known id instead of holding the server's handler threads too.
+        fresh = (
+            self._node_id_at is not None and time.monotonic() - self._node_id_at <= _NODE_ID_TTL_S
+        )
+        if fresh or not self._node_id_lock.acquire(blocking=False):
             return self._node_id
+        try:
+            self._node_id = self.swarm_node_id()
+            self._node_id_at = time.monotonic()
+        finally:
+            self._node_id_lock.release()
+        return self._node_id
 
     # --- safety ------------------------------------------------------------------------
 
