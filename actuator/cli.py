@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
         help="show the actuator's node list, or with --placer.url the placer's ranked list",
     )
     nodes_parser.add_argument(
-        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:9836"
+        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:10836"
     )
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     add_nodes_flags(nodes_parser)

@@ -29,10 +29,10 @@ MODES = ("webhook", "fast", "both")
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("web.listen-address", "127.0.0.1:9836", "host:port of the actuator's HTTP server"),
+    Flag("web.listen-address", "127.0.0.1:10836", "host:port of the actuator's HTTP server"),
     Flag("web.token-file", None, "file holding the bearer token webhooks must present"),
     Flag("web.insecure", False, "accept webhooks without a token (binds loopback only)", "bool"),
-    Flag("exporter.url", "http://127.0.0.1:9835", "base URL of the gpuguard exporter"),
+    Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
@@ -100,7 +100,7 @@ def load_config(args: argparse.Namespace) -> Config:
 def validate(values: Mapping[str, Any]) -> Config:
     """Check every value once; raises ``ConfigError`` with one clear line."""
     warnings: list[str] = []
-    host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:9836")
+    host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:10836")
     insecure = flags.boolean(values, "web.insecure")
     token = _token(values["web.token-file"], insecure)
     if insecure and not flags.is_loopback(host):

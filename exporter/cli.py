@@ -19,7 +19,7 @@ from gpuguard import labels
 from gpuguard.exporter.config import add_flags, load_config
 from gpuguard.exporter.errors import ConfigError
 
-DEFAULT_EXPORTER_URL = "http://127.0.0.1:9835"
+DEFAULT_EXPORTER_URL = "http://127.0.0.1:10835"
 PS_COLUMNS = (
     "CONTAINER ID", "NAME", "COMMAND", "DEADLINE", "GPU", "PHASE", "ELAPSED", "SLACK", "PAUSED",
 )  # fmt: skip

@@ -21,7 +21,7 @@ from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.record import RecordConfig
 from gpuguard.flags import Flag
 
-DEFAULT_LISTEN = "127.0.0.1:9835"
+DEFAULT_LISTEN = "127.0.0.1:10835"
 DEFAULT_GPUSIM_SOCKET = "/run/gpusim/gpusim.sock"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _DOCKER_SCHEMES = ("unix://", "tcp://", "http://", "https://", "ssh://", "npipe://")

@@ -9,12 +9,21 @@ from gpuguard.exporter.poller import PollSnapshot
 from gpuguard.exporter.tracker import TaskView
 
 
+def program_name(command: str) -> str:
+    """What ``/api/v1/state`` shows of a command line: the program alone, never arguments.
+
+    The state is open to anyone who can connect, and arguments carry secrets (passwords,
+    tokens, URLs with credentials) often enough; ``docker inspect`` still has the rest.
+    """
+    return command.split(" ", 1)[0].rsplit("/", 1)[-1]
+
+
 def _container_json(info: ContainerInfo) -> dict[str, Any]:
     return {
         "id": info.id,
         "name": info.name,
         "image": info.image,
-        "command": info.command,
+        "command": program_name(info.command),
         "state": info.state,
         "paused": info.paused,
         "managed": info.managed,

@@ -142,7 +142,8 @@ def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[
     """``host:port`` (IPv6 in brackets; an empty host means every address) as (host, port)."""
     text = values[name]
     host, sep, port = str(text).rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+    valid = sep and len(port) <= 5 and port.isascii() and port.isdigit()
+    if not valid or not 0 <= int(port) < 65536:
         raise ConfigError(f"--{name} {text!r}: use host:port (e.g. {example})")
     return host.strip("[]") or "0.0.0.0", int(port)
 

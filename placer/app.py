@@ -8,7 +8,7 @@ import sys
 import threading
 
 from gpuguard.placer.config import PlacerConfig
-from gpuguard.placer.http import PlacerServer
+from gpuguard.placer.http import placer_server
 from gpuguard.placer.reservations import Reservations
 from gpuguard.placer.service import Placer, Settings
 from gpuguard.placer.source import PrometheusSource
@@ -32,7 +32,7 @@ def run_placer(config: PlacerConfig) -> int:
         Reservations(config.settle_s),
     )
     try:
-        server = PlacerServer((config.listen_host, config.listen_port), placer, config.token)
+        server = placer_server((config.listen_host, config.listen_port), placer, config.token)
     except OSError as exc:
         print(
             f"gpuguard placer: cannot listen on {config.listen_host}:{config.listen_port}: "

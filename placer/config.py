@@ -11,8 +11,8 @@ from gpuguard.placer.errors import ConfigError
 from gpuguard.placer.ranking import DEFAULT_HEADROOM, DEFAULT_MAX_AGE_S, Policy
 from gpuguard.placer.reservations import DEFAULT_SETTLE_S
 
-DEFAULT_LISTEN = "127.0.0.1:9837"
-DEFAULT_URL = "http://127.0.0.1:9837"
+DEFAULT_LISTEN = "127.0.0.1:10837"
+DEFAULT_URL = "http://127.0.0.1:10837"
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 FLAGS: tuple[Flag, ...] = (

@@ -32,7 +32,8 @@ STACK_PARTS = (
 )  # fmt: skip
 # The usual ports when they are free (the first node's exporter and actuator), else any.
 DEFAULT_PORTS = {
-    "exporter": 9835, "actuator": 9836, "placer": 9837, "prometheus": 9090, "alertmanager": 9093,
+    "exporter": 10835, "actuator": 10836, "placer": 10837, "prometheus": 9090,
+    "alertmanager": 9093,
 }  # fmt: skip
 Progress = Callable[[str], None]
 
@@ -55,6 +56,8 @@ class NodeStack:
     actuator_mode: str = "both"
     extra_actuator_flags: list[str] = field(default_factory=list)
     extra_exporter_flags: list[str] = field(default_factory=list)
+    #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
+    launcher: tuple[str, ...] = ()
     engine: PrivateDockerd | None = None
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
@@ -126,6 +129,7 @@ class NodeStack:
             f"--state.dir={self.base_dir / 'actuator'}",
             *self.extra_actuator_flags,
         )
+        argv = [*self.launcher, *argv]
         self.actuator = ManagedProcess("actuator", argv, self.base_dir / "actuator.log").start()
         self.actuator.wait_ready(lambda: http_ok(self.actuator_url + "/healthz"))
 

@@ -59,9 +59,9 @@ def base(files: dict[str, str]) -> list[str]:
 
 def test_defaults(files: dict[str, str]) -> None:
     config = load_config(parse(base(files)))
-    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9836)
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 10836)
     assert config.token == "s3cret"
-    assert config.exporter_url == "http://127.0.0.1:9835"
+    assert config.exporter_url == "http://127.0.0.1:10835"
     assert config.exporter_timeout_s == 5.0
     assert config.mode == "both"
     assert config.policy.order == "fifo"

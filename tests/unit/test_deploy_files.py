@@ -367,7 +367,7 @@ def test_exporter_daemonset() -> None:
     assert flag(args, "path.procfs") == "/host/proc"
     assert flag(args, "node.name") == "$(NODE_NAME)"
     assert env_field(main, "NODE_NAME") == "spec.nodeName"
-    assert flag(args, "web.listen-address") == "$(POD_IP):9835"
+    assert flag(args, "web.listen-address") == "$(POD_IP):10835"
     assert env_field(main, "POD_IP") == "status.podIP"
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = {m["mountPath"]: m for m in main["volumeMounts"]}

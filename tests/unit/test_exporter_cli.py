@@ -76,7 +76,18 @@ def test_events_query() -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["since=-1", "since=x", "timeout=61", "timeout=-1", "timeout=nan", "timeout=x", "foo=1"],
+    [
+        "since=-1",
+        "since=x",
+        "since=%C2%B2",  # '²': str.isdigit() says yes, int() says no
+        "since=" + "9" * 5000,  # int() refuses more than 4,300 digits
+        "timeout=61",
+        "timeout=-1",
+        "timeout=nan",
+        "timeout=x",
+        "timeout=%EF%BC%91",  # a fullwidth 1
+        "foo=1",
+    ],
 )
 def test_events_query_rejects(query: str) -> None:
     with pytest.raises(BadRequest):

@@ -12,7 +12,7 @@ import requests
 from gpuguard.contract import StateReason
 from gpuguard.exporter.record import GpuRecord, NodeRecord
 from gpuguard.placer.errors import BadRequest, RecordsUnavailable
-from gpuguard.placer.http import PlacerServer
+from gpuguard.placer.http import placer_server
 from gpuguard.placer.query import parse_memory, parse_query
 from gpuguard.placer.ranking import NodeView, Policy
 from gpuguard.placer.service import Placer, Settings
@@ -194,7 +194,7 @@ def test_bad_input_and_outage_answers(placer: Placer) -> None:
 @pytest.fixture
 def server(placer: Placer) -> Iterator[str]:
     port = free_port()
-    srv = PlacerServer(("127.0.0.1", port), placer, token="s3cret")
+    srv = placer_server(("127.0.0.1", port), placer, token="s3cret")
     srv.serve_in_thread()
     yield f"http://127.0.0.1:{port}"
     srv.shutdown()

@@ -24,17 +24,17 @@ def config(*argv: str):
 
 def test_placer_defaults_bind_loopback() -> None:
     c = config()
-    assert (c.listen_host, c.listen_port, c.token) == ("127.0.0.1", 9837, None)
+    assert (c.listen_host, c.listen_port, c.token) == ("127.0.0.1", 10837, None)
     assert (c.policy, c.headroom, c.settle_s, c.max_age_s) == (Policy.GPUGUARD, 0.05, 10.0, 30.0)
     assert c.prometheus_url == "http://127.0.0.1:9090"
 
 
 def test_placer_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"needs --web\.token-file"):
-        config("--web.listen-address=0.0.0.0:9837")
+        config("--web.listen-address=0.0.0.0:10837")
     token = tmp_path / "token"
     token.write_text("abc\n")
-    assert config("--web.listen-address=0.0.0.0:9837", f"--web.token-file={token}").token == "abc"
+    assert config("--web.listen-address=0.0.0.0:10837", f"--web.token-file={token}").token == "abc"
 
 
 @pytest.mark.parametrize(
