@@ -121,11 +121,11 @@ def validate(values: Mapping[str, Any]) -> Config:
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
     )
     max_pause_s = flags.duration(values, "max-pause")
-    if policy.best_effort_min_share and policy.best_effort_window_s > max_pause_s:
-        # frozen longer than --max-pause, a best-effort task would be released for good
-        raise ConfigError(
-            f"--policy.best-effort-window {values['policy.best-effort-window']!r}: "
-            "must not be longer than --max-pause"
+    frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
+    if frozen_s >= max_pause_s:
+        warnings.append(
+            "--max-pause is shorter than a best-effort container's frozen part of "
+            "--policy.best-effort-window: it will be released for good before its share"
         )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})

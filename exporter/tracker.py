@@ -17,8 +17,9 @@ the container's task mode (label ``gpuguard.task``, else ``--task.default-mode``
 - ``burst`` (default): a busy period. Starts at SM activity or memory growth (so paper B's
   input phase is seen before the kernel, which admission needs); ends when the process has
   shown no SM activity and no growth for longer than ``idle_gap_s`` after computing, when
-  its memory is back to 0, or when it exits. One request or batch of a long-lived server
-  is one task; a one-shot program is one task, as in the other modes.
+  its memory is back to 0, or when it exits; memory growing again after the kernel
+  (``draining``) is a new input phase and starts a new task. One request or batch of a
+  long-lived server is one task; a one-shot program is one task, as in the other modes.
 
 No endless tasks: outside ``process`` mode a task with nothing visible happening for
 ``idle_timeout_s`` (before its first kernel: NVML cannot see copies, and ten concurrent
@@ -401,6 +402,8 @@ class Tracker:
         if memory == 0:
             return change_at
         active = seen.sm > 0 or seen.grew
+        if seen.grew and task.phase == Phase.DRAINING:
+            return change_at  # a new input phase after the kernel: re-allocation, a new task
         if task.mode == TaskMode.MEMORY:
             if memory is not None and memory <= task.floor < (task.base_memory or 0):
                 return change_at  # it freed all it had allocated

@@ -231,6 +231,20 @@ def test_paused_container_is_waiting_not_idle() -> None:
     assert len(h.of("deadline_overrun")) == 1
 
 
+def test_burst_growing_again_after_its_kernel_is_a_new_task() -> None:
+    # a looping program that frees and re-allocates: visible when the kernel had ended
+    h = Harness(container(1))
+    h.own(100, 1, 5000)
+    h.poll(0.0, {100: CTX + GIB}, sm={100: 1.0})
+    h.poll(0.1, {100: CTX + GIB})
+    h.poll(0.2, {100: CTX})  # freed, still listed: no end in burst mode
+    h.poll(0.3, {100: CTX})
+    assert h.running() == ["draining"]
+    h.poll(0.4, {100: CTX + GIB})  # a new input phase
+    assert h.running() == ["input"] and h.tracker.recent[0].ended_at == pytest.approx(0.35)
+    assert h.tracker.running()[0].started_at == pytest.approx(0.35)
+
+
 def test_memory_back_to_zero_ends_a_burst() -> None:
     h = Harness(container(1))
     h.own(100, 1, 5000)
