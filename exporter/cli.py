@@ -24,7 +24,7 @@ PS_COLUMNS = (
     "CONTAINER ID", "NAME", "COMMAND", "DEADLINE", "GPU", "PHASE", "ELAPSED", "SLACK", "PAUSED",
 )  # fmt: skip
 RUN_USAGE = (
-    "usage: gpuguard run --deadline DURATION [--managed] [--docker.host URL] "
+    "usage: gpuguard run --deadline DURATION [--task MODE] [--managed] [--docker.host URL] "
     "[DOCKER RUN OPTIONS] IMAGE [COMMAND [ARG...]]"
 )
 
@@ -163,6 +163,7 @@ def format_table(rows: list[dict[str, str]]) -> str:
 def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
     """The docker command for ``gpuguard run``'s arguments; ``ConfigError`` when invalid."""
     deadline: str | None = None
+    task: str | None = None
     managed = False
     host: str | None = None
     rest = list(argv)
@@ -172,7 +173,7 @@ def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
             managed = True
             rest.pop(0)
             continue
-        if flag not in ("--deadline", "--docker.host"):
+        if flag not in ("--deadline", "--task", "--docker.host"):
             break  # the first docker option: everything from here is docker's
         rest.pop(0)
         if not eq:
@@ -181,6 +182,8 @@ def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
             value = rest.pop(0)
         if flag == "--deadline":
             deadline = value
+        elif flag == "--task":
+            task = value
         else:
             host = value
     if deadline is None:
@@ -189,12 +192,19 @@ def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
         labels.parse_duration(deadline)  # validated here; stored as the user wrote it
     except labels.LabelError as exc:
         raise ConfigError(f"--deadline: {exc}") from exc
+    if task is not None:
+        try:
+            labels.parse_task_mode(task)
+        except labels.LabelError as exc:
+            raise ConfigError(f"--task: {exc}") from exc
     if not rest:
         raise ConfigError("an IMAGE is required")
     cmd = [docker]
     if host:
         cmd += ["-H", host]
     cmd += ["run", "--label", f"{labels.DEADLINE}={deadline.strip()}"]
+    if task is not None:
+        cmd += ["--label", f"{labels.TASK}={task}"]
     if managed:
         cmd += ["--label", f"{labels.MANAGED}=true"]
     return cmd + rest

@@ -247,18 +247,33 @@ class _Process:
         self.task: _Task | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class _Seen:
-    """One process in one poll, as the mode rules need it."""
+    """One process in one poll, as the mode rules need it (a plain class: one per process
+    per poll, and a frozen dataclass costs several times as much to make)."""
 
-    proc: AttributedProcess
-    info: ContainerInfo | None
-    appeared: bool
-    grew: bool  # memory grew since the previous poll (appearing with memory counts)
-    dropped: bool
-    sm: float
-    active_at: float | None  # newest SM activity this poll, None without any
-    alone: bool  # the only process with SM activity on its device
+    __slots__ = ("active_at", "alone", "appeared", "dropped", "grew", "info", "proc", "sm")
+
+    def __init__(
+        self,
+        proc: AttributedProcess,
+        info: ContainerInfo | None,
+        appeared: bool,
+        before: int | None,
+        device_sm: float,
+        now: float,
+    ) -> None:
+        memory = proc.used_memory_bytes
+        self.proc = proc
+        self.info = info
+        self.appeared = appeared
+        # NVML cannot always tell memory (None): appearing with it counts as growth
+        self.grew = (memory is None and appeared) or _more(memory, before)
+        self.dropped = _more(before, memory)
+        self.sm = sm = proc.sm_ratio or 0.0
+        # newest SM activity this poll, None without any
+        self.active_at = min(proc.active_at or now, now) if sm > 0 else None
+        # the only process with SM activity on its device
+        self.alone = sm > 0 and device_sm - sm <= _ALONE_SLACK
 
 
 class Tracker:
@@ -357,19 +372,8 @@ class Tracker:
         self, proc: AttributedProcess, record: _Process, appeared: bool, joined: Joined, now: float
     ) -> _Seen:
         info = self._containers.get(proc.container_id) if proc.container_id else None
-        memory, before = proc.used_memory_bytes, record.memory
-        sm = proc.sm_ratio or 0.0
-        return _Seen(
-            proc=proc,
-            info=info,
-            appeared=appeared,
-            # NVML cannot always tell memory (None): appearing with it counts as growth
-            grew=(memory is None and appeared) or _more(memory, before),
-            dropped=_more(before, memory),
-            sm=sm,
-            active_at=min(proc.active_at or now, now) if sm > 0 else None,
-            alone=sm > 0 and joined.device_sm_ratio.get(proc.gpu, sm) - sm <= _ALONE_SLACK,
-        )
+        device_sm = joined.device_sm_ratio.get(proc.gpu, 0.0) if proc.sm_ratio else 0.0
+        return _Seen(proc, info, appeared, record.memory, device_sm, now)
 
     def _step(self, record: _Process, seen: _Seen, now: float, change_at: float) -> None:
         task = record.task

@@ -94,6 +94,9 @@ def _documented(section: str) -> str:
     [
         ("3", [p.value for p in contract.RUNNING_PHASES]),
         ("3", [e.value for e in contract.EventType]),
+        ("4", [m.value for m in contract.TaskMode]),
+        ("4", [c.value for c in contract.PriorityClass]),
+        ("8", [r.value for r in contract.ActionReason]),
         ("7", [a.value for a in contract.AlertAction]),
         ("8", [k.value for k in contract.ActionKind]),
         ("8", [r.value for r in contract.Result]),
