@@ -117,7 +117,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         max_actions=flags.integer(values, "policy.max-actions", minimum=1),
         input_timeout_s=flags.duration(values, "policy.input-timeout"),
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
-        best_effort_min_share=_share(values, "policy.best-effort-min-share"),
+        best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
     )
     max_pause_s = flags.duration(values, "max-pause")
@@ -204,18 +204,6 @@ def rule_alert_names(rules_glob: str) -> set[str]:
                 if isinstance(rule, dict) and "alert" in rule:
                     names.add(str(rule["alert"]))
     return names
-
-
-def _share(values: Mapping[str, Any], name: str) -> float:
-    """A number in [0, 1)."""
-    value = values[name]
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not 0 <= number < 1:  # also rejects nan
-        raise ConfigError(f"--{name} {value!r}: must be in [0, 1)")
-    return number
 
 
 def _is_loopback(host: str) -> bool:

@@ -7,7 +7,6 @@ and translates ``requests`` errors into ``ExporterUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -292,8 +291,3 @@ class ExporterClient:
 
     def close(self) -> None:
         self.session.close()
-
-
-def tasks_on(state: ExporterState, gpu: int) -> Sequence[Task]:
-    """The running tasks of one GPU, in the exporter's start order."""
-    return [task for task in state.tasks if task.gpu == gpu]

@@ -176,13 +176,28 @@ def integer(values: Mapping[str, Any], name: str, minimum: int, maximum: int | N
 
 def ratio(values: Mapping[str, Any], name: str) -> float:
     """A finite number in (0, 1]."""
+    number = _number(values, name)
+    if not 0 < number <= 1:
+        raise ConfigError(f"--{name} {values[name]!r}: must be in (0, 1]")
+    return number
+
+
+def share(values: Mapping[str, Any], name: str) -> float:
+    """A finite number in [0, 1): a part of something that may be none of it."""
+    number = _number(values, name)
+    if not 0 <= number < 1:
+        raise ConfigError(f"--{name} {values[name]!r}: must be in [0, 1)")
+    return number
+
+
+def _number(values: Mapping[str, Any], name: str) -> float:
     value = values[name]
     try:
         number = float(str(value))
     except ValueError:
         raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not math.isfinite(number) or not 0 < number <= 1:
-        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
+    if not math.isfinite(number):
+        raise ConfigError(f"--{name} {value!r}: must be a finite number")
     return number
 
 

@@ -11,25 +11,21 @@ from typing import Any
 
 import pytest
 from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
-from test_actuator_live import MANAGED, ActuatorProcess, actuator_factory, kernel_intervals
+from test_actuator_live import (
+    MANAGED,
+    ActuatorProcess,
+    actuator_factory,
+    exporter_flags,
+    kernel_intervals,
+    sim_time_scale,
+)
 
 from gpuguard.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-__all__ = ["actuator_factory"]  # the fixture, shared with test_actuator_live
-
-SCALE = 0.1
-
-
-@pytest.fixture
-def sim_time_scale() -> float:
-    return SCALE
-
-
-@pytest.fixture
-def exporter_flags() -> tuple[str, ...]:
-    return ("--poll.interval=20ms",)
+# the fixtures, shared with test_actuator_live: time scale 0.1, 20 ms polls, the actuator
+__all__ = ["actuator_factory", "exporter_flags", "sim_time_scale"]
 
 
 def held_context_args(sim: GpusimService, log_name: str, *args: str) -> list[str]:

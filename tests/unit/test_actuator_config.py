@@ -121,7 +121,7 @@ def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> 
         (["--docker.host=docker.sock"], "--docker.host 'docker.sock': must be unix://PATH"),
         (["--log.level=loud"], "--log.level 'loud'"),
         (["--policy.best-effort-min-share=1"], "best-effort-min-share '1': must be in [0, 1)"),
-        (["--policy.best-effort-min-share=nan"], "must be in [0, 1)"),
+        (["--policy.best-effort-min-share=nan"], "must be a finite number"),
         (["--policy.best-effort-min-share=some"], "must be a number"),
         (["--policy.best-effort-window=0"], "--policy.best-effort-window: invalid duration"),
     ],
