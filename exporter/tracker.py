@@ -320,7 +320,8 @@ class Tracker:
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
 
-        Also called when the GPU sample failed: deadlines keep running without a sample.
+        Also called when the GPU sample failed: the deadlines of tasks whose run time counts
+        up to now (process mode, paused containers) keep running without a sample.
         """
         for task in self._tasks():
             if task.overrun or task.deadline_s is None:
