@@ -141,3 +141,31 @@ class TriggerSource(StrEnum):
     WEBHOOK = "webhook"
     FAST = "fast"
     RECONCILE = "reconcile"
+
+
+class WorkloadKind(StrEnum):
+    """What a gpusim workload process does (``python -m gpuguard.gpusim.workload KIND``)."""
+
+    ONESHOT = "oneshot"  # paper B's matmul task, once per run
+    SERVER = "server"  # a long-lived inference server answering requests
+    TRAIN = "train"  # a training loop: steps of kernels, a sync every k steps
+
+
+class WorkloadEvent(StrEnum):
+    """The ``event`` of a workload's log line (its own ground-truth timestamps)."""
+
+    TASK_START = "task_start"
+    CONTEXT_CREATED = "context_created"
+    INPUT_START = "input_start"
+    INPUT_END = "input_end"
+    KERNEL_START = "kernel_start"
+    KERNEL_END = "kernel_end"
+    OUTPUT_START = "output_start"
+    OUTPUT_END = "output_end"
+    TASK_END = "task_end"
+    READY = "ready"  # server/train: context and cached memory in place
+    REQUEST = "request"  # server: one request answered
+    STEP = "step"  # train: one step finished on the device
+    SYNC = "sync"  # train: the host waited for the device
+    SUMMARY = "summary"  # server/train: totals at exit
+    ERROR = "error"

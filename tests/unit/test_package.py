@@ -92,6 +92,8 @@ def _documented(section: str) -> str:
 @pytest.mark.parametrize(
     ("section", "names"),
     [
+        ("1", [k.value for k in contract.WorkloadKind]),
+        ("1", [e.value for e in contract.WorkloadEvent]),
         ("3", [p.value for p in contract.RUNNING_PHASES]),
         ("3", [e.value for e in contract.EventType]),
         ("4", [m.value for m in contract.TaskMode]),
