@@ -21,6 +21,11 @@ the container's task mode (label ``gpuguard.task``, else ``--task.default-mode``
   (``draining``) is a new input phase and starts a new task. One request or batch of a
   long-lived server is one task; a one-shot program is one task, as in the other modes.
 
+Devices NVML shows no activity for (no utilization and no per-process samples: MIG
+devices) have no idleness to see: a task there runs from its memory to its memory freed or
+its exit, whatever the mode (an idle process holding memory on a MIG instance stays a
+running task), and its run time counts up to now.
+
 No endless tasks: outside ``process`` mode a task with nothing visible happening for
 ``idle_timeout_s`` (before its first kernel: NVML cannot see copies, and ten concurrent
 inputs take a second; in ``memory`` mode at any time) ends at its last activity. A paused
@@ -159,6 +164,7 @@ class _Task:
         "alone_n",
         "alone_sm",
         "base_memory",
+        "blind",
         "computed",
         "container_id",
         "deadline_s",
@@ -203,6 +209,7 @@ class _Task:
         self.last_active = order[0]  # newest visible activity (end placement)
         self.last_sm_poll = order[0]  # poll that last had an SM sample (drain rule)
         self.paused = False
+        self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
         self.overrun = False
         self.alone_sm = 0.0
@@ -210,8 +217,9 @@ class _Task:
 
     @property
     def busy_until(self) -> float | None:
-        """Up to when it is known to have run: None (now) in process mode or while paused."""
-        if self.mode == TaskMode.PROCESS or self.paused:
+        """Up to when it is known to have run: None (now) in process mode, while paused, or
+        where activity cannot be seen."""
+        if self.mode == TaskMode.PROCESS or self.paused or self.blind:
             return None
         return self.last_active
 
@@ -251,7 +259,9 @@ class _Seen:
     """One process in one poll, as the mode rules need it (a plain class: one per process
     per poll, and a frozen dataclass costs several times as much to make)."""
 
-    __slots__ = ("active_at", "alone", "appeared", "dropped", "grew", "info", "proc", "sm")
+    __slots__ = (
+        "active_at", "alone", "appeared", "blind", "dropped", "grew", "info", "proc", "sm",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -261,9 +271,11 @@ class _Seen:
         before: int | None,
         device_sm: float,
         now: float,
+        blind: bool,
     ) -> None:
         memory = proc.used_memory_bytes
         self.proc = proc
+        self.blind = blind
         self.info = info
         self.appeared = appeared
         # NVML cannot always tell memory (None): appearing with it counts as growth
@@ -374,12 +386,14 @@ class Tracker:
     ) -> _Seen:
         info = self._containers.get(proc.container_id) if proc.container_id else None
         device_sm = joined.device_sm_ratio.get(proc.gpu, 0.0) if proc.sm_ratio else 0.0
-        return _Seen(proc, info, appeared, record.memory, device_sm, now)
+        blind = proc.gpu in joined.unsampled
+        return _Seen(proc, info, appeared, record.memory, device_sm, now, blind)
 
     def _step(self, record: _Process, seen: _Seen, now: float, change_at: float) -> None:
         task = record.task
         if task is not None:
             task.paused = seen.info is not None and seen.info.paused
+            task.blind = seen.blind
             if task.deadline_s is None and seen.info is not None:
                 # the container index may sync after the task was first seen
                 task.deadline_s = seen.info.deadline_s
@@ -416,8 +430,8 @@ class Tracker:
                 return change_at  # freeing after its kernel: paper B's end of a task
             if active and task.phase == Phase.DRAINING:
                 return change_at  # re-allocated or computing again after a visible gap
-        if active or task.paused:
-            return None
+        if active or task.paused or task.blind:
+            return None  # busy, waiting, or nobody can tell
         idle = now - task.last_active
         limit = (
             self.rules.idle_gap_s
@@ -470,6 +484,7 @@ class Tracker:
         info = seen.info
         task.deadline_s = info.deadline_s if info is not None else None
         task.paused = info is not None and info.paused
+        task.blind = seen.blind
         self._emit(
             EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
         )
