@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
+from gpusim_support import workload
 from test_actuator_live import (
     MANAGED,
     ActuatorProcess,
@@ -28,64 +29,63 @@ pytestmark = pytest.mark.integration
 __all__ = ["actuator_factory", "exporter_flags", "sim_time_scale"]
 
 
-def held_context_args(sim: GpusimService, log_name: str, *args: str) -> list[str]:
-    return ["tests.integration.held_context", "--socket", str(sim.socket),
-            "--log", str(sim.dir / log_name), *args]  # fmt: skip
-
-
 def tasks_of(doc: dict[str, Any], name: str, section: str) -> list[dict[str, Any]]:
     return [t for t in doc[section] if t["container"] == name]
 
 
-def test_idle_long_lived_process_runs_no_task_unless_process_mode(
+def test_idle_long_lived_server_runs_no_task_unless_process_mode(
     sim: GpusimService,
     exporter: ExporterProcess,
     run_python_container: Callable[..., Any],
 ) -> None:
     # issue 8: a server answering short requests against a 2 s deadline was one task that
     # overran, counted a miss and kept TaskDeadlineAtRisk firing until the process exited
-    # requests of 0.3 s, 2.5 s apart: longer than --task.idle-timeout, so the start-up
-    # burst (context, weights) has ended before the first request
-    requests = ("--requests", "3", "--work", "3", "--gap", "2.5", "--idle-after", "30")
+    first = time.time() + 5.0  # after the start-up burst (context, model) has ended
     servers = {}
-    for mode in ("burst", "process"):
+    for i, mode in enumerate(("burst", "process")):
+        # 4 requests of 0.3 s, 3 s apart; the two servers' requests 1.5 s apart, so that
+        # each computes alone (demand is learnt from tasks that ran alone)
+        args = ["server", "--arrivals", "fixed", "--rate", "0.333", "--requests", "4",
+                "--request-work", "3", "--memory-bytes", "256MiB",
+                "--start-at", f"{first + 1.5 * i:.3f}"]  # fmt: skip
         servers[mode] = run_python_container(
-            held_context_args(sim, f"{mode}.log", *requests),
+            workload(sim, f"server-{mode}", *args),
             labels={"gpuguard.deadline": "2s", "gpuguard.task": mode},
             extra_mounts=sim_mounts(sim),
             name=f"server-{mode}",
         )
-        time.sleep(1.2)  # their requests apart: demand is learnt from tasks that ran alone
 
-    def served(mode: str) -> bool:
-        return any(e["event"] == "request_end" and e["request"] == 2
-                   for e in workload_log(sim, f"{mode}.log"))  # fmt: skip
+    def answered(mode: str) -> int:
+        return sum(e["event"] == "request" for e in workload_log(sim, f"server-{mode}.log"))
 
-    wait_for(lambda: served("burst") and served("process"), timeout=60, what="3 requests each")
+    wait_for(lambda: answered("burst") >= 2, timeout=60, what="two requests answered")
+    # between two requests: the burst server is idle, and runs no task
     wait_for(
         lambda: not tasks_of(exporter.state(), "server-burst", "tasks"),
-        timeout=10,
-        what="the idle server's last burst ended",
+        timeout=2.5,
+        what="the burst server's request to end",
+        interval=0.05,
     )
-    state = exporter.state()
-    for server in servers.values():
-        server.reload()
-        assert server.status == "running"  # alive and idle, holding its context
-    (process_task,) = tasks_of(state, "server-process", "tasks")  # alive: one task, idle
+    (process_task,) = tasks_of(exporter.state(), "server-process", "tasks")
     assert process_task["mode"] == "process" and process_task["overrun"]
-    bursts = tasks_of(state, "server-burst", "recent")
-    requests_seen = [t for t in bursts if t["run_s"] > 0.1]  # the start-up burst is short
-    assert len(requests_seen) == 3, bursts
-    assert all(t["mode"] == "burst" and t["met_deadline"] for t in requests_seen)
-    truth = [e for e in workload_log(sim, "burst.log") if e["event"] == "request_start"]
-    for task, request in zip(requests_seen, truth, strict=True):  # one task per request
-        assert abs(task["started_at"] - request["t"]) < 0.5
+
+    for server in servers.values():
+        assert server.wait(timeout=60)["StatusCode"] == 0, server.logs().decode()[-2000:]
+    time.sleep(1.0)  # the last burst ends after the idle gap, or the exit, is seen
+    state = exporter.state()
+    bursts = [t for t in tasks_of(state, "server-burst", "recent") if t["ended_at"] > first]
+    requests = [e for e in workload_log(sim, "server-burst.log") if e["event"] == "request"]
+    assert len(bursts) == len(requests) == 4, bursts
+    for task, request in zip(bursts, requests, strict=True):  # one task per request
+        assert task["mode"] == "burst" and task["met_deadline"]
+        assert task["started_at"] < request["gpu_end"] and request["gpu_start"] < task["ended_at"]
+    (process_run,) = tasks_of(state, "server-process", "recent")
+    assert process_run["met_deadline"] is False  # its lifetime, as asked
     labels = {"container": "server-burst"}
     assert exporter.metric("gpuguard_container_deadline_misses_total", **labels) == 0
-    assert exporter.metric("gpuguard_container_deadline_hits_total", **labels) == len(bursts)
     assert exporter.metric("gpuguard_container_task_info", task_mode="burst", **labels) == 1
     demand = exporter.metric("gpuguard_container_demand_sm_ratio", **labels)
-    assert demand is not None and demand > 0.5  # one kernel alone: most of the device
+    assert demand is not None and demand > 0.5  # its kernels alone: most of the device
 
 
 def test_looping_tenants_do_not_overtake_a_waiting_container(
