@@ -79,15 +79,20 @@ def start_workloads(
             # uneven gaps so tasks start at every phase of the exporter's poll
             "--sleep-between", f"{rng.uniform(0.2, 0.6):.3f}",
         ]  # fmt: skip
-        kwargs = python_container_kwargs(
-            args,
-            labels={"gpuguard.deadline": "30s"},
-            extra_mounts={str(sim.dir): {"bind": str(sim.dir), "mode": "rw"}},
-            name=name,
-        )
-        containers[name] = client.containers.run(**kwargs)
+        containers[name] = run_workload(client, sim, name, args, deadline="30s")
         time.sleep(rng.uniform(0.0, 0.15))
     return containers
+
+
+def run_workload(client: Any, sim: GpusimService, name: str, args: list[str], deadline: str) -> Any:
+    """A workload container with a deadline, logging into the daemon's directory."""
+    kwargs = python_container_kwargs(
+        args,
+        labels={"gpuguard.deadline": deadline},
+        extra_mounts={str(sim.dir): {"bind": str(sim.dir), "mode": "rw"}},
+        name=name,
+    )
+    return client.containers.run(**kwargs)
 
 
 def start_servers(
@@ -107,13 +112,7 @@ def start_servers(
             # servers apart, at every phase of the exporter's poll
             "--start-at", f"{first + i * REQUEST_EVERY_S / n + rng.uniform(0, 0.1):.3f}",
         ]  # fmt: skip
-        kwargs = python_container_kwargs(
-            args,
-            labels={"gpuguard.deadline": "1s"},
-            extra_mounts={str(sim.dir): {"bind": str(sim.dir), "mode": "rw"}},
-            name=name,
-        )
-        servers[name] = client.containers.run(**kwargs)
+        servers[name] = run_workload(client, sim, name, args, deadline="1s")
     return servers, first
 
 
