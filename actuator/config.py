@@ -43,6 +43,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.input-timeout", "5s",
          "a task idle this long before its kernel stops counting", "duration"),
     Flag("policy.memory-threshold", 0.95, "never admit above this share of GPU memory", "float"),
+    Flag("policy.best-effort-min-share", 0.1,
+         "share of each window a frozen best-effort container runs anyway (0: none)", "float"),
+    Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
     Flag("node.mark-ttl", "5m",
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
@@ -113,7 +116,16 @@ def validate(values: Mapping[str, Any]) -> Config:
         max_actions=flags.integer(values, "policy.max-actions", minimum=1),
         input_timeout_s=flags.duration(values, "policy.input-timeout"),
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
+        best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
+        best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
     )
+    max_pause_s = flags.duration(values, "max-pause")
+    frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
+    if frozen_s >= max_pause_s:
+        warnings.append(
+            "--max-pause is shorter than a best-effort container's frozen part of "
+            "--policy.best-effort-window: it will be released for good before its share"
+        )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
     state_dir = Path(str(values["state.dir"]))
@@ -135,7 +147,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         node_name=str(values["node.name"] or socket.gethostname()),
         mode=flags.choice(values, "mode", MODES),
         policy=policy,
-        max_pause_s=flags.duration(values, "max-pause"),
+        max_pause_s=max_pause_s,
         node_mark_ttl_s=flags.duration(values, "node.mark-ttl"),
         state_dir=state_dir,
         actions=load_actions(

@@ -27,9 +27,9 @@ from gpuguard.actuator.errors import DockerUnavailable
 from gpuguard.actuator.journal import Journal, PausedEntry
 from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
 from gpuguard.contract import (
+    ADMITTING_REASONS,
     COMPONENT_ROLES,
     ActionKind,
-    ActionReason,
     Result,
     SkipReason,
 )
@@ -187,7 +187,7 @@ class DockerExecutor:
 
     def _unpause(self, action: Action, started: float) -> Outcome:
         cid = action.container_id
-        admitted_on = action.gpu if action.reason == ActionReason.ADMIT else None
+        admitted_on = action.gpu if action.reason in ADMITTING_REASONS else None
         if self.dry_run:
             return self._done(action, started, Result.DRY_RUN, None, "dry run: not unpaused")
         try:

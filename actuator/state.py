@@ -7,16 +7,19 @@ and translates ``requests`` errors into ``ExporterUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
-from gpuguard.contract import RUNNING_PHASES, Phase
+from gpuguard.contract import RUNNING_PHASES, Phase, PriorityClass, TaskMode
 
 PHASES = RUNNING_PHASES
+_E = TypeVar("_E", Phase, TaskMode, PriorityClass)
+
+#: One admission queue: a whole GPU ``(index, None)`` or one MIG instance ``(index, mig)``.
+DeviceKey = tuple[int, int | None]
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,11 @@ class Gpu:
     memory_total_bytes: int
     memory_used_bytes: int
     utilization_ratio: float | None
+    mig_index: int | None = None
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.index, self.mig_index)
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,11 @@ class Container:
     managed: bool
     role: str | None
     deadline_s: float | None
+    task_mode: TaskMode = TaskMode.BURST
+    priority_class: PriorityClass = PriorityClass.NORMAL
+    gpus: tuple[str, ...] = ()
+    #: expected SM share of its tasks while computing; None: not learnt yet
+    demand_sm_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,13 @@ class Task:
     deadline_s: float | None
     absolute_deadline: float | None
     paused: bool
+    mig_index: int | None = None
+    mode: TaskMode = TaskMode.BURST
+    proc_start_ticks: int = 0
+
+    @property
+    def device(self) -> DeviceKey:
+        return (self.gpu, self.mig_index)
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,7 @@ def _gpu(doc: Any, where: str) -> Gpu:
         memory_total_bytes=_get(obj, "memory_total_bytes", int, where),
         memory_used_bytes=_get(obj, "memory_used_bytes", int, where),
         utilization_ratio=_opt_float(obj, "utilization_ratio", where),
+        mig_index=_opt(obj, "mig_index", int, where),
     )
 
 
@@ -154,15 +175,18 @@ def _container(doc: Any, where: str) -> Container:
         managed=_get(obj, "managed", bool, where),
         role=_opt(obj, "role", str, where),
         deadline_s=_opt_float(obj, "deadline_s", where),
+        task_mode=_enum(obj, "task_mode", TaskMode, where),
+        priority_class=_enum(obj, "class", PriorityClass, where),
+        gpus=tuple(_check(g, str, f"gpus[{i}]", where) for i, g in enumerate(_list(obj, "gpus"))),
+        demand_sm_ratio=_opt_float(obj, "demand_sm_ratio", where),
     )
 
 
 def _task(doc: Any, where: str) -> Task:
     obj = _obj(doc, where)
-    phase = _get(obj, "phase", str, where)
+    phase = _enum(obj, "phase", Phase, where)
     if phase not in PHASES:
-        raise StateError(f"{where}.phase {phase!r} is not one of {', '.join(PHASES)}")
-    phase = Phase(phase)
+        raise StateError(f"{where}.phase {phase.value!r} is not one of {', '.join(PHASES)}")
     return Task(
         task_id=_get(obj, "task_id", str, where),
         container_id=_opt(obj, "container_id", str, where),
@@ -177,6 +201,9 @@ def _task(doc: Any, where: str) -> Task:
         deadline_s=_opt_float(obj, "deadline_s", where),
         absolute_deadline=_opt_float(obj, "absolute_deadline", where),
         paused=bool(obj.get("paused", False)),
+        mig_index=_opt(obj, "mig_index", int, where),
+        mode=_enum(obj, "mode", TaskMode, where),
+        proc_start_ticks=_get(obj, "proc_start_ticks", int, where),
     )
 
 
@@ -211,6 +238,13 @@ def _get(obj: dict[str, Any], key: str, kind: Any, where: str) -> Any:
 def _opt(obj: dict[str, Any], key: str, kind: Any, where: str) -> Any:
     value = obj.get(key)
     return None if value is None else _check(value, kind, key, where)
+
+
+def _enum(obj: dict[str, Any], key: str, enum: type[_E], where: str) -> _E:
+    value = _get(obj, key, str, where)
+    if value not in set(enum):
+        raise StateError(f"{where}.{key} {value!r} is not one of {', '.join(enum)}")
+    return enum(value)
 
 
 def _opt_float(obj: dict[str, Any], key: str, where: str) -> float | None:
@@ -264,8 +298,3 @@ class ExporterClient:
 
     def close(self) -> None:
         self.session.close()
-
-
-def tasks_on(state: ExporterState, gpu: int) -> Sequence[Task]:
-    """The running tasks of one GPU, in the exporter's start order."""
-    return [task for task in state.tasks if task.gpu == gpu]

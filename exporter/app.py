@@ -53,7 +53,7 @@ def run_exporter(config: ExporterConfig) -> int:
         backend,
         index,
         ProcReader(config.procfs),
-        Tracker(events, config.history_size),
+        Tracker(events, config.history_size, config.task_rules),
         events,
         config.node_name,
         config.poll_interval_s,

@@ -24,7 +24,7 @@ PS_COLUMNS = (
     "CONTAINER ID", "NAME", "COMMAND", "DEADLINE", "GPU", "PHASE", "ELAPSED", "SLACK", "PAUSED",
 )  # fmt: skip
 RUN_USAGE = (
-    "usage: gpuguard run --deadline DURATION [--managed] [--docker.host URL] "
+    "usage: gpuguard run --deadline DURATION [--task MODE] [--managed] [--docker.host URL] "
     "[DOCKER RUN OPTIONS] IMAGE [COMMAND [ARG...]]"
 )
 
@@ -188,7 +188,7 @@ def split_run_flags(
 
 
 def run_labels(found: dict[str, str]) -> dict[str, str]:
-    """The container labels of ``run``'s flags; ``ConfigError`` when the deadline is bad."""
+    """The container labels of ``run``'s flags; ``ConfigError`` when one is bad."""
     deadline = found.get("--deadline")
     if deadline is None:
         raise ConfigError("--deadline is required (e.g. --deadline 9s)")
@@ -197,6 +197,13 @@ def run_labels(found: dict[str, str]) -> dict[str, str]:
     except labels.LabelError as exc:
         raise ConfigError(f"--deadline: {exc}") from exc
     out = {labels.DEADLINE: deadline.strip()}
+    task = found.get("--task")
+    if task is not None:
+        try:
+            labels.parse_task_mode(task)
+        except labels.LabelError as exc:
+            raise ConfigError(f"--task: {exc}") from exc
+        out[labels.TASK] = task
     if "--managed" in found:
         out[labels.MANAGED] = "true"
     return out
@@ -204,7 +211,7 @@ def run_labels(found: dict[str, str]) -> dict[str, str]:
 
 def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
     """The docker command for ``gpuguard run``'s arguments; ``ConfigError`` when invalid."""
-    found, rest = split_run_flags(argv, ("--deadline", "--docker.host"))
+    found, rest = split_run_flags(argv, ("--deadline", "--task", "--docker.host"))
     container_labels = run_labels(found)
     if not rest:
         raise ConfigError("an IMAGE is required")

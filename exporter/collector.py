@@ -46,6 +46,7 @@ from gpuguard import __version__
 from gpuguard.contract import StateReason
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
+from gpuguard.labels import CLASS, TASK
 
 _C = ("node", "container", "container_id")
 _CG = ("node", "gpu", "container", "container_id")
@@ -53,6 +54,8 @@ _G = ("node", "gpu")
 _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
 _INFO_LABELS = (*_C, "image")
+_TASK_INFO_LABELS = (*_C, "task_mode", "class")
+_LABEL_INVALID_LABELS = (*_C, "label")
 
 # name -> (type, help, labels)
 _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -71,6 +74,21 @@ _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuguard_container_deadline_invalid": (
         "gauge",
         "1 if the gpuguard.deadline label cannot be parsed.",
+        _C,
+    ),
+    "gpuguard_container_task_info": (
+        "gauge",
+        "What a GPU task of the container is (task_mode) and how admission treats it (class).",
+        _TASK_INFO_LABELS,
+    ),
+    "gpuguard_container_label_invalid": (
+        "gauge",
+        "1 for each gpuguard.task or gpuguard.class label that cannot be parsed (ignored).",
+        _LABEL_INVALID_LABELS,
+    ),
+    "gpuguard_container_demand_sm_ratio": (
+        "gauge",
+        "Expected SM share of the container's tasks while computing (EWMA of finished tasks).",
         _C,
     ),
     "gpuguard_container_gpu_memory_bytes": (
@@ -383,6 +401,7 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         g["gpuguard_container_deadline_misses"],
     )
     no_stats = ContainerStats()
+    _add_task_kinds(r, snap)
     for info in snap.containers.values():
         labels = cache.get(_C, (node, info.name, info.short_id))
         info_rows.append((cache.get(_INFO_LABELS, (node, info.name, info.short_id, info.image)), 1))
@@ -406,6 +425,25 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         memory.append((cg_labels, usage.memory_bytes))
         sm.append((cg_labels, usage.sm_ratio))
         processes.append((cg_labels, usage.processes))
+
+
+def _add_task_kinds(r: Rows, snap: PollSnapshot) -> None:
+    """Task mode and class per container; invalid labels and demand only where they exist."""
+    node, cache = snap.node, r.cache
+    task_info = r.gauges["gpuguard_container_task_info"]
+    invalid = r.gauges["gpuguard_container_label_invalid"]
+    demand = r.gauges["gpuguard_container_demand_sm_ratio"]
+    default_mode = snap.default_task_mode
+    for info in snap.containers.values():
+        values = (node, info.name, info.short_id)
+        kind = (info.task_mode or default_mode, info.priority_class)
+        task_info.append((cache.get(_TASK_INFO_LABELS, (*values, *kind)), 1))
+        for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
+            if error:
+                invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        share = snap.demand.get(info.id)
+        if share is not None:
+            demand.append((cache.get(_C, values), share))
 
 
 def _add_tasks(r: Rows, snap: PollSnapshot) -> None:

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import flags
+from gpuguard.contract import TaskMode
 from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.record import RecordConfig
+from gpuguard.exporter.tracker import TaskRules
 from gpuguard.flags import Flag
 
 DEFAULT_LISTEN = "127.0.0.1:10835"
@@ -41,6 +43,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("node.name", None, "value of the node label (default: hostname)"),
     Flag("history.size", 256, "finished tasks kept for /api/v1/state's recent", "int"),
     Flag("events.buffer", 4096, "events kept for /api/v1/events followers", "int"),
+    Flag("task.default-mode", "burst",
+         "what a task is without a gpuguard.task label: process, memory or burst"),
+    Flag("task.idle-gap", "500ms",
+         "no SM activity or memory growth this long after computing ends a burst", "duration"),
+    Flag("task.idle-timeout", "2s",
+         "nothing visible this long ends a task (process mode excepted)", "duration"),
     Flag("log.level", "info", "debug, info, warning or error"),
     Flag("record.window", "30s",
          "node record: window over which missed deadlines count", "duration"),
@@ -69,6 +77,7 @@ class ExporterConfig:
     events_buffer: int
     log_level: str = "info"
     record: RecordConfig = field(default_factory=RecordConfig)
+    task_rules: TaskRules = field(default_factory=TaskRules)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -102,6 +111,7 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         events_buffer=flags.integer(values, "events.buffer", 16, 10_000_000),
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
         record=_record(values),
+        task_rules=_task_rules(values),
     )
 
 
@@ -129,6 +139,17 @@ def _interval(values: Mapping[str, Any]) -> float:
             f"--poll.interval {values['poll.interval']!r}: must be between 10ms and 60s"
         )
     return seconds
+
+
+def _task_rules(values: Mapping[str, Any]) -> TaskRules:
+    mode = flags.choice(values, "task.default-mode", tuple(TaskMode))
+    gap = flags.duration(values, "task.idle-gap")
+    timeout = flags.duration(values, "task.idle-timeout")
+    if timeout < gap:
+        raise ConfigError(
+            f"--task.idle-timeout {values['task.idle-timeout']!r}: must be at least --task.idle-gap"
+        )
+    return TaskRules(TaskMode(mode), gap, timeout)
 
 
 def _docker_host(text: Any) -> str:

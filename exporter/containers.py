@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuguard import labels
 from gpuguard.contract import EventType
@@ -23,6 +23,8 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 WATCHED_ACTIONS = ("create", "start", "pause", "unpause", "die", "destroy", "rename")
 _ACTION_EVENT = {
@@ -56,18 +58,30 @@ def gpus_from_config(host_config: Mapping[str, Any], env: list[str]) -> tuple[st
     return ()
 
 
+def _label(
+    container_labels: Mapping[str, Any], name: str, parse: Callable[[str], T]
+) -> tuple[T | None, str | None]:
+    """A label's parsed value, or the error that says why it cannot be used (never raises)."""
+    raw = container_labels.get(name)
+    if raw is None:
+        return None, None
+    try:
+        return parse(raw), None
+    except labels.LabelError as exc:
+        return None, str(exc)
+
+
 def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
-    """Build a ContainerInfo from a ``docker inspect`` document (pure)."""
+    """Build a ContainerInfo from a ``docker inspect`` document (pure).
+
+    An invalid ``gpuguard.deadline``, ``gpuguard.task`` or ``gpuguard.class`` is kept as an
+    error beside the container, which then behaves as if the label were absent.
+    """
     config = attrs.get("Config") or {}
     container_labels = config.get("Labels") or {}
-    deadline_s: float | None = None
-    deadline_error: str | None = None
-    raw_deadline = container_labels.get(labels.DEADLINE)
-    if raw_deadline is not None:
-        try:
-            deadline_s = labels.parse_duration(raw_deadline)
-        except labels.LabelError as exc:
-            deadline_error = str(exc)
+    deadline_s, deadline_error = _label(container_labels, labels.DEADLINE, labels.parse_duration)
+    task_mode, task_mode_error = _label(container_labels, labels.TASK, labels.parse_task_mode)
+    class_label, class_error = _label(container_labels, labels.CLASS, labels.parse_priority_class)
     args = [attrs.get("Path") or "", *(attrs.get("Args") or ())]
     return ContainerInfo(
         id=attrs["Id"],
@@ -80,6 +94,10 @@ def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
         gpus=gpus_from_config(attrs.get("HostConfig") or {}, config.get("Env") or []),
         role=container_labels.get(labels.ROLE),
         command=" ".join(a for a in args if a),
+        task_mode=task_mode,
+        task_mode_error=task_mode_error,
+        class_label=class_label,
+        class_error=class_error,
     )
 
 
@@ -101,7 +119,7 @@ class ContainerIndex:
         self._stream: Any = None
         self._client: Any = None
         self._thread: threading.Thread | None = None
-        self._warned_deadline: set[str] = set()
+        self._warned_labels: set[str] = set()
         self.connected = False
         self.last_error: str | None = None
         self.resyncs = 0
@@ -211,11 +229,10 @@ class ContainerIndex:
         except docker.errors.NotFound:
             return None
         info = container_info(attrs)
-        if info.deadline_error and info.id not in self._warned_deadline:
-            self._warned_deadline.add(info.id)  # logged once per container, never fatal
-            log.warning(
-                "container %s: label %s: %s", info.name, labels.DEADLINE, info.deadline_error
-            )
+        errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
+        if errors and info.id not in self._warned_labels:
+            self._warned_labels.add(info.id)  # logged once per container, never fatal
+            log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))
         return info
 
     def _apply(self, event: Mapping[str, Any]) -> None:
@@ -233,7 +250,7 @@ class ContainerIndex:
                 updated[container_id] = info
             self._containers = MappingProxyType(updated)
         if info is None:
-            self._warned_deadline.discard(container_id)
+            self._warned_labels.discard(container_id)
             if old is not None:
                 self._emit(EventType.CONTAINER_REMOVED, old, when)
         elif action in _ACTION_EVENT:

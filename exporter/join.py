@@ -19,14 +19,20 @@ from gpuguard.exporter.model import (
 )
 
 
-def _sm_by_pid(samples: tuple[ProcessUtilization, ...]) -> dict[int, float]:
-    """Mean SM share per pid over this poll's utilization samples."""
+def _sm_by_pid(
+    samples: tuple[ProcessUtilization, ...],
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Mean SM share per pid over this poll's samples, and when each pid was last active."""
     total: dict[int, float] = {}
     count: dict[int, int] = {}
+    active_us: dict[int, int] = {}
     for s in samples:
         total[s.pid] = total.get(s.pid, 0.0) + s.sm_ratio
         count[s.pid] = count.get(s.pid, 0) + 1
-    return {pid: total[pid] / count[pid] for pid in total}
+        if s.sm_ratio > 0 and s.timestamp_us > active_us.get(s.pid, 0):
+            active_us[s.pid] = s.timestamp_us
+    means = {pid: total[pid] / count[pid] for pid in total}
+    return means, {pid: us / 1e6 for pid, us in active_us.items()}
 
 
 def join(
@@ -45,7 +51,7 @@ def join(
     device_sm: dict[str, float] = {}
     for device in sample.devices:
         gpu = device.key
-        sm_by_pid = _sm_by_pid(device.process_samples)
+        sm_by_pid, active_at = _sm_by_pid(device.process_samples)
         unattributed[gpu] = 0
         device_sm[gpu] = min(1.0, sum(sm_by_pid.values()))
         for proc in device.processes:
@@ -62,6 +68,7 @@ def join(
                     container_id=container_id,
                     used_memory_bytes=proc.used_memory_bytes,
                     sm_ratio=sm,
+                    active_at=active_at.get(proc.pid),
                 )
             )
             if container_id is None or container_id not in containers:
@@ -79,4 +86,5 @@ def join(
         ),
         unattributed=unattributed,
         device_sm_ratio=device_sm,
+        unsampled=frozenset(d.key for d in sample.devices if d.utilization_ratio is None),
     )

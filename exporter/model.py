@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuguard.contract import PriorityClass, TaskMode
+
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
@@ -68,10 +70,21 @@ class ContainerInfo:
     role: str | None = None
     command: str = ""
     created: float = 0.0
+    task_mode: TaskMode | None = None  # gpuguard.task; None: the exporter's default
+    task_mode_error: str | None = None
+    class_label: PriorityClass | None = None  # gpuguard.class as given (valid only)
+    class_error: str | None = None
 
     @property
     def paused(self) -> bool:
         return self.state == "paused"
+
+    @property
+    def priority_class(self) -> PriorityClass:
+        """The label's class, else real-time with a deadline, else normal."""
+        if self.class_label is not None:
+            return self.class_label
+        return PriorityClass.NORMAL if self.deadline_s is None else PriorityClass.REAL_TIME
 
     @property
     def short_id(self) -> str:
@@ -98,6 +111,7 @@ class AttributedProcess:
     container_id: str | None
     used_memory_bytes: int | None
     sm_ratio: float | None  # None: no utilization sample this poll
+    active_at: float | None = None  # wall time of its newest sample with SM activity
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +133,5 @@ class Joined:
     usage: tuple[ContainerGpuUsage, ...]
     unattributed: dict[str, int] = field(default_factory=dict)  # gpu -> count
     device_sm_ratio: dict[str, float] = field(default_factory=dict)  # gpu -> summed SM share
+    #: devices whose activity NVML cannot show this poll (no utilization: MIG devices)
+    unsampled: frozenset[str] = frozenset()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuguard.contract import TaskMode
 from gpuguard.exporter.backends.base import GpuBackend
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.errors import BackendError, ProcfsError
@@ -68,6 +69,8 @@ class PollSnapshot:
     histograms: Mapping[str, RunHistogram]
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
     record: NodeRecord | None = None  # paper C's node record (exporter/record.py)
+    default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
+    demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
 
 
 class Poller:
@@ -149,7 +152,9 @@ class Poller:
             stats=dict(self.tracker.stats),
             histograms=self.tracker.histograms(),
             sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
-            record=self.recorder.update(timestamp, sample, joined, tasks, recent),
+            record=self.recorder.update(timestamp, sample, joined, tasks, recent, containers),
+            default_task_mode=self.tracker.rules.default_mode,
+            demand=dict(self.tracker.demand),
         )
         self.snapshot = snapshot
         return snapshot

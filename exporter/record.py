@@ -43,8 +43,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuguard.contract import StateReason
-from gpuguard.exporter.model import DeviceSample, GpuSample, Joined
+from gpuguard.contract import PriorityClass, StateReason
+from gpuguard.exporter.model import ContainerInfo, DeviceSample, GpuSample, Joined
 from gpuguard.exporter.tracker import TaskView
 
 COMPACT_SIZE = 16
@@ -183,9 +183,9 @@ def gpu_record(
     tasks = 0
     for task in running:
         tasks += 1
-        if task.absolute_deadline is None:
+        slack = task.slack_s(now)  # counts what the tracker saw (a burst's last activity)
+        if slack is None:
             continue
-        slack = task.absolute_deadline - now
         floats.append(slack)
         slacks.append(slack)
         misses += task.overrun
@@ -236,6 +236,7 @@ class NodeRecorder:
         joined: Joined | None,
         running: tuple[TaskView, ...],
         finished: tuple[TaskView, ...],
+        containers: Mapping[str, ContainerInfo] | None = None,
     ) -> NodeRecord:
         """The record for one poll (``sample`` None: the GPU source failed, no GPU)."""
         if sample is None:
@@ -243,9 +244,13 @@ class NodeRecorder:
         by_gpu_running = _by_gpu(running)
         by_gpu_finished = _by_gpu(finished)
         sm = joined.device_sm_ratio if joined is not None else {}
+        yielding = _only_yielding_work(joined, containers or {})
         gpus = []
         for device in sample.devices:
-            busy = self._busy_ratio(device, sm, now)
+            # A GPU busy only with managed best-effort work is free for real-time work: the
+            # actuator freezes that work the moment a real-time task needs the GPU.
+            busy = self._busy_ratio(device, {} if device.key in yielding else sm, now,
+                                    idle=device.key in yielding)  # fmt: skip
             gpus.append(
                 gpu_record(
                     device,
@@ -260,9 +265,11 @@ class NodeRecorder:
             del self._busy[gone]
         return NodeRecord(self.node, now, tuple(gpus))
 
-    def _busy_ratio(self, device: DeviceSample, sm: Mapping[str, float], now: float) -> float:
+    def _busy_ratio(
+        self, device: DeviceSample, sm: Mapping[str, float], now: float, idle: bool = False
+    ) -> float:
         # MIG devices have no utilization: the summed per-process SM share stands in.
-        ratio = device.utilization_ratio
+        ratio = 0.0 if idle else device.utilization_ratio
         if ratio is None:
             ratio = min(1.0, sm.get(device.key, 0.0))
         window = self._busy.setdefault(device.key, deque())
@@ -270,6 +277,20 @@ class NodeRecorder:
         while window and window[0][0] < now - self.config.busy_window_s:
             window.popleft()
         return math.fsum(r for _, r in window) / len(window)
+
+
+def _only_yielding_work(joined: Joined | None, containers: Mapping[str, ContainerInfo]) -> set[str]:
+    """GPUs whose every computing process belongs to a managed best-effort container."""
+    yielding: dict[str, bool] = {}
+    for proc in joined.processes if joined is not None else ():
+        if not proc.sm_ratio:
+            continue
+        info = containers.get(proc.container_id) if proc.container_id else None
+        gives_way = (
+            info is not None and info.managed and info.priority_class == PriorityClass.BEST_EFFORT
+        )
+        yielding[proc.gpu] = yielding.get(proc.gpu, True) and gives_way
+    return {gpu for gpu, only in yielding.items() if only}
 
 
 def _by_gpu(tasks: Iterable[TaskView]) -> dict[str, list[TaskView]]:

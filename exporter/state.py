@@ -18,7 +18,7 @@ def program_name(command: str) -> str:
     return command.split(" ", 1)[0].rsplit("/", 1)[-1]
 
 
-def _container_json(info: ContainerInfo) -> dict[str, Any]:
+def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
     return {
         "id": info.id,
         "name": info.name,
@@ -31,6 +31,11 @@ def _container_json(info: ContainerInfo) -> dict[str, Any]:
         "deadline_error": info.deadline_error,
         "gpus": list(info.gpus),
         "role": info.role,
+        "task_mode": info.task_mode or snap.default_task_mode,
+        "task_mode_error": info.task_mode_error,
+        "class": info.priority_class,
+        "class_error": info.class_error,
+        "demand_sm_ratio": snap.demand.get(info.id),
     }
 
 
@@ -44,6 +49,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
         "pid": task.pid,
         "gpu": task.gpu_index,
         "mig_index": task.mig_index,
+        "mode": task.mode,
         "phase": task.phase,
         "started_at": task.started_at,
         "proc_start_ticks": task.proc_start_ticks,
@@ -86,7 +92,7 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
         "poll_interval_s": snap.poll_interval_s,
         "sources": {name: status.success for name, status in snap.sources.items()},
         "gpus": gpus,
-        "containers": [_container_json(c) for c in snap.containers.values()],
+        "containers": [_container_json(c, snap) for c in snap.containers.values()],
         "tasks": [task_json(t, snap) for t in snap.tasks],
         "recent": [task_json(t, snap) for t in snap.recent],
         "node_record": snap.record.to_json() if snap.record is not None else None,

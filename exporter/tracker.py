@@ -1,32 +1,59 @@
 """Task tracker: the life cycle of each GPU task, its deadline, and finished-task history.
 
-A *task* is one stretch of GPU use by one process on one device::
+A *task* is one stretch of GPU work by one process on one device; what stretch depends on
+the container's task mode (label ``gpuguard.task``, else ``--task.default-mode``)::
 
     starting -> input -> computing -> draining -> ended
-    (seen)     (memory  (SM samples  (no SM activity
-                grew)    > 0)         for DRAIN_AFTER_S after computing)
+    (seen)     (memory  (SM samples  (no SM sample for DRAIN_AFTER_S after computing)
+                grew)    > 0)
 
-End of a task, two signals (DESIGN.md "Decisions"; both are kept):
-- the process is gone from the device's compute-process list (a CUDA program exits or
-  destroys its context; what NVML and gpusim show for almost every real program), and
-- its used memory is back to 0 while it is still listed (paper B's signal). The process
-  then stays "idle" on the device; if it allocates again, that is a *new* task. This is
-  paper B's named limitation: a task that frees and re-allocates counts as two tasks.
-A process first seen with 0 bytes is idle (no task yet); ``None`` (NVML cannot tell)
-counts as in use.
+- ``process`` (paper A): from the process's first appearance on the device to its exit.
+  An idle process stays a running task: the operator asked for process lifetime.
+- ``memory`` (paper B): starts when the process shows memory (or grows it, or computes
+  after an earlier task ended); ends when its memory is back to 0 or to what it held
+  before the task, when memory drops after the kernel, or when the process exits. A
+  re-allocation the samples can see splits the task: a kernel or memory growth after
+  ``draining`` starts a new task at that poll.
+- ``burst`` (default): a busy period. Starts at SM activity or memory growth (so paper B's
+  input phase is seen before the kernel, which admission needs); ends when the process has
+  shown no SM activity and no growth for longer than ``idle_gap_s`` after computing, when
+  its memory is back to 0, or when it exits; memory growing again after the kernel
+  (``draining``) is a new input phase and starts a new task. One request or batch of a
+  long-lived server is one task; a one-shot program is one task, as in the other modes.
 
-Keys: a task is keyed by (container, pid, process start ticks, n-th appearance) so PID
-reuse (other start ticks) and repeated runs in one process (n) are separate tasks. Order
-is process start time, then first-seen order.
+Devices NVML shows no activity for (no utilization and no per-process samples: MIG
+devices) have no idleness to see: a task there runs from its memory to its memory freed or
+its exit, whatever the mode (an idle process holding memory on a MIG instance stays a
+running task), and its run time counts up to now.
 
-Timing: a task that appears between two polls started, on average, half-way between them,
-so ``started_at`` (and ``ended_at``) are the midpoint of the previous poll and the poll
-that saw the change; this halves the worst-case bias of "time of the poll that saw it"
-(paper A measured +0.22 s for the latter). A task already running when the exporter
-starts gets the first poll's time.
+No endless tasks: outside ``process`` mode a task with nothing visible happening for
+``idle_timeout_s`` (before its first kernel: NVML cannot see copies, and ten concurrent
+inputs take a second; in ``memory`` mode at any time) ends at its last activity. A paused
+container's task never idles out: it is waiting, and its waiting belongs to its run time.
 
-Deadlines are checked on every poll: a running task past its deadline is an overrun at
-that poll (counter + ``deadline_overrun`` event), once per task.
+Timing. A start (and an end seen by memory or exit) is placed half-way between the poll
+that saw it and the one before (paper A's "time of the poll" is biased by half a poll; its
++0.22 s was that and nvidia-smi's latency). An end found by idleness is placed at the last
+activity: the newest SM sample's own timestamp, or the poll that saw memory grow. What a
+poll cannot see: a process that frees and re-allocates, or stops and launches again, within
+about one poll interval plus NVML's sample period (~1/6 s) looks busy throughout, and its
+work is merged into one task.
+
+Run time so far (elapsed, slack, overruns) counts what the tracker has seen: up to the
+task's last visible activity (its newest SM sample or memory growth), or up to now in
+``process`` mode and while its container is paused (waiting belongs to the task). So a
+burst waiting for its idle gap to be confirmed is never called an overrun, and a deadline
+that passes during an invisible copy is counted when the next activity (or the end) shows.
+
+Keys and order: a task is keyed by (container, pid, process start ticks, n) where n is the
+tracker's task number, so PID reuse and repeated tasks of one process are separate. The
+queue order is the task's own start (first seen), process start time breaking ties: a
+long-lived process does not jump ahead of tasks that waited. Per-process bookkeeping goes
+when the process leaves the device, so churn leaves nothing behind.
+
+Demand: each container's expected SM share while computing, an EWMA over its finished
+tasks of their mean SM share in polls where they computed alone on the device (while
+sharing, time-slicing would halve what they seem to need). None until a task taught it.
 """
 
 from __future__ import annotations
@@ -37,7 +64,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuguard.contract import RUNNING_PHASES, EventType, Phase
+from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskMode
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
 
@@ -47,9 +74,22 @@ PHASES = RUNNING_PHASES
 # does not mean the kernels stopped; only this long without one does.
 DRAIN_AFTER_S = 0.25
 
+# A task computes alone when the rest of the device's SM share is below this.
+_ALONE_SLACK = 0.01
+DEMAND_EWMA_ALPHA = 0.3
+
 RUN_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 DeviceKey = tuple[str, int, int]  # (gpu, pid, start ticks)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRules:
+    """What a task is (``--task.*`` flags)."""
+
+    default_mode: TaskMode = TaskMode.BURST
+    idle_gap_s: float = 0.5
+    idle_timeout_s: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +103,8 @@ class TaskView:
     gpu_index: int
     mig_index: int | None
     proc_start_ticks: int
-    order: tuple[int, int]
+    order: tuple[float, int, int]
+    mode: TaskMode
     phase: Phase
     started_at: float
     memory_bytes: int | None
@@ -71,6 +112,8 @@ class TaskView:
     deadline_s: float | None
     overrun: bool
     ended_at: float | None = None
+    #: Its run time so far counts up to here (its last visible activity); None: up to now.
+    busy_until: float | None = None
 
     @property
     def absolute_deadline(self) -> float | None:
@@ -87,8 +130,8 @@ class TaskView:
         return not self.overrun and self.run_s <= self.deadline_s
 
     def elapsed_s(self, now: float) -> float:
-        end = self.ended_at if self.ended_at is not None else now
-        return max(0.0, end - self.started_at)
+        end = self.ended_at if self.ended_at is not None else self.busy_until
+        return max(0.0, (now if end is None else end) - self.started_at)
 
     def slack_s(self, now: float) -> float | None:
         if self.deadline_s is None:
@@ -118,16 +161,24 @@ class _Task:
     """Mutable state of one running task (internal to the tracker)."""
 
     __slots__ = (
+        "alone_n",
+        "alone_sm",
         "base_memory",
+        "blind",
+        "computed",
         "container_id",
         "deadline_s",
+        "floor",
         "gpu",
         "gpu_index",
         "last_active",
+        "last_sm_poll",
         "memory",
         "mig_index",
+        "mode",
         "order",
         "overrun",
+        "paused",
         "phase",
         "pid",
         "sm",
@@ -136,7 +187,9 @@ class _Task:
         "task_id",
     )
 
-    def __init__(self, proc: AttributedProcess, task_id: str, order: tuple[int, int]) -> None:
+    def __init__(
+        self, proc: AttributedProcess, task_id: str, order: tuple[float, int, int], mode: TaskMode
+    ) -> None:
         self.task_id = task_id
         self.container_id = proc.container_id
         self.pid = proc.pid
@@ -145,14 +198,30 @@ class _Task:
         self.mig_index = proc.mig_index
         self.start_ticks = proc.start_ticks
         self.order = order
+        self.mode = mode
         self.phase = Phase.STARTING
         self.base_memory = proc.used_memory_bytes
         self.memory = proc.used_memory_bytes
+        self.floor = 0  # memory the process held before this task (memory mode)
         self.sm = 0.0
-        self.last_active = 0.0
-        self.started_at = 0.0
+        self.computed = False
+        self.started_at = order[0]
+        self.last_active = order[0]  # newest visible activity (end placement)
+        self.last_sm_poll = order[0]  # poll that last had an SM sample (drain rule)
+        self.paused = False
+        self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
         self.overrun = False
+        self.alone_sm = 0.0
+        self.alone_n = 0
+
+    @property
+    def busy_until(self) -> float | None:
+        """Up to when it is known to have run: None (now) in process mode, while paused, or
+        where activity cannot be seen."""
+        if self.mode == TaskMode.PROCESS or self.paused or self.blind:
+            return None
+        return self.last_active
 
     def view(self, ended_at: float | None = None) -> TaskView:
         return TaskView(
@@ -164,6 +233,7 @@ class _Task:
             mig_index=self.mig_index,
             proc_start_ticks=self.start_ticks,
             order=self.order,
+            mode=self.mode,
             phase=Phase.ENDED if ended_at is not None else self.phase,
             started_at=self.started_at,
             memory_bytes=self.memory,
@@ -171,22 +241,68 @@ class _Task:
             deadline_s=self.deadline_s,
             overrun=self.overrun,
             ended_at=ended_at,
+            busy_until=None if ended_at is not None else self.busy_until,
         )
+
+
+class _Process:
+    """What the tracker keeps about one process while it is on one device."""
+
+    __slots__ = ("memory", "task")
+
+    def __init__(self) -> None:
+        self.memory: int | None = 0  # at the previous poll; 0 before it appeared
+        self.task: _Task | None = None
+
+
+class _Seen:
+    """One process in one poll, as the mode rules need it (a plain class: one per process
+    per poll, and a frozen dataclass costs several times as much to make)."""
+
+    __slots__ = (
+        "active_at", "alone", "appeared", "blind", "dropped", "grew", "info", "proc", "sm",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        proc: AttributedProcess,
+        info: ContainerInfo | None,
+        appeared: bool,
+        before: int | None,
+        device_sm: float,
+        now: float,
+        blind: bool,
+    ) -> None:
+        memory = proc.used_memory_bytes
+        self.proc = proc
+        self.blind = blind
+        self.info = info
+        self.appeared = appeared
+        # NVML cannot always tell memory (None): appearing with it counts as growth
+        self.grew = (memory is None and appeared) or _more(memory, before)
+        self.dropped = _more(before, memory)
+        self.sm = sm = proc.sm_ratio or 0.0
+        # newest SM activity this poll, None without any
+        self.active_at = min(proc.active_at or now, now) if sm > 0 else None
+        # the only process with SM activity on its device
+        self.alone = sm > 0 and device_sm - sm <= _ALONE_SLACK
 
 
 class Tracker:
     """Turns successive joins into task life cycles, deadline counters and events."""
 
-    def __init__(self, events: EventLog, history_size: int = 256) -> None:
+    def __init__(
+        self, events: EventLog, history_size: int = 256, rules: TaskRules | None = None
+    ) -> None:
         self._events = events
-        self._running: dict[DeviceKey, _Task] = {}
-        self._idle: set[DeviceKey] = set()  # listed with 0 bytes after a task ended
-        self._appearances: dict[tuple[str | None, int, int], int] = {}
-        self._first_seen = itertools.count()
+        self.rules = rules or TaskRules()
+        self._processes: dict[DeviceKey, _Process] = {}
+        self._task_numbers = itertools.count(1)
         self._last_poll: float | None = None
         self._containers: Mapping[str, ContainerInfo] = {}
         self.recent: deque[TaskView] = deque(maxlen=history_size)
         self.stats: dict[str, ContainerStats] = {}
+        self.demand: dict[str, float] = {}  # container id -> expected SM share (EWMA)
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
 
     # -- per poll ---------------------------------------------------------------------
@@ -200,47 +316,46 @@ class Tracker:
         for proc in joined.processes:
             key = (proc.gpu, proc.pid, proc.start_ticks)
             seen.add(key)
-            task = self._running.get(key)
-            if task is None:
-                if proc.used_memory_bytes == 0:
-                    self._idle.add(key)  # a context with nothing allocated: no task yet
-                    continue
-                self._idle.discard(key)
-                task = self._start(proc, change_at, containers)
-            elif task.deadline_s is None and proc.container_id is not None:
-                # the container index may sync after the task was first seen
-                info = containers.get(proc.container_id)
-                task.deadline_s = info.deadline_s if info is not None else None
-            self._observe(task, key, proc, now, change_at)
-        for key in [k for k in self._running if k not in seen]:
-            self._end(key, change_at)
-        self._idle &= seen
+            record = self._processes.get(key)
+            appeared = record is None
+            if record is None:
+                record = self._processes[key] = _Process()
+            self._step(record, self._seen(proc, record, appeared, joined, now), now, change_at)
+            record.memory = proc.used_memory_bytes
+        for key in [k for k in self._processes if k not in seen]:
+            gone = self._processes.pop(key)  # nothing of a process stays once it left
+            if gone.task is not None:
+                self._end(gone.task, change_at)
         self.check_deadlines(now)
         self._last_poll = now
 
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
 
-        Also called when the GPU sample failed: deadlines keep running without a sample.
+        Also called when the GPU sample failed: the deadlines of tasks whose run time counts
+        up to now (process mode, paused containers) keep running without a sample.
         """
-        for task in self._running.values():
+        for task in self._tasks():
             if task.overrun or task.deadline_s is None:
                 continue
-            if now - task.started_at > task.deadline_s:
+            busy_until = task.busy_until
+            if (now if busy_until is None else busy_until) - task.started_at > task.deadline_s:
                 task.overrun = True
                 self._count(task.container_id, misses=1)
                 self._emit(EventType.DEADLINE_OVERRUN, task, now, deadline_s=task.deadline_s)
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
-        for cid in [c for c in self.stats if c not in alive]:
-            del self.stats[cid]
+        for table in (self.stats, self.demand):
+            for cid in [c for c in table if c not in alive]:
+                del table[cid]
 
     # -- snapshots --------------------------------------------------------------------
 
     def running(self) -> tuple[TaskView, ...]:
-        """Running tasks in start order (process start ticks, then first seen)."""
-        return tuple(t.view() for t in sorted(self._running.values(), key=lambda t: t.order))
+        """Running tasks in queue order (task start, then process start, then number)."""
+        tasks = sorted(self._tasks(), key=lambda t: t.order)
+        return tuple(t.view() for t in tasks)
 
     def histograms(self) -> dict[str, RunHistogram]:
         out = {}
@@ -250,50 +365,132 @@ class Tracker:
             out[gpu] = RunHistogram(cumulative, acc[n], int(acc[n + 1]))
         return out
 
-    # -- internals --------------------------------------------------------------------
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in each internal table (bounded by what is alive: checked under churn)."""
+        return {
+            "processes": len(self._processes),
+            "stats": len(self.stats),
+            "demand": len(self.demand),
+            "histograms": len(self._hist),
+            "recent": len(self.recent),
+        }
 
-    def _start(
-        self, proc: AttributedProcess, started_at: float, containers: Mapping[str, ContainerInfo]
-    ) -> _Task:
-        ident = (proc.container_id, proc.pid, proc.start_ticks)
-        n = self._appearances.get(ident, 0) + 1
-        self._appearances[ident] = n
-        cid12 = proc.container_id[:12] if proc.container_id else "-"
-        task_id = f"{cid12}:{proc.pid}:{proc.start_ticks}:{n}"
-        task = _Task(proc, task_id, (proc.start_ticks, next(self._first_seen)))
-        task.started_at = started_at
-        info = containers.get(proc.container_id) if proc.container_id else None
-        task.deadline_s = info.deadline_s if info is not None else None
-        self._running[(proc.gpu, proc.pid, proc.start_ticks)] = task
-        self._emit(
-            EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
+    # -- the mode rules ---------------------------------------------------------------
+
+    def _mode(self, info: ContainerInfo | None) -> TaskMode:
+        mode = info.task_mode if info is not None else None
+        return mode or self.rules.default_mode
+
+    def _seen(
+        self, proc: AttributedProcess, record: _Process, appeared: bool, joined: Joined, now: float
+    ) -> _Seen:
+        info = self._containers.get(proc.container_id) if proc.container_id else None
+        device_sm = joined.device_sm_ratio.get(proc.gpu, 0.0) if proc.sm_ratio else 0.0
+        blind = proc.gpu in joined.unsampled
+        return _Seen(proc, info, appeared, record.memory, device_sm, now, blind)
+
+    def _step(self, record: _Process, seen: _Seen, now: float, change_at: float) -> None:
+        task = record.task
+        if task is not None:
+            task.paused = seen.info is not None and seen.info.paused
+            task.blind = seen.blind
+            if task.deadline_s is None and seen.info is not None:
+                # the container index may sync after the task was first seen
+                task.deadline_s = seen.info.deadline_s
+            end_at = self._end_at(task, seen, now, change_at)
+            if end_at is None:
+                self._observe(task, seen, now, change_at)
+                return
+            self._end(task, end_at)
+            record.task = None
+        mode = self._mode(seen.info)
+        if mode == TaskMode.PROCESS:
+            starts = True  # paper A: being on the device is the task
+        else:
+            starts = (seen.grew or seen.sm > 0) and seen.proc.used_memory_bytes != 0
+        if starts:
+            floor = 0 if seen.appeared else record.memory
+            record.task = self._start(seen, mode, floor, change_at)
+            self._observe(record.task, seen, now, change_at)
+
+    def _end_at(self, task: _Task, seen: _Seen, now: float, change_at: float) -> float | None:
+        """When this task ended, if this poll shows that it did (None: it goes on)."""
+        if task.mode == TaskMode.PROCESS:
+            return None  # only leaving the device ends it
+        memory = seen.proc.used_memory_bytes
+        if memory == 0:
+            return change_at
+        active = seen.sm > 0 or seen.grew
+        if seen.grew and task.phase == Phase.DRAINING:
+            return change_at  # a new input phase after the kernel: re-allocation, a new task
+        if task.mode == TaskMode.MEMORY:
+            if memory is not None and memory <= task.floor < (task.base_memory or 0):
+                return change_at  # it freed all it had allocated
+            if seen.dropped and seen.sm == 0 and task.computed:
+                return change_at  # freeing after its kernel: paper B's end of a task
+            if active and task.phase == Phase.DRAINING:
+                return change_at  # re-allocated or computing again after a visible gap
+        if active or task.paused or task.blind:
+            return None  # busy, waiting, or nobody can tell
+        idle = now - task.last_active
+        limit = (
+            self.rules.idle_gap_s
+            if task.computed and task.mode == TaskMode.BURST
+            else self.rules.idle_timeout_s
         )
-        return task
+        return max(task.last_active, task.started_at) if idle > limit else None
 
-    def _observe(
-        self, task: _Task, key: DeviceKey, proc: AttributedProcess, now: float, change_at: float
-    ) -> None:
-        memory = proc.used_memory_bytes
-        task.memory = memory
-        task.sm = proc.sm_ratio or 0.0
-        if memory == 0:  # paper B: memory back to 0 ends the task; the process stays idle
-            self._end(key, change_at)
-            self._idle.add(key)
-            return
+    def _observe(self, task: _Task, seen: _Seen, now: float, change_at: float) -> None:
+        task.memory = seen.proc.used_memory_bytes
+        task.sm = seen.sm
+        if seen.active_at is not None:
+            task.last_active = max(task.last_active, seen.active_at)
+            task.last_sm_poll = now
+            task.computed = True
+            if seen.alone:
+                task.alone_sm += seen.sm
+                task.alone_n += 1
+        if seen.grew:
+            task.last_active = max(task.last_active, change_at)
+        if task.paused:
+            task.last_active = now  # waiting is part of the task, not idleness
         phase = task.phase
-        if task.sm > 0:
-            task.last_active = now
+        if seen.sm > 0:
             phase = Phase.COMPUTING
-        elif phase == Phase.STARTING and _grew(task.base_memory, memory):
+        elif phase == Phase.STARTING and _more(task.memory, task.base_memory):
             phase = Phase.INPUT
-        elif phase == Phase.COMPUTING and now - task.last_active >= DRAIN_AFTER_S:
+        elif phase == Phase.COMPUTING and now - task.last_sm_poll >= DRAIN_AFTER_S:
             phase = Phase.DRAINING
         if phase != task.phase:
             task.phase = phase
             self._emit(EventType.TASK_PHASE, task, now, phase=phase)
 
-    def _end(self, key: DeviceKey, ended_at: float) -> None:
-        task = self._running.pop(key)
+    # -- internals --------------------------------------------------------------------
+
+    def _tasks(self) -> list[_Task]:
+        return [r.task for r in self._processes.values() if r.task is not None]
+
+    def _start(self, seen: _Seen, mode: TaskMode, floor: int | None, started_at: float) -> _Task:
+        proc = seen.proc
+        n = next(self._task_numbers)
+        cid12 = proc.container_id[:12] if proc.container_id else "-"
+        task_id = f"{cid12}:{proc.pid}:{proc.start_ticks}:{n}"
+        task = _Task(proc, task_id, (started_at, proc.start_ticks, n), mode)
+        task.floor = floor or 0
+        if seen.sm > 0:
+            task.phase = Phase.COMPUTING
+        elif seen.grew and not seen.appeared:
+            task.phase = Phase.INPUT
+        info = seen.info
+        task.deadline_s = info.deadline_s if info is not None else None
+        task.paused = info is not None and info.paused
+        task.blind = seen.blind
+        self._emit(
+            EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
+        )
+        return task
+
+    def _end(self, task: _Task, ended_at: float) -> None:
         ended_at = max(ended_at, task.started_at)
         view = task.view(ended_at)
         if view.deadline_s is not None and not view.overrun:
@@ -301,10 +498,20 @@ class Tracker:
             met = bool(view.met_deadline)
             self._count(task.container_id, hits=int(met), misses=int(not met))
         self._count(task.container_id, finished=1)
+        self._learn_demand(task)
         self._observe_run(task.gpu, view.run_s or 0.0)
         self.recent.append(view)
         self._emit(
             EventType.TASK_ENDED, task, ended_at, run_s=view.run_s, deadline_s=view.deadline_s
+        )
+
+    def _learn_demand(self, task: _Task) -> None:
+        if task.container_id is None or task.alone_n == 0:
+            return
+        share = task.alone_sm / task.alone_n
+        old = self.demand.get(task.container_id)
+        self.demand[task.container_id] = (
+            share if old is None else DEMAND_EWMA_ALPHA * share + (1 - DEMAND_EWMA_ALPHA) * old
         )
 
     def _count(
@@ -339,5 +546,6 @@ class Tracker:
         )
 
 
-def _grew(base: int | None, memory: int | None) -> bool:
-    return base is not None and memory is not None and memory > base
+def _more(a: int | None, b: int | None) -> bool:
+    """``a > b`` where both are known."""
+    return a is not None and b is not None and a > b

@@ -27,6 +27,25 @@ RUNNING_PHASES: tuple[Phase, ...] = (Phase.STARTING, Phase.INPUT, Phase.COMPUTIN
 PRE_KERNEL: frozenset[Phase] = frozenset({Phase.STARTING, Phase.INPUT})
 
 
+class TaskMode(StrEnum):
+    """What one GPU task of a container is (label ``gpuguard.task``, ``--task.default-mode``)."""
+
+    PROCESS = "process"  # paper A: first appearance on the device to exit
+    MEMORY = "memory"  # paper B: memory in use to memory freed (re-allocation splits)
+    BURST = "burst"  # a busy period (SM activity or memory growth) ended by an idle gap
+
+
+class PriorityClass(StrEnum):
+    """How the actuator treats a container's tasks (label ``gpuguard.class``).
+
+    Without the label a container with a deadline is ``real-time``, else ``normal``.
+    """
+
+    REAL_TIME = "real-time"  # queued; freezes best-effort containers on its devices
+    NORMAL = "normal"  # queued (paper B's admission), nothing more
+    BEST_EFFORT = "best-effort"  # never queued: frozen while real-time work needs its GPU
+
+
 class EventType(StrEnum):
     """The ``type`` of an event on the exporter's ``/api/v1/events`` stream."""
 
@@ -78,6 +97,16 @@ class ActionReason(StrEnum):
     RESUME_ALL = "resume_all"  # fail open, or the actuator stops
     MAX_PAUSE = "max_pause"  # paused longer than --max-pause
     RECONCILE = "reconcile"  # the journal's record has no reason left
+    GANG = "gang"  # uses several GPUs and is not admitted on every one of them
+    BEST_EFFORT = "best_effort"  # best-effort, and a real-time task runs or waits on its GPU
+    REALTIME_IDLE = "realtime_idle"  # best-effort, and no real-time task needs its GPUs now
+    BEST_EFFORT_SHARE = "best_effort_share"  # best-effort, thawed for its minimum share
+
+
+#: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
+ADMITTING_REASONS: frozenset[ActionReason] = frozenset(
+    {ActionReason.ADMIT, ActionReason.BEST_EFFORT_SHARE}
+)
 
 
 class Result(StrEnum):

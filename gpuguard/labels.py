@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TypeVar
+
+from gpuguard.contract import PriorityClass, TaskMode
 
 DEADLINE = "gpuguard.deadline"
 MANAGED = "gpuguard.managed"
 ROLE = "gpuguard.role"
+TASK = "gpuguard.task"
+CLASS = "gpuguard.class"
+
+_E = TypeVar("_E", TaskMode, PriorityClass)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -39,6 +46,24 @@ def parse_duration(text: str) -> float:
 def parse_managed(value: str | None) -> bool:
     """Only the exact (case-insensitive) value ``true`` makes a container managed."""
     return value is not None and value.strip().lower() == "true"
+
+
+def parse_task_mode(text: str) -> TaskMode:
+    """``process``, ``memory`` or ``burst`` (exactly, lower case) into a TaskMode."""
+    return _choice(text, TaskMode, TASK)
+
+
+def parse_priority_class(text: str) -> PriorityClass:
+    """``real-time``, ``normal`` or ``best-effort`` (exactly, lower case) into a PriorityClass."""
+    return _choice(text, PriorityClass, CLASS)
+
+
+def _choice(text: str, enum: type[_E], label: str) -> _E:
+    # Exact values only: "Burst" or "besteffort" would be a silent typo in a policy input.
+    if not isinstance(text, str) or text not in set(enum):
+        known = ", ".join(e.value for e in enum)
+        raise LabelError(f"invalid {label} {text!r}: use one of {known}")
+    return enum(text)
 
 
 def format_duration(seconds: float) -> str:

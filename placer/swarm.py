@@ -27,7 +27,7 @@ NODE_LABEL = "gpuguard.node"
 PLACEMENT_LABEL = "gpuguard.placement"
 RT_CONSTRAINT = f"node.labels.{SWARM_LABEL}!=false"
 VALUED = (
-    "--deadline", "--docker.host", "--placer.url", "--placer.token-file",
+    "--deadline", "--task", "--docker.host", "--placer.url", "--placer.token-file",
     "--memory", "--runtime", "--gpu-model",
 )  # fmt: skip
 USAGE = (

@@ -78,10 +78,11 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
     made: list[Any] = []
     service = None
     try:
-        # A managed container that holds an idle GPU context: a task that waits to compute.
+        # A managed container that holds an idle GPU context: a task that waits to compute
+        # (process mode: in the default burst mode an idle context is no task at all).
         kwargs = python_container_kwargs(
             ["gpuguard.gpusim.workload"],
-            labels={"gpuguard.managed": "true"},
+            labels={"gpuguard.managed": "true", "gpuguard.task": "process"},
             extra_mounts={str(node.gpusim.dir): {"bind": str(node.gpusim.dir), "mode": "rw"}},
             name="idle-context",
         )

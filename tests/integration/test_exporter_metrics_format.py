@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from exporter_support import SCALE, ExporterProcess
 
 from gpuguard.exporter.collector import TextRenderer, build_rows
+from gpuguard.exporter.poller import SourceStatus
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from tests.prereq import require_binary
@@ -37,18 +39,19 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
 
 def golden_text(tmp_path: Path) -> str:
     """The exposition of a fixed scene: every metric family has at least one series."""
-    backend, _, poller = three_container_poller(tmp_path / "proc", ("rt-1", "batch", 'odd"name'))
+    backend, containers, poller = three_container_poller(
+        tmp_path / "proc", ("rt-1", "batch", 'odd"name')
+    )
+    rt, batch, odd = containers.snapshot().values()
+    containers.set(rt, batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'"))
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
-    backend.next = sample(1_763_776_000.0, procs)
+    backend.next = sample(1_763_776_000.0, procs, sm={100: 0.5})
     poller.poll_once()
     backend.next = sample(1_763_776_000.5, {200: 2 * GIB, 300: GIB})
     poller.poll_once()  # rt-1's task ended: a run time for the histogram
     backend.next = sample(1_763_776_001.0, procs, sm={100: 0.5, 200: 0.25})
     snap = poller.poll_once()
     # the durations are measured; pin them so the file is stable
-    from dataclasses import replace
-
-    from gpuguard.exporter.poller import SourceStatus
 
     snap = replace(
         snap,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import (
@@ -55,6 +56,8 @@ def container(
     state: str = "running",
     managed: bool = True,
     deadline_error: str | None = None,
+    task_mode: TaskMode | None = None,
+    class_label: PriorityClass | None = None,
 ) -> ContainerInfo:
     return ContainerInfo(
         id=cid(n),
@@ -65,6 +68,8 @@ def container(
         deadline_s=deadline_s,
         deadline_error=deadline_error,
         gpus=("0",),
+        task_mode=task_mode,
+        class_label=class_label,
     )
 
 
@@ -73,10 +78,14 @@ def sample(
     procs: Mapping[int, int | None] | None = None,
     sm: Mapping[int, float] | None = None,
     gpu: int = 0,
+    sm_at: Mapping[int, float] | None = None,
 ) -> GpuSample:
-    """One device with ``procs`` (pid -> used bytes) and SM samples (pid -> ratio)."""
+    """One device with ``procs`` (pid -> used bytes) and SM samples (pid -> ratio), each
+    sample stamped ``t`` unless ``sm_at`` gives its time (a kernel that ended before ``t``).
+    """
     procs = procs or {}
     sm = sm or {}
+    sm_at = sm_at or {}
     return GpuSample(
         timestamp=t,
         devices=(
@@ -89,7 +98,8 @@ def sample(
                 utilization_ratio=1.0 if any(v > 0 for v in sm.values()) else 0.0,
                 processes=tuple(GpuProcess(pid, m) for pid, m in procs.items()),
                 process_samples=tuple(
-                    ProcessUtilization(pid, int(t * 1e6), ratio, 0.0) for pid, ratio in sm.items()
+                    ProcessUtilization(pid, int(sm_at.get(pid, t) * 1e6), ratio, 0.0)
+                    for pid, ratio in sm.items()
                 ),
             ),
         ),

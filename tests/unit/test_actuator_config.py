@@ -68,6 +68,8 @@ def test_defaults(files: dict[str, str]) -> None:
     assert config.policy.max_actions == 10
     assert config.policy.input_timeout_s == 5.0
     assert config.policy.memory_threshold == 0.95
+    assert config.policy.best_effort_min_share == 0.1
+    assert config.policy.best_effort_window_s == 10.0
     assert config.max_pause_s == 120.0
     assert config.actions == {
         "GpuSaturatedContention": "admission",
@@ -82,6 +84,18 @@ def test_flags_override_the_config_file(files: dict[str, str], tmp_path: Path) -
     args = parse([*base(files), f"--config.file={tmp_path / 'conf.yml'}", "--mode=webhook"])
     config = load_config(args)
     assert config.policy.order == "edf" and config.max_pause_s == 30.0 and config.mode == "webhook"
+
+
+def test_best_effort_window_longer_than_max_pause_warns(files: dict[str, str]) -> None:
+    config = load_config(parse([*base(files), "--policy.best-effort-window=5m"]))
+    assert "released for good before its share" in config.warnings[-1]
+    assert not load_config(parse([*base(files), "--max-pause=10s"])).warnings
+
+
+def test_best_effort_guard_can_be_off(files: dict[str, str]) -> None:
+    argv = [*base(files), "--policy.best-effort-min-share=0", "--policy.best-effort-window=1h"]
+    policy = load_config(parse(argv)).policy
+    assert (policy.best_effort_min_share, policy.best_effort_window_s) == (0.0, 3600.0)
 
 
 def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> None:
@@ -106,6 +120,10 @@ def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> 
         (["--max-pause=0s"], "--max-pause: invalid duration '0s': must be greater than zero"),
         (["--docker.host=docker.sock"], "--docker.host 'docker.sock': must be unix://PATH"),
         (["--log.level=loud"], "--log.level 'loud'"),
+        (["--policy.best-effort-min-share=1"], "best-effort-min-share '1': must be in [0, 1)"),
+        (["--policy.best-effort-min-share=nan"], "'nan': must be in [0, 1)"),
+        (["--policy.best-effort-min-share=some"], "must be a number"),
+        (["--policy.best-effort-window=0"], "--policy.best-effort-window: invalid duration"),
     ],
 )
 def test_bad_values(files: dict[str, str], extra: list[str], needle: str) -> None:

@@ -24,7 +24,13 @@ GIB = 2**30
 
 
 def container(
-    name: str, managed: bool = True, paused: bool = False, role: str | None = None
+    name: str,
+    managed: bool = True,
+    paused: bool = False,
+    role: str | None = None,
+    klass: str | None = None,
+    demand: float | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     return {
         "id": cid(name),
@@ -33,10 +39,15 @@ def container(
         "state": "paused" if paused else "running",
         "paused": paused,
         "managed": managed,
-        "deadline_s": None,
+        "deadline_s": deadline,
         "deadline_error": None,
         "gpus": ["0"],
         "role": role,
+        "task_mode": "burst",
+        "task_mode_error": None,
+        "class": klass or ("normal" if deadline is None else "real-time"),
+        "class_error": None,
+        "demand_sm_ratio": demand,
     }
 
 
@@ -53,22 +64,27 @@ def task(
     paused: bool = False,
     pid: int = 0,
     age: float | None = None,
+    mig: int | None = None,
+    sm: float | None = None,
+    ticks: int | None = None,
 ) -> dict[str, Any]:
     """A task; ``started`` orders tasks, ``age`` (default about 1 s) is how long it runs."""
     pid = pid or 1000 + int(started * 10) % 9000
     started_at = NOW - (age if age is not None else 1.0 - started * 0.01)
     return {
-        "task_id": f"{cid(name)[:12] if name else '-'}:{pid}:{int(started)}:1",
+        "task_id": f"{cid(name)[:12] if name else '-'}:{pid}:{int(started)}:{gpu}{mig}",
         "container_id": cid(name) if name else None,
         "container": name,
         "pid": pid,
         "gpu": gpu,
+        "mig_index": mig,
+        "mode": "burst",
         "phase": phase,
         "started_at": started_at,
-        "proc_start_ticks": int(started * 100),
+        "proc_start_ticks": int(started * 100) if ticks is None else ticks,
         "elapsed_s": NOW - started_at,
         "memory_bytes": GIB,
-        "sm_ratio": 1.0 if phase == "computing" else 0.0,
+        "sm_ratio": sm if sm is not None else (1.0 if phase == "computing" else 0.0),
         "deadline_s": deadline,
         "absolute_deadline": None if deadline is None else started_at + deadline,
         "slack_s": None,
@@ -80,12 +96,15 @@ def task(
 def state(
     containers: list[dict[str, Any]],
     tasks: list[dict[str, Any]],
-    util: float = 0.0,
+    util: float | list[float] = 0.0,
     mem_used: int = 4 * GIB,
     gpus: int = 1,
     timestamp: float = NOW,
     sources_ok: bool = True,
+    migs: int = 0,
 ) -> Any:
+    devices = [(i, None) for i in range(gpus)] if not migs else [(0, m) for m in range(migs)]
+    utils = util if isinstance(util, list) else [util] * len(devices)
     return parse_state(
         {
             "node": "host-a",
@@ -96,14 +115,15 @@ def state(
             "gpus": [
                 {
                     "index": i,
-                    "uuid": f"GPU-{i}",
+                    "mig_index": m,
+                    "uuid": f"GPU-{i}" if m is None else f"MIG-{i}-{m}",
                     "name": "gpusim",
                     "memory_total_bytes": 24 * GIB,
                     "memory_used_bytes": mem_used,
-                    "utilization_ratio": util,
-                    "sm_ratio": util,
+                    "utilization_ratio": u if m is None else None,
+                    "sm_ratio": u,
                 }
-                for i in range(gpus)
+                for (i, m), u in zip(devices, utils, strict=True)
             ],
             "containers": containers,
             "tasks": tasks,
@@ -117,9 +137,10 @@ def run(
     ledger: Ledger | None = None,
     gpu: int | None = None,
     node: str | None = None,
+    now: float = NOW,
     **config: Any,
 ) -> Decision:
-    return decide(st, Trigger("fast", NOW, node=node, gpu=gpu), PolicyConfig(**config), ledger)
+    return decide(st, Trigger("fast", now, node=node, gpu=gpu), PolicyConfig(**config), ledger)
 
 
 def ours(*names: str, at: float = NOW - 1) -> Ledger:
@@ -387,13 +408,193 @@ def test_container_we_paused_whose_task_is_gone_is_released() -> None:
     assert d.actions[0].reason == "task_gone"
 
 
-def test_container_running_a_kept_task_on_another_gpu_is_not_paused() -> None:
+# --- devices: MIG instances and gangs ------------------------------------------------------
+
+
+def test_mig_instances_are_separate_queues() -> None:
+    # issue 8: the MIG index was dropped and hardware-isolated instances queued together
+    cs = [container("a"), container("b")]
+    ts = [task("a", "computing", 1, mig=0), task("b", "input", 2, mig=1)]
+    assert acts(run(state(cs, ts, migs=2))) == []
+    ts = [task("a", "computing", 1, mig=1), task("b", "input", 2, mig=1)]
+    assert acts(run(state(cs, ts, migs=2))) == [(PAUSE, "b")]
+
+
+def test_mig_instance_admits_its_own_waiting_task() -> None:
+    cs = [container("a"), container("b", paused=True), container("c", paused=True)]
+    ts = [task("a", "computing", 1, mig=0), task("b", "input", 2, mig=0, paused=True)]
+    ts.append(task("c", "input", 3, mig=1, paused=True))
+    assert acts(run(state(cs, ts, migs=2), ours("b", "c"))) == [(UNPAUSE, "c")]
+
+
+def test_container_on_two_gpus_is_admitted_on_all_or_none() -> None:
+    # issue 8: it slipped past admission on its busy GPU as runs_elsewhere
     cs = [container("a"), container("b")]
     ts = [task("b", "computing", 1, gpu=0), task("a", "input", 2, gpu=0)]
     ts += [task("a", "computing", 3, gpu=1, pid=4242)]
     d = run(state(cs, ts, util=1.0, gpus=2))
+    assert acts(d) == [(PAUSE, "a")] and d.actions[0].reason == "gang"
+    assert "runs_elsewhere" not in reasons(d)
+
+
+def test_gang_is_admitted_once_every_gpu_has_room() -> None:
+    cs = [container("a", paused=True)]
+    ts = [task("a", "input", 1, gpu=0, paused=True), task("a", "input", 1, gpu=1, paused=True)]
+    assert acts(run(state(cs, ts, gpus=2), ours("a"))) == [(UNPAUSE, "a")]
+
+
+def test_gang_keeps_its_place_while_one_gpu_is_busy() -> None:
+    # a waits for GPU 1; c, behind it, must not take GPU 0 meanwhile (a would starve)
+    cs = [container("a", paused=True), container("b"), container("c", paused=True)]
+    ts = [task("b", "computing", 0, gpu=1)]
+    ts += [task("a", "input", 1, gpu=0, paused=True), task("a", "input", 1, gpu=1, paused=True)]
+    ts += [task("c", "input", 2, gpu=0, paused=True)]
+    d = run(state(cs, ts, util=[0.0, 1.0], gpus=2), ours("a", "c"))
     assert acts(d) == []
-    assert "runs_elsewhere" in reasons(d)
+    newcomer = [task("d", "starting", 3, gpu=0)]
+    d = run(state([*cs, container("d")], ts + newcomer, util=[0.0, 1.0], gpus=2), ours("a", "c"))
+    assert acts(d) == [(PAUSE, "d")]
+
+
+def test_gangs_that_block_each_other_let_the_earliest_run() -> None:
+    # a is first on GPU 0, b first on GPU 1: without a rule both would wait forever
+    cs = [container("a", paused=True), container("b", paused=True)]
+    ts = [
+        task("a", "input", 1, gpu=0, paused=True),
+        task("b", "input", 2, gpu=0, paused=True),
+        task("b", "input", 1.5, gpu=1, paused=True),
+        task("a", "input", 2.5, gpu=1, paused=True),
+    ]
+    assert acts(run(state(cs, ts, gpus=2), ours("a", "b"))) == [(UNPAUSE, "a")]
+
+
+# --- headroom ----------------------------------------------------------------------------------
+
+
+def test_light_tasks_are_admitted_together_while_they_fit() -> None:
+    cs = [container("a", demand=0.4)]
+    cs += [container(n, paused=True, demand=0.4) for n in "bc"]
+    ts = [task("a", "computing", 1, sm=0.4)]
+    ts += [task(n, "input", i + 2, paused=True) for i, n in enumerate("bc")]
+    d = run(state(cs, ts, util=0.4), ours("b", "c"))
+    assert acts(d) == [(UNPAUSE, "b")]  # 0.4 + 0.4 fit; a third 0.4 would not
+
+
+def test_light_newcomer_is_not_paused_beside_a_light_task() -> None:
+    cs = [container("a", demand=0.3), container("b", demand=0.3)]
+    ts = [task("a", "computing", 1, sm=0.3), task("b", "starting", 2)]
+    assert acts(run(state(cs, ts, util=0.3))) == []
+
+
+@pytest.mark.parametrize(
+    ("running", "candidate", "util", "mem_used"),
+    [
+        (None, 0.4, 0.4, 4 * GIB),  # what runs has no known demand: it has the whole GPU
+        (0.4, None, 0.4, 4 * GIB),  # the candidate's is unknown: it needs the whole GPU
+        (0.5, 0.6, 0.5, 4 * GIB),  # does not fit
+        (0.4, 0.4, 1.0, 4 * GIB),  # the GPU is saturated already
+        (0.4, 0.4, 0.4, int(23.5 * GIB)),  # memory above the threshold
+    ],
+)
+def test_no_admission_without_headroom(
+    running: float | None, candidate: float | None, util: float, mem_used: int
+) -> None:
+    cs = [container("a", demand=running), container("b", paused=True, demand=candidate)]
+    ts = [task("a", "computing", 1, sm=0.4), task("b", "input", 2, paused=True)]
+    assert acts(run(state(cs, ts, util=util, mem_used=mem_used), ours("b"))) == []
+
+
+def test_a_task_that_does_not_fit_is_not_overtaken() -> None:
+    cs = [container("a", demand=0.5), container("b", paused=True, demand=0.6)]
+    cs.append(container("c", paused=True, demand=0.3))
+    ts = [task("a", "computing", 1, sm=0.5)]
+    ts += [task("b", "input", 2, paused=True), task("c", "input", 3, paused=True)]
+    assert acts(run(state(cs, ts, util=0.5), ours("b", "c"))) == []
+
+
+# --- priority classes ----------------------------------------------------------------------------
+
+
+BE = "best-effort"
+
+
+def test_best_effort_is_frozen_while_a_real_time_task_runs_whatever_its_phase() -> None:
+    cs = [container("r", deadline=2.0), container("t", klass=BE)]
+    ts = [task("r", "computing", 2, sm=0.3), task("t", "computing", 1, sm=0.7)]
+    d = run(state(cs, ts, util=1.0))
+    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "best_effort"
+    assert "kernel_running" not in reasons(d)
+
+
+def test_best_effort_is_frozen_while_a_real_time_task_waits() -> None:
+    cs = [container("n"), container("r", deadline=2.0, paused=True), container("t", klass=BE)]
+    ts = [task("n", "computing", 1), task("r", "input", 2, paused=True)]
+    ts.append(task("t", "computing", 3, sm=0.2))
+    assert acts(run(state(cs, ts, util=1.0), ours("r"))) == [(PAUSE, "t")]
+
+
+def test_best_effort_does_not_hold_the_gpu_for_real_time_newcomers() -> None:
+    cs = [container("t", klass=BE), container("r", deadline=2.0)]
+    ts = [task("t", "computing", 1, sm=1.0), task("r", "starting", 2)]
+    assert acts(run(state(cs, ts, util=1.0))) == [(PAUSE, "t")]  # r is not paused
+
+
+def test_best_effort_is_thawed_when_no_real_time_task_runs_or_waits() -> None:
+    cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
+    ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
+    d = run(state(cs, ts, util=0.0), ours("t"))
+    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
+
+
+def test_finished_real_time_kernel_beside_running_best_effort_is_done() -> None:
+    # best-effort work keeps the GPU busy: the real-time task's missing share decides
+    cs = [container("r", deadline=2.0), container("t", klass=BE)]
+    ts = [task("r", "computing", 1, sm=0.0), task("t", "computing", 2, sm=1.0)]
+    assert acts(run(state(cs, ts, util=1.0))) == []
+
+
+def test_best_effort_on_another_gpu_and_beside_normal_tasks_runs_on() -> None:
+    cs = [container("r", deadline=2.0), container("n"), container("t", klass=BE)]
+    ts = [task("r", "computing", 1, gpu=0), task("t", "computing", 2, gpu=1, pid=7)]
+    assert acts(run(state(cs, ts, util=1.0, gpus=2))) == []
+    ts = [task("n", "computing", 1), task("t", "computing", 2, pid=7)]
+    assert acts(run(state(cs, ts, util=1.0))) == []
+
+
+def test_unmanaged_best_effort_is_never_paused() -> None:
+    cs = [container("r", deadline=2.0), container("t", klass=BE, managed=False)]
+    ts = [task("r", "computing", 1), task("t", "computing", 2)]
+    d = run(state(cs, ts, util=1.0))
+    assert acts(d) == [] and "unmanaged" in reasons(d)
+
+
+def test_starvation_guard_thaws_best_effort_for_its_share_of_each_window() -> None:
+    cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
+    ts = [task("r", "computing", 1), task("t", "computing", 2, paused=True)]
+    window = {"best_effort_min_share": 0.1, "best_effort_window_s": 10.0}
+    frozen_for = lambda s: Ledger(paused={cid("t"): NOW - s})  # noqa: E731
+    assert acts(run(state(cs, ts, util=1.0), frozen_for(8.9), **window)) == []
+    d = run(state(cs, ts, util=1.0), frozen_for(9.0), **window)
+    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "best_effort_share"
+    off = {**window, "best_effort_min_share": 0.0}
+    assert acts(run(state(cs, ts, util=1.0), frozen_for(60), **off)) == []
+    # thawed for its share: left running for 1 s of the window, then frozen again
+    cs[1] = container("t", klass=BE)
+    ts[1] = task("t", "computing", 2)
+    thawed_ago = lambda s: Ledger(admitted={cid("t"): NOW - s})  # noqa: E731
+    assert acts(run(state(cs, ts, util=1.0), thawed_ago(0.9), **window)) == []
+    assert acts(run(state(cs, ts, util=1.0), thawed_ago(1.0), **window)) == [(PAUSE, "t")]
+
+
+# --- queue order -------------------------------------------------------------------------------
+
+
+def test_looping_tenant_does_not_overtake_a_container_that_waited() -> None:
+    # issue 8: FIFO by process start let every new task of an old process jump the queue
+    # (listed as the old exporter listed them: oldest process first)
+    cs = [container("w", paused=True), container("l")]
+    ts = [task("l", "starting", 2, ticks=5), task("w", "input", 1, paused=True, ticks=900)]
+    assert acts(run(state(cs, ts), ours("w"))) == [(PAUSE, "l"), (UNPAUSE, "w")]
 
 
 @pytest.mark.parametrize(

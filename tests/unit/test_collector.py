@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.collector import GpuguardCollector, TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
@@ -124,3 +126,30 @@ def test_no_poll_yet_renders_headers_only() -> None:
     text = TextRenderer().render(build_rows(None)).decode()
     assert "# TYPE gpuguard_exporter_polls_total counter" in text
     assert "{" not in text
+
+
+def test_task_mode_class_invalid_labels_and_demand(setup) -> None:
+    backend, containers, poller, registry = setup
+    invalid = replace(
+        container(3, "bad"), task_mode_error="invalid gpuguard.task 'x'", class_error="bad"
+    )
+    best_effort = container(2, "train", class_label=PriorityClass.BEST_EFFORT)
+    containers.set(container(1, "rt-1", deadline_s=9.0, task_mode=TaskMode.MEMORY), best_effort,
+                   invalid)  # fmt: skip
+    backend.next = sample(1.0, {100: GIB}, sm={100: 0.4})
+    poller.poll_once()
+    backend.next = sample(1.1, {})
+    poller.poll_once()
+    v = registry.get_sample_value
+    n = {"node": "node-a"}
+    c1 = {**n, "container": "rt-1", "container_id": cid(1)[:12]}
+    c2 = {**n, "container": "train", "container_id": cid(2)[:12]}
+    c3 = {**n, "container": "bad", "container_id": cid(3)[:12]}
+    assert v("gpuguard_container_task_info", {**c1, "task_mode": "memory", "class": "real-time"})
+    assert v("gpuguard_container_task_info", {**c2, "task_mode": "burst", "class": "best-effort"})
+    assert v("gpuguard_container_task_info", {**c3, "task_mode": "burst", "class": "normal"})
+    assert v("gpuguard_container_label_invalid", {**c3, "label": "gpuguard.task"}) == 1
+    assert v("gpuguard_container_label_invalid", {**c3, "label": "gpuguard.class"}) == 1
+    assert v("gpuguard_container_label_invalid", {**c1, "label": "gpuguard.task"}) is None
+    assert v("gpuguard_container_demand_sm_ratio", c1) == pytest.approx(0.4)
+    assert v("gpuguard_container_demand_sm_ratio", c2) is None

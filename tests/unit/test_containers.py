@@ -47,6 +47,31 @@ def test_invalid_deadline_is_reported_not_raised() -> None:
     assert info.deadline_s is None and "invalid duration" in (info.deadline_error or "")
 
 
+@pytest.mark.parametrize(
+    ("labels", "mode", "klass"),
+    [
+        ({}, None, "normal"),
+        ({"gpuguard.deadline": "2s"}, None, "real-time"),
+        ({"gpuguard.task": "memory", "gpuguard.class": "best-effort"}, "memory", "best-effort"),
+        ({"gpuguard.task": "process", "gpuguard.deadline": "2s", "gpuguard.class": "normal"},
+         "process", "normal"),
+    ],
+)  # fmt: skip
+def test_task_mode_and_class(labels: dict[str, str], mode: str | None, klass: str) -> None:
+    info = container_info(inspect_doc(labels))
+    assert info.task_mode == mode and info.priority_class == klass
+    assert info.task_mode_error is None and info.class_error is None
+
+
+def test_invalid_task_and_class_are_reported_and_ignored() -> None:
+    labels = {"gpuguard.task": "Burst", "gpuguard.class": "besteffort", "gpuguard.deadline": "1s"}
+    info = container_info(inspect_doc(labels))
+    assert info.task_mode is None
+    assert "invalid gpuguard.task 'Burst'" in (info.task_mode_error or "")
+    assert info.class_label is None and "gpuguard.class" in (info.class_error or "")
+    assert info.priority_class == "real-time"  # as if the bad label were absent
+
+
 def test_unlabelled_and_paused() -> None:
     info = container_info(inspect_doc(State={"Status": "paused"}, Config={"Image": "x"}))
     assert info.paused and not info.managed and info.deadline_s is None and info.gpus == ()

@@ -18,6 +18,12 @@ def test_run_builds_docker_argv() -> None:
     ]  # fmt: skip
 
 
+def test_run_with_a_task_mode() -> None:
+    argv = docker_run_argv(["--deadline", "2s", "--task", "burst", "img"])
+    assert argv == ["docker", "run", "--label", "gpuguard.deadline=2s",
+                    "--label", "gpuguard.task=burst", "img"]  # fmt: skip
+
+
 def test_run_with_host_and_program_flags_left_alone() -> None:
     argv = docker_run_argv(
         ["--docker.host=unix:///d.sock", "--deadline=1500ms", "img", "--deadline", "3"]
@@ -29,7 +35,7 @@ def test_run_with_host_and_program_flags_left_alone() -> None:
 @pytest.mark.parametrize(
     "argv",
     [["img"], ["--deadline", "soon", "img"], ["--deadline", "0s", "img"], ["--deadline", "9s"],
-     ["--deadline"]],
+     ["--deadline"], ["--deadline", "9s", "--task", "Burst", "img"], ["--task=x", "img"]],
 )  # fmt: skip
 def test_run_rejects(argv: list[str]) -> None:
     with pytest.raises(ConfigError):

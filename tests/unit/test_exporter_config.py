@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuguard.contract import TaskMode
 from gpuguard.exporter.config import add_flags, load_config
 from gpuguard.exporter.errors import ConfigError
+from gpuguard.exporter.tracker import TaskRules
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -93,3 +95,26 @@ def test_config_is_frozen() -> None:
     config = load_config(parse(), env={})
     with pytest.raises(AttributeError):
         config.poll_interval_s = 1.0  # type: ignore[misc]
+
+
+def test_task_flags() -> None:
+    assert load_config(parse(), env={}).task_rules == TaskRules(TaskMode.BURST, 0.5, 2.0)
+    config = load_config(
+        parse("--task.default-mode", "memory", "--task.idle-gap", "1s",
+              "--task.idle-timeout", "10s"),
+        env={},
+    )  # fmt: skip
+    assert config.task_rules == TaskRules(TaskMode.MEMORY, 1.0, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--task.default-mode", "Burst"), "--task.default-mode 'Burst': must be one of"),
+        (("--task.idle-gap", "0"), "--task.idle-gap"),
+        (("--task.idle-gap", "3s"), "--task.idle-timeout '2s': must be at least --task.idle-gap"),
+    ],
+)
+def test_bad_task_flags(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_config(parse(*argv), env={})

@@ -2,14 +2,19 @@ from __future__ import annotations
 
 import pytest
 
+from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.labels import (
+    CLASS,
     DEADLINE,
     MANAGED,
     ROLE,
+    TASK,
     LabelError,
     format_duration,
     parse_duration,
     parse_managed,
+    parse_priority_class,
+    parse_task_mode,
 )
 
 
@@ -49,3 +54,31 @@ def test_format_duration_round_trips(seconds: float) -> None:
 
 def test_label_names() -> None:
     assert (DEADLINE, MANAGED, ROLE) == ("gpuguard.deadline", "gpuguard.managed", "gpuguard.role")
+    assert (TASK, CLASS) == ("gpuguard.task", "gpuguard.class")
+
+
+@pytest.mark.parametrize("mode", ["process", "memory", "burst"])
+def test_parse_task_mode(mode: str) -> None:
+    assert parse_task_mode(mode) is TaskMode(mode)
+
+
+@pytest.mark.parametrize("klass", ["real-time", "normal", "best-effort"])
+def test_parse_priority_class(klass: str) -> None:
+    assert parse_priority_class(klass) is PriorityClass(klass)
+
+
+@pytest.mark.parametrize("text", ["", "Burst", " burst", "bursts", "kernel", "none"])
+def test_parse_task_mode_rejects(text: str) -> None:
+    with pytest.raises(LabelError, match=r"gpuguard\.task"):
+        parse_task_mode(text)
+
+
+@pytest.mark.parametrize("text", ["", "realtime", "best_effort", "BEST-EFFORT", "low"])
+def test_parse_priority_class_rejects(text: str) -> None:
+    with pytest.raises(LabelError, match="use one of real-time, normal, best-effort"):
+        parse_priority_class(text)
+
+
+def test_parse_choice_rejects_non_strings() -> None:
+    with pytest.raises(LabelError):
+        parse_task_mode(1)  # type: ignore[arg-type]

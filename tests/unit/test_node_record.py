@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuguard.contract import Phase, StateReason
+from gpuguard.contract import Phase, PriorityClass, StateReason, TaskMode
 from gpuguard.exporter.collector import TextRenderer, build_rows
-from gpuguard.exporter.model import DeviceSample, GpuSample
+from gpuguard.exporter.model import (
+    AttributedProcess,
+    ContainerInfo,
+    DeviceSample,
+    GpuSample,
+    Joined,
+)
 from gpuguard.exporter.record import (
     COMPACT_SIZE,
     NodeRecord,
@@ -45,7 +51,8 @@ def task(
         gpu_index=int(gpu),
         mig_index=None,
         proc_start_ticks=1,
-        order=(1, 1),
+        order=(started, 1, 1),
+        mode=TaskMode.BURST,
         phase=Phase.ENDED if ended is not None else Phase.COMPUTING,
         started_at=started,
         memory_bytes=GIB,
@@ -129,6 +136,32 @@ def test_saturation_is_the_share_of_the_busy_window_not_one_sample() -> None:
     assert record.gpus[0].busy_ratio == 1.0
     assert record.gpus[0].reasons == (StateReason.SATURATED,)
     assert record.state == 0
+
+
+def _computing(cid: str) -> Joined:
+    proc = AttributedProcess("0", 0, None, 7, 1, cid, GIB, 1.0)
+    return Joined(processes=(proc,), usage=())
+
+
+@pytest.mark.parametrize(
+    ("klass", "managed", "state"),
+    [
+        (PriorityClass.BEST_EFFORT, True, 1),  # frozen for real-time work: the GPU is free
+        (PriorityClass.BEST_EFFORT, False, 0),  # unmanaged: never frozen, the GPU stays busy
+        (PriorityClass.NORMAL, True, 0),
+    ],
+)
+def test_a_gpu_busy_only_with_managed_best_effort_work_is_not_saturated(
+    klass: PriorityClass, managed: bool, state: int
+) -> None:
+    cid = "b" * 64
+    info = ContainerInfo(cid, "trainer", "img", "running", managed=managed, class_label=klass)
+    recorder = NodeRecorder("n", CONFIG)
+    for i in range(60):  # 6 s of a training loop keeping the GPU at 100%
+        record = recorder.update(
+            i * 0.1, one_device(i * 0.1, 1.0), _computing(cid), (), (), {cid: info}
+        )
+    assert record.gpus[0].state == state
 
 
 def test_a_node_is_in_state_1_while_one_of_its_gpus_is() -> None:

@@ -1,0 +1,87 @@
+"""The actuator's strict parser of /api/v1/state, against what the exporter really writes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuguard.actuator.errors import StateError
+from gpuguard.actuator.state import parse_state
+from gpuguard.contract import Phase, PriorityClass, TaskMode
+from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample
+from gpuguard.exporter.state import state_json
+from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
+
+
+def exporter_doc(tmp_path: Path) -> dict[str, Any]:
+    """The state document of a real poller: three containers, one MIG device."""
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
+    rt, _, bad = containers.snapshot().values()
+    containers.set(rt, container(2, "train", class_label=PriorityClass.BEST_EFFORT), bad)
+    backend.next = sample(1.0, {100: GIB, 200: GIB}, sm={100: 0.5})
+    poller.poll_once()
+    mig = DeviceSample(1, "MIG-1-2", "gpusim", 10 * GIB, GIB, None, (GpuProcess(200, GIB),),
+                       mig_index=2)  # fmt: skip
+    backend.next = GpuSample(1.1, (*sample(1.1, {100: GIB}).devices, mig))
+    snap = poller.poll_once()
+    doc: dict[str, Any] = json.loads(json.dumps(state_json(snap)))  # through JSON, as served
+    return doc
+
+
+def test_parses_what_the_exporter_writes(tmp_path: Path) -> None:
+    doc = exporter_doc(tmp_path)
+    state = parse_state(doc)
+    assert [g.key for g in state.gpus] == [(0, None), (1, 2)]
+    by_name = {c.name: c for c in state.containers}
+    assert by_name["rt-1"].priority_class == PriorityClass.REAL_TIME
+    assert by_name["train"].priority_class == PriorityClass.BEST_EFFORT
+    assert by_name["rt-1"].task_mode == TaskMode.BURST and by_name["rt-1"].gpus == ("0",)
+    assert by_name["rt-1"].demand_sm_ratio is None
+    devices = {t.container: t.device for t in state.tasks}
+    assert devices == {"rt-1": (0, None), "train": (1, 2)}
+    rt_task = next(t for t in state.tasks if t.container == "rt-1")
+    assert rt_task.mode == TaskMode.BURST and rt_task.phase == Phase.COMPUTING
+    assert rt_task.proc_start_ticks == 500
+    assert state.container(cid(2)) is not None
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"),
+    [
+        (("containers", 0, "task_mode"), "Burst", "task_mode 'Burst' is not one of"),
+        (("containers", 0, "class"), "besteffort", "class 'besteffort' is not one of"),
+        (("containers", 0, "class"), None, "containers[0].class has the wrong type"),
+        (("containers", 0, "gpus"), "0", "gpus must be a list"),
+        (("containers", 0, "demand_sm_ratio"), "0.4", "demand_sm_ratio has the wrong type"),
+        (("tasks", 0, "mode"), "kernel", "tasks[0].mode 'kernel' is not one of"),
+        (("tasks", 0, "phase"), "ended", "tasks[0].phase 'ended' is not one of"),
+        (("tasks", 0, "mig_index"), True, "mig_index has the wrong type (bool)"),
+        (("tasks", 0, "proc_start_ticks"), 1.5, "proc_start_ticks has the wrong type"),
+        (("gpus", 1, "mig_index"), "2", "mig_index has the wrong type"),
+    ],
+)
+def test_rejects_bad_fields(tmp_path: Path, path: tuple[Any, ...], value: Any, needle: str) -> None:
+    doc = copy.deepcopy(exporter_doc(tmp_path))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(StateError) as err:
+        parse_state(doc)
+    assert needle in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [("containers", "task_mode"), ("containers", "class"), ("tasks", "mode"),
+     ("tasks", "proc_start_ticks")],
+)  # fmt: skip
+def test_requires_the_fields_admission_relies_on(tmp_path: Path, section: str, key: str) -> None:
+    doc = exporter_doc(tmp_path)
+    del doc[section][0][key]
+    with pytest.raises(StateError, match=f"{section}\\[0\\].{key} is missing"):
+        parse_state(doc)
