@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuguard.actuator.config import add_flags, load_config
 from gpuguard.actuator.errors import ConfigError
+from gpuguard.placer.cli import add_nodes_flags, show_ranked
 
 
 def register(subparsers: Any) -> None:
@@ -23,11 +24,15 @@ def register(subparsers: Any) -> None:
     add_flags(run_parser)
     run_parser.set_defaults(func=run_actuator)
 
-    nodes_parser = subparsers.add_parser("nodes", help="show the actuator's node list")
+    nodes_parser = subparsers.add_parser(
+        "nodes",
+        help="show the actuator's node list, or with --placer.url the placer's ranked list",
+    )
     nodes_parser.add_argument(
-        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:9836"
+        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:10836"
     )
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
+    add_nodes_flags(nodes_parser)
     nodes_parser.set_defaults(func=show_nodes)
 
 
@@ -43,6 +48,8 @@ def run_actuator(args: argparse.Namespace) -> int:
 
 
 def show_nodes(args: argparse.Namespace) -> int:
+    if args.placer_url:
+        return show_ranked(args)
     import requests
 
     url = args.actuator_url.rstrip("/") + "/api/v1/nodes"

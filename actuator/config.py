@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -30,10 +29,10 @@ MODES = ("webhook", "fast", "both")
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("web.listen-address", "127.0.0.1:9836", "host:port of the actuator's HTTP server"),
+    Flag("web.listen-address", "127.0.0.1:10836", "host:port of the actuator's HTTP server"),
     Flag("web.token-file", None, "file holding the bearer token webhooks must present"),
     Flag("web.insecure", False, "accept webhooks without a token (binds loopback only)", "bool"),
-    Flag("exporter.url", "http://127.0.0.1:9835", "base URL of the gpuguard exporter"),
+    Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
@@ -104,10 +103,10 @@ def load_config(args: argparse.Namespace) -> Config:
 def validate(values: Mapping[str, Any]) -> Config:
     """Check every value once; raises ``ConfigError`` with one clear line."""
     warnings: list[str] = []
-    host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:9836")
+    host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:10836")
     insecure = flags.boolean(values, "web.insecure")
     token = _token(values["web.token-file"], insecure)
-    if insecure and not _is_loopback(host):
+    if insecure and not flags.is_loopback(host):
         warnings.append(f"--web.insecure: binding 127.0.0.1 instead of {host} (no token)")
         host = "127.0.0.1"
     elif insecure:
@@ -117,15 +116,15 @@ def validate(values: Mapping[str, Any]) -> Config:
         max_actions=flags.integer(values, "policy.max-actions", minimum=1),
         input_timeout_s=flags.duration(values, "policy.input-timeout"),
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
-        best_effort_min_share=_share(values, "policy.best-effort-min-share"),
+        best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
     )
     max_pause_s = flags.duration(values, "max-pause")
-    if policy.best_effort_min_share and policy.best_effort_window_s > max_pause_s:
-        # frozen longer than --max-pause, a best-effort task would be released for good
-        raise ConfigError(
-            f"--policy.best-effort-window {values['policy.best-effort-window']!r}: "
-            "must not be longer than --max-pause"
+    frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
+    if frozen_s >= max_pause_s:
+        warnings.append(
+            "--max-pause is shorter than a best-effort container's frozen part of "
+            "--policy.best-effort-window: it will be released for good before its share"
         )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
@@ -141,7 +140,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         listen_port=port,
         token=token,
         insecure=insecure,
-        exporter_url=_url(values, "exporter.url", ("http", "https")),
+        exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
         exporter_timeout_s=exporter_timeout,
         docker_host=_engine_url(values, "docker.host"),
         swarm_manager=_engine_url(values, "swarm.manager"),
@@ -206,47 +205,12 @@ def rule_alert_names(rules_glob: str) -> set[str]:
     return names
 
 
-def _share(values: Mapping[str, Any], name: str) -> float:
-    """A number in [0, 1)."""
-    value = values[name]
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not 0 <= number < 1:  # also rejects nan
-        raise ConfigError(f"--{name} {value!r}: must be in [0, 1)")
-    return number
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _token(path: Any, insecure: bool) -> str | None:
     if not path:
         if insecure:
             return None
         raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
-    try:
-        token = Path(str(path)).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"--web.token-file {path}: cannot read: {exc.strerror}") from None
-    if not token:
-        raise ConfigError(f"--web.token-file {path}: is empty")
-    return token
-
-
-def _url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
-    value = str(values[name])
-    parsed = urlparse(value)
-    if parsed.scheme not in schemes or not parsed.netloc:
-        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
-    return value.rstrip("/")
+    return flags.read_token(path)
 
 
 def _engine_url(values: Mapping[str, Any], name: str) -> str | None:

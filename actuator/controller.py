@@ -37,6 +37,9 @@ from gpuguard.contract import (
 log = logging.getLogger("gpuguard.actuator")
 
 _SKIP_AUDIT_EVERY_S = 30.0
+_NODE_ID_TTL_S = 5.0
+#: distinct ``node`` labels one webhook may ask admission for (a real group names one)
+MAX_ADMISSION_NODES = 16
 _DOCKER_CHECK_EVERY_S = 2.0
 MAINTENANCE_DECISION_AFTER_S = 1.0
 
@@ -90,6 +93,9 @@ class Controller:
         self._last_decision = 0.0
         self.last_state: ExporterState | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="executor")
+        self._node_id_lock = threading.Lock()
+        self._node_id: str | None = None
+        self._node_id_at: float | None = None
 
     # --- decisions -------------------------------------------------------------------
 
@@ -233,15 +239,15 @@ class Controller:
 
     def _admission(self, alerts: list[Any]) -> Report:
         report = Report()
-        targets: list[tuple[str | None, int | None, str]] = []
-        for alert in alerts:
-            if not alert.firing:
-                continue
-            gpu_label = alert.labels.get("gpu")
-            gpu = int(gpu_label) if gpu_label is not None and gpu_label.isdigit() else None
-            target = (alert.labels.get("node"), gpu, alert.name)
-            if target[:2] not in [t[:2] for t in targets]:
-                targets.append(target)
+        targets, dropped = admission_targets(alerts)
+        if dropped:
+            log.warning("webhook names %d nodes too many: ignored", dropped)
+            report.skips.append(
+                {
+                    "reason": SkipReason.IRRELEVANT_ALERT,
+                    "detail": f"{dropped} more nodes than one webhook may name",
+                }
+            )
         for node, gpu, name in targets:
             try:
                 report.merge(self.decide_now(TriggerSource.WEBHOOK, gpu=gpu, node=node, alert=name))
@@ -308,6 +314,22 @@ class Controller:
             return self.marker.node_id()
         except Exception:  # no engine means no swarm to mark
             return None
+
+    def _cached_swarm_node_id(self) -> str | None:
+        # GET /api/v1/nodes is open to anyone who can connect: at most one Docker call per
+        # TTL however often it is asked, and while one caller waits for Docker the others
+        # take the last known id instead of holding the server's handler threads too.
+        fresh = (
+            self._node_id_at is not None and time.monotonic() - self._node_id_at <= _NODE_ID_TTL_S
+        )
+        if fresh or not self._node_id_lock.acquire(blocking=False):
+            return self._node_id
+        try:
+            self._node_id = self.swarm_node_id()
+            self._node_id_at = time.monotonic()
+        finally:
+            self._node_id_lock.release()
+        return self._node_id
 
     # --- safety ------------------------------------------------------------------------
 
@@ -412,8 +434,8 @@ class Controller:
                 )
 
     def node_doc(self) -> dict[str, Any]:
-        """The ``/api/v1/nodes`` document."""
-        node_id = self.swarm_node_id()
+        """The ``/api/v1/nodes`` document (the swarm node id is at most a few seconds old)."""
+        node_id = self._cached_swarm_node_id()
         doc = self.nodes.to_doc()
         doc["swarm_node_id"] = node_id
         doc["applied"] = self._applied_provisionable == self.nodes.provisionable
@@ -422,6 +444,29 @@ class Controller:
         else:
             executor, note = "swarm", "swarm node label gpuguard.provisionable=false while marked"
         return {"executor": executor, "note": note, "nodes": [doc]}
+
+
+def admission_targets(
+    alerts: list[Any], max_nodes: int = MAX_ADMISSION_NODES
+) -> tuple[list[tuple[str | None, int | None, str]], int]:
+    """(node, gpu, alert name) to decide for, one per node, and how many nodes were dropped.
+
+    Linear in the alerts. Alerts for several GPUs of one node, or for the node as a whole,
+    become one decision for the whole node (it covers every GPU), so a webhook naming
+    12,000 GPUs costs one state read, not 12,000.
+    """
+    gpus: dict[str | None, set[int | None]] = {}
+    names: dict[str | None, str] = {}
+    for alert in alerts:
+        if alert.firing:
+            node = alert.labels.get("node")
+            gpus.setdefault(node, set()).add(alert.gpu)
+            names.setdefault(node, alert.name)
+    targets = [
+        (node, next(iter(wanted)) if len(wanted) == 1 else None, names[node])
+        for node, wanted in gpus.items()
+    ]
+    return targets[:max_nodes], max(0, len(targets) - max_nodes)
 
 
 def _action_doc(action: Action, outcome: Outcome) -> dict[str, Any]:

@@ -11,7 +11,7 @@ Sample exposition::
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from gpuguard.contract import ActionKind, Result, SkipReason, TriggerSource
 
@@ -19,7 +19,7 @@ ACTION_KINDS = tuple(ActionKind)
 RESULTS = tuple(Result)
 SKIP_REASONS = tuple(SkipReason)
 TRIGGERS = tuple(TriggerSource)
-WEBHOOK_CODES = ("200", "400", "401", "415", "503")
+WEBHOOK_CODES = ("200", "400", "401", "413", "415", "503")
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -29,6 +29,7 @@ class ActuatorMetrics:
     def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes...
         self.actions = Counter(
             "gpuguard_actuator_actions",
             "Actions by kind and result.",

@@ -1,132 +1,98 @@
-"""The actuator's HTTP server: Alertmanager's webhook, health, node list and metrics.
+"""The actuator's HTTP endpoints: Alertmanager's webhook, health, node list and metrics.
 
 ``POST /api/v1/alerts`` answers what Alertmanager can act on: 401 without the right bearer
-token, 415 when the content type or body is not JSON, 400 for a payload that breaks the
-webhook contract (never retried), 503 only for faults a retry can cure (Docker or the exporter
-unreachable), 200 otherwise, including alerts that need nothing done.
+token and 415 without a JSON content type (both decided from the request head, before the
+body is read), 413 for a body over 4 MiB, 415 when the body is not JSON, 400 for a payload
+that breaks the webhook contract (never retried), 503 only for faults a retry can cure
+(Docker or the exporter unreachable), 200 otherwise, including alerts that need nothing done.
+The server core (``gpuguard.web``) gives every other bad request its 4xx.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuguard import __version__
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import PayloadError
 from gpuguard.actuator.webhook import parse_body, parse_message
+from gpuguard.web import HttpServer, Limits, Request, Response, Router
+from gpuguard.web.render import SharedRender
+from gpuguard.web.routes import json_response, landing_page, text_response
 
 log = logging.getLogger("gpuguard.actuator.http")
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-class ActuatorServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class ActuatorServer(HttpServer):
+    """The actuator's routes on the shared server core; binds at construction."""
 
-    def __init__(self, address: tuple[str, int], controller: Controller, token: str | None):
-        super().__init__(address, _Handler)
-        self.controller = controller
-        self.token = token
-
-    def serve_in_thread(self) -> threading.Thread:
-        thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="http", daemon=True
-        )
-        thread.start()
-        return thread
+    def __init__(
+        self,
+        address: tuple[str, int],
+        controller: Controller,
+        token: str | None,
+        limits: Limits | None = None,
+    ) -> None:
+        super().__init__(address, actuator_router(controller, token), limits, "gpuguard-actuator")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ActuatorServer
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm and the
-    # client's delayed ACK stall kept-alive replies by ~40 ms.
-    disable_nagle_algorithm = True
+def actuator_router(controller: Controller, token: str | None) -> Router:
+    router = Router(token)
+    page = landing_page(
+        "gpuguard actuator",
+        __version__,
+        [
+            ("/metrics", "Prometheus metrics"),
+            ("/healthz", "health"),
+            ("/api/v1/nodes", "the node list (JSON)"),
+            ("/api/v1/alerts", "Alertmanager's webhook (POST, bearer token)"),
+        ],
+    )
+    webhooks = controller.metrics.webhooks
 
-    def do_GET(self) -> None:  # http.server's naming
-        path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            self._reply(200, b"ok\n", "text/plain")
-        elif path == "/api/v1/nodes":
-            self._json(200, self.server.controller.node_doc())
-        elif path == "/metrics":
-            body = generate_latest(self.server.controller.metrics.registry)
-            self._reply(200, body, CONTENT_TYPE_LATEST)
-        else:
-            self._json(404, {"error": f"no such path {path}"})
+    def alerts(request: Request) -> Response:
+        code, doc = handle_alerts(controller, request.body)
+        return json_response(doc, code)
 
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path != "/api/v1/alerts":
-            self._drain()
-            self._json(404, {"error": f"no such path {path}"})
-            return
-        code, doc = self._alerts()
-        self.server.controller.metrics.webhooks.labels(str(code)).inc()
-        self._json(code, doc)
+    router.get("/", lambda request: page)
+    router.get("/healthz", lambda request: text_response("ok\n"))
+    router.get("/api/v1/nodes", lambda request: json_response(controller.node_doc()), compress=True)
+    metrics = SharedRender(lambda: generate_latest(controller.metrics.registry))
+    router.get(
+        "/metrics",
+        lambda request: Response(200, metrics.get(), CONTENT_TYPE_LATEST),
+        compress=True,
+    )
+    router.post(
+        "/api/v1/alerts",
+        alerts,
+        max_body=MAX_BODY_BYTES,
+        observe=lambda code: webhooks.labels(str(code)).inc(),
+    )
+    return router
 
-    def _alerts(self) -> tuple[int, dict[str, Any]]:
-        body = self._drain()
-        if not self._authorized():
-            return 401, {"error": "missing or bad bearer token"}
-        ctype = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-        if ctype != "application/json":
-            return 415, {"error": f"content type must be application/json, got {ctype or 'none'}"}
-        if body is None:
-            return 400, {"error": "body missing or larger than 4 MiB"}
-        try:
-            doc = parse_body(body)
-        except ValueError as exc:
-            return 415, {"error": str(exc)}
-        try:
-            message = parse_message(doc)
-        except PayloadError as exc:
-            log.warning("rejected webhook: %s", exc)
-            return 400, {"error": str(exc)}
-        report = self.server.controller.handle_webhook(message)
-        if report.docker_down or report.exporter_down:
-            return 503, {"error": "docker or exporter unavailable; retry", **report.to_doc()}
-        return 200, {"status": "ok", **report.to_doc()}
 
-    def _authorized(self) -> bool:
-        token = self.server.token
-        if token is None:
-            return True
-        header = self.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(given.strip().encode(), token.encode())
-
-    def _drain(self) -> bytes | None:
-        """Read the whole body (keeps the connection usable); None when absent or too big."""
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY_BYTES:
-            self.close_connection = True
-            return None
-        return self.rfile.read(length) if length else None
-
-    def _json(self, code: int, doc: Any) -> None:
-        self._reply(code, json.dumps(doc).encode() + b"\n", "application/json")
-
-    def _reply(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        if code == 401:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:  # base signature
-        log.debug("%s %s", self.address_string(), format % args)
+def handle_alerts(controller: Controller, body: bytes) -> tuple[int, dict[str, Any]]:
+    """Status and reply for one authenticated JSON webhook body."""
+    if not body:
+        return 400, {"error": "request body missing"}
+    try:
+        doc = parse_body(body)
+    except PayloadError as exc:
+        return 400, {"error": str(exc)}
+    except ValueError as exc:
+        return 415, {"error": str(exc)}
+    try:
+        message = parse_message(doc)
+    except PayloadError as exc:
+        log.warning("rejected webhook: %s", exc)
+        return 400, {"error": str(exc)}
+    report = controller.handle_webhook(message)
+    if report.docker_down or report.exporter_down:
+        return 503, {"error": "docker or exporter unavailable; retry", **report.to_doc()}
+    return 200, {"status": "ok", **report.to_doc()}

@@ -7,7 +7,6 @@ and translates ``requests`` errors into ``ExporterUnavailable``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -254,12 +253,18 @@ def _opt_float(obj: dict[str, Any], key: str, where: str) -> float | None:
 
 
 class ExporterClient:
-    """HTTP client of the exporter's JSON API with short timeouts."""
+    """HTTP client of the exporter's JSON API: pooled keep-alive connections, short timeouts.
+
+    Thread-safe for these GETs (urllib3's pool). A kept-alive connection that the server
+    closes (idle timeout) just as it is reused fails without an answer; GET is idempotent,
+    so such a request is sent once more on a fresh connection. Timeouts are not retried.
+    """
 
     def __init__(self, base_url: str, timeout_s: float = 2.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = requests.Session()
+        self.retries = 0  # requests sent again after a connection failed without an answer
 
     def state(self) -> ExporterState:
         """A fresh snapshot; raises ``ExporterUnavailable`` or ``StateError``."""
@@ -272,15 +277,7 @@ class ExporterClient:
 
     def _get(self, path: str, params: dict[str, str], timeout: float) -> Any:
         try:
-            # A fresh connection per request (loopback, ~0.3 ms): the fast path and the
-            # webhook threads share this client, and a server without TCP_NODELAY would
-            # stall a kept-alive reply by a delayed ACK (~40 ms).
-            reply = self.session.get(
-                self.base_url + path,
-                params=params,
-                timeout=timeout,
-                headers={"Connection": "close"},
-            )
+            reply = self._send(self.base_url + path, params, timeout)
         except requests.RequestException as exc:
             raise ExporterUnavailable(f"exporter {self.base_url}: {exc}") from exc
         if reply.status_code != 200:
@@ -290,10 +287,14 @@ class ExporterClient:
         except ValueError as exc:
             raise StateError(f"exporter {path}: not JSON") from exc
 
+    def _send(self, url: str, params: dict[str, str], timeout: float) -> requests.Response:
+        try:
+            return self.session.get(url, params=params, timeout=timeout)
+        except requests.ConnectionError as exc:
+            if isinstance(exc, requests.Timeout):
+                raise
+            self.retries += 1
+            return self.session.get(url, params=params, timeout=timeout)
+
     def close(self) -> None:
         self.session.close()
-
-
-def tasks_on(state: ExporterState, gpu: int) -> Sequence[Task]:
-    """The running tasks of one GPU, in the exporter's start order."""
-    return [task for task in state.tasks if task.gpu == gpu]

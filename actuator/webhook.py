@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuguard.actuator.errors import PayloadError
+from gpuguard.labels import LabelError, parse_gpu
 
 SUPPORTED_VERSION = "4"
 STATUSES = ("firing", "resolved")
@@ -36,6 +37,8 @@ class Alert:
     ends_at: datetime
     generator_url: str
     fingerprint: str
+    #: the ``gpu`` label as a GPU index (a MIG device's parent), None without the label
+    gpu: int | None = None
 
     @property
     def name(self) -> str:
@@ -64,11 +67,14 @@ class WebhookMessage:
 
 
 def parse_body(body: bytes) -> Any:
-    """Decode a request body as JSON; ``ValueError`` when it is not JSON (HTTP 415)."""
+    """Decode a request body as JSON; ``ValueError`` when it is not JSON (HTTP 415),
+    ``PayloadError`` when it nests deeper than the parser's recursion allows (HTTP 400)."""
     try:
         return json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise PayloadError("payload nests too deeply") from None
 
 
 def parse_message(doc: Any) -> WebhookMessage:
@@ -110,7 +116,18 @@ def _alert(doc: Any, where: str) -> Alert:
         ends_at=_time(obj, "endsAt", where),
         generator_url=_str(obj, "generatorURL", where),
         fingerprint=_str(obj, "fingerprint", where, nonempty=True),
+        gpu=_gpu(labels, where),
     )
+
+
+def _gpu(labels: Mapping[str, str], where: str) -> int | None:
+    text = labels.get("gpu")
+    if text is None:
+        return None
+    try:
+        return parse_gpu(text)
+    except LabelError as exc:
+        raise PayloadError(f"{where}.labels.gpu: {exc}") from None
 
 
 def _object(doc: Any, where: str) -> dict[str, Any]:
@@ -167,5 +184,8 @@ def parse_rfc3339(text: str) -> datetime:
     base, fraction, zone = match.groups()
     micro = (fraction or "").ljust(6, "0")[:6]
     offset = "+00:00" if zone == "Z" else zone
-    parsed = datetime.fromisoformat(f"{base}.{micro}{offset}")
-    return parsed.astimezone(UTC) if parsed.year > 1 else parsed
+    try:
+        parsed = datetime.fromisoformat(f"{base}.{micro}{offset}")
+        return parsed.astimezone(UTC) if parsed.year > 1 else parsed
+    except OverflowError:  # e.g. year 9999 with a negative offset: past datetime.max in UTC
+        raise ValueError(text) from None

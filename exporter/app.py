@@ -14,8 +14,9 @@ from gpuguard.exporter.config import ExporterConfig
 from gpuguard.exporter.containers import ContainerIndex
 from gpuguard.exporter.errors import BackendUnavailable
 from gpuguard.exporter.events import EventLog
-from gpuguard.exporter.http import ExporterHTTPServer
+from gpuguard.exporter.http import exporter_server
 from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.tracker import Tracker
 
 log = logging.getLogger("exporter")
@@ -56,9 +57,10 @@ def run_exporter(config: ExporterConfig) -> int:
         events,
         config.node_name,
         config.poll_interval_s,
+        recorder=NodeRecorder(config.node_name, config.record),
     )
     try:
-        server = ExporterHTTPServer((config.listen_host, config.listen_port), poller, events)
+        server = exporter_server((config.listen_host, config.listen_port), poller, events)
     except OSError as exc:
         print(
             f"gpuguard exporter: cannot listen on {config.listen_host}:{config.listen_port}: "
@@ -77,8 +79,7 @@ def run_exporter(config: ExporterConfig) -> int:
         signal.signal(signum, lambda *_: stop.set())
     poll_thread = threading.Thread(target=poller.run, args=(stop,), name="poller", daemon=True)
     poll_thread.start()
-    http_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    http_thread.start()
+    server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
         "listening on http://%s:%s (backend %s, docker %s, poll %gs)",

@@ -19,10 +19,11 @@ from gpuguard import flags
 from gpuguard.contract import TaskMode
 from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
+from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
 from gpuguard.flags import Flag
 
-DEFAULT_LISTEN = "127.0.0.1:9835"
+DEFAULT_LISTEN = "127.0.0.1:10835"
 DEFAULT_GPUSIM_SOCKET = "/run/gpusim/gpusim.sock"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _DOCKER_SCHEMES = ("unix://", "tcp://", "http://", "https://", "ssh://", "npipe://")
@@ -49,6 +50,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag("task.idle-timeout", "2s",
          "nothing visible this long ends a task (process mode excepted)", "duration"),
     Flag("log.level", "info", "debug, info, warning or error"),
+    Flag("record.window", "30s",
+         "node record: window over which missed deadlines count", "duration"),
+    Flag("record.miss-ratio", 0.1,
+         "node record: state 0 when more than this share of the window's tasks missed"),
+    Flag("record.busy-window", "5s",
+         "node record: window over which GPU utilization is averaged", "duration"),
+    Flag("record.busy-threshold", 0.99,
+         "node record: average utilization at or above which the GPU counts as 100%"),
+    Flag("record.memory-threshold", 0.95,
+         "node record: share of GPU memory in use at or above which it counts as full"),
 )  # fmt: skip
 
 
@@ -65,6 +76,7 @@ class ExporterConfig:
     history_size: int
     events_buffer: int
     log_level: str = "info"
+    record: RecordConfig = field(default_factory=RecordConfig)
     task_rules: TaskRules = field(default_factory=TaskRules)
 
 
@@ -98,7 +110,25 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         history_size=flags.integer(values, "history.size", 1, 1_000_000),
         events_buffer=flags.integer(values, "events.buffer", 16, 10_000_000),
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
+        record=_record(values),
         task_rules=_task_rules(values),
+    )
+
+
+def _record(values: Mapping[str, Any]) -> RecordConfig:
+    window = flags.duration(values, "record.window")
+    busy_window = flags.duration(values, "record.busy-window")
+    if not 0.1 <= busy_window <= window:
+        raise ConfigError(
+            f"--record.busy-window {values['record.busy-window']!r}: "
+            "must be between 100ms and --record.window"
+        )
+    return RecordConfig(
+        window_s=window,
+        miss_ratio=flags.share(values, "record.miss-ratio"),
+        busy_window_s=busy_window,
+        busy_threshold=flags.ratio(values, "record.busy-threshold"),
+        memory_threshold=flags.ratio(values, "record.memory-threshold"),
     )
 
 

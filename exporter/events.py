@@ -1,7 +1,8 @@
 """The exporter's event log: a bounded ring with increasing ``seq``, long-polled by followers.
 
-``/api/v1/events?since=SEQ&timeout=S`` (docs/interfaces.md §3) calls ``EventLog.since``,
-which waits on a Condition, so an ``append`` wakes waiting followers at once.
+``/api/v1/events?since=SEQ&timeout=S`` (docs/interfaces.md §3) reads ``EventLog.since``;
+an ``append`` wakes whoever waits at once: threads in ``since`` (a Condition) and the HTTP
+server's long polls (``subscribe``, which must not block).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from gpuguard.contract import EventType
@@ -37,6 +39,11 @@ class EventLog:
         self._seq = 0
         self._cond = threading.Condition()
         self._clock = clock
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every append (from the appending thread)."""
+        self._listeners.append(listener)
 
     @property
     def seq(self) -> int:
@@ -53,6 +60,8 @@ class EventLog:
             event.update((k, v) for k, v in fields.items() if v is not None)
             self._events.append(event)
             self._cond.notify_all()
+        for listener in self._listeners:
+            listener()
         return event
 
     def since(self, since: int, timeout: float = 0.0) -> EventBatch:
@@ -72,5 +81,7 @@ class EventLog:
                     return EventBatch((), self._seq, False)
                 self._cond.wait(remaining)
             oldest = self._events[0]["seq"]
-            events = tuple(e for e in self._events if e["seq"] > since)
+            # seqs are consecutive: the newest (seq - since) events, without a full scan
+            wanted = min(self._seq - since, len(self._events))
+            events = tuple(islice(reversed(self._events), wanted))[::-1]
             return EventBatch(events, self._seq, truncated=since + 1 < oldest)

@@ -1,29 +1,37 @@
-"""The exporter's HTTP server: /metrics, /healthz, /api/v1/state, /api/v1/events.
+"""The exporter's HTTP endpoints: /, /metrics, /healthz, /api/v1/state, /api/v1/events.
 
 Every handler reads the newest poll snapshot or the event log; none calls NVML or Docker.
-``ThreadingHTTPServer`` with daemon threads, so a long-polling follower never blocks a
-scrape and never holds the process open at exit.
+They run on the shared server core (``gpuguard.web``): /metrics and /api/v1/state are
+rendered once per poll however many clients ask (and gzipped once when asked), and a
+long-polling follower of /api/v1/events waits on the server's event loop, not in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+import time
+from collections.abc import Callable
+from urllib.parse import parse_qs
 
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+
+from gpuguard import __version__
 from gpuguard.exporter.collector import TextRenderer
-from gpuguard.exporter.events import EventLog
-from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.events import EventBatch, EventLog
+from gpuguard.exporter.poller import Poller, PollSnapshot
 from gpuguard.exporter.state import state_json
-
-log = logging.getLogger(__name__)
+from gpuguard.labels import LabelError, ascii_int
+from gpuguard.web import HttpError, HttpServer, Limits, Request, Response, Router
+from gpuguard.web.routes import JSON, compressed, json_response, landing_page
 
 EVENTS_TIMEOUT_DEFAULT_S = 10.0
 EVENTS_TIMEOUT_MAX_S = 60.0
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
+PROCESS_METRICS_MAX_AGE_S = 1.0  # process_* series in a cached /metrics body are this fresh
+_SINCE_DIGITS = 19  # any int64 sequence number
+_TIMEOUT_CHARS = 12
 
 
 class BadRequest(ValueError):
@@ -35,100 +43,190 @@ def parse_events_query(query: str) -> tuple[int, float]:
     params = parse_qs(query, keep_blank_values=True)
     unknown = sorted(set(params) - {"since", "timeout"})
     if unknown:
-        raise BadRequest(f"unknown parameter {unknown[0]!r}")
+        raise BadRequest(f"unknown parameter {unknown[0][:40]!r}")
     since_text = params.get("since", ["0"])[-1]
-    if not since_text.isdigit():
-        raise BadRequest(f"since must be an integer >= 0, got {since_text!r}")
+    try:
+        since = ascii_int(since_text, _SINCE_DIGITS)
+    except LabelError:
+        raise BadRequest(f"since must be an integer >= 0, got {since_text[:40]!r}") from None
     timeout_text = params.get("timeout", [str(EVENTS_TIMEOUT_DEFAULT_S)])[-1]
     try:
+        if len(timeout_text) > _TIMEOUT_CHARS or not timeout_text.isascii():
+            raise ValueError(timeout_text)
         timeout = float(timeout_text)
     except ValueError:
-        raise BadRequest(f"timeout must be a number of seconds, got {timeout_text!r}") from None
+        raise BadRequest(f"timeout must be seconds, got {timeout_text[:40]!r}") from None
     if not 0 <= timeout <= EVENTS_TIMEOUT_MAX_S:  # also rejects nan
         raise BadRequest(f"timeout must be between 0 and {EVENTS_TIMEOUT_MAX_S:g} seconds")
-    return int(since_text), timeout
+    return since, timeout
 
 
-class MetricsCache:
-    """Renders /metrics once per poll generation, however many scrapers ask."""
+class SnapshotCache:
+    """One rendering of the newest snapshot (and its gzip), however many clients ask.
 
-    def __init__(self, poller: Poller) -> None:
+    Rendered again when the poller has a new generation, or when the cached body is older
+    than ``max_age_s`` (for parts that do not come from the snapshot, like process_*).
+    """
+
+    def __init__(
+        self,
+        poller: Poller,
+        render: Callable[[PollSnapshot | None], bytes],
+        max_age_s: float | None = None,
+    ) -> None:
         self._poller = poller
-        self._renderer = TextRenderer()
+        self._render = render
+        self._max_age_s = max_age_s
         self._lock = threading.Lock()
-        self._generation = -1
+        self._key: tuple[int, int] | None = None
         self._body = b""
+        self._gzipped: bytes | None = None
 
-    def body(self) -> bytes:
+    def get(self, gzip: bool = False) -> bytes:
         with self._lock:
             snap = self._poller.snapshot
             generation = snap.generation if snap is not None else 0
-            if generation != self._generation:
-                self._body = self._renderer.render_snapshot(snap)
-                self._generation = generation
-            return self._body
+            age_bucket = 0 if self._max_age_s is None else int(time.monotonic() / self._max_age_s)
+            if (generation, age_bucket) != self._key:
+                self._body = self._render(snap)
+                self._gzipped = None
+                self._key = (generation, age_bucket)
+            if not gzip:
+                return self._body
+            if self._gzipped is None:
+                self._gzipped = compressed(self._body)
+            return self._gzipped
 
 
-class ExporterHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class MetricsCache(SnapshotCache):
+    """/metrics: the snapshot's families, then prometheus_client's ``process_*``."""
 
-    def __init__(self, address: tuple[str, int], poller: Poller, events: EventLog) -> None:
-        super().__init__(address, _Handler)
-        self.poller = poller
-        self.events = events
-        self.metrics = MetricsCache(poller)
+    def __init__(self, poller: Poller) -> None:
+        renderer = TextRenderer()
+        process = CollectorRegistry()
+        ProcessCollector(registry=process)
+
+        def render(snap: PollSnapshot | None) -> bytes:
+            return renderer.render_snapshot(snap) + generate_latest(process)
+
+        super().__init__(poller, render, PROCESS_METRICS_MAX_AGE_S)
+
+    def body(self) -> bytes:
+        return self.get()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ExporterHTTPServer
-    protocol_version = "HTTP/1.1"
-    server_version = "gpuguard-exporter"
-    # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm holds
-    # the body until the client's delayed ACK (about 40 ms) on a kept-alive connection.
-    disable_nagle_algorithm = True
+class EventWaiters:
+    """Long polls waiting on the server's loop, woken when the event log grows."""
 
-    def do_GET(self) -> None:
-        url = urlsplit(self.path)
+    def __init__(self, events: EventLog) -> None:
+        self._events = events
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._futures: set[asyncio.Future[None]] = set()
+        self._last_key: tuple[int, int] | None = None
+        self._last_body = b""
+        events.subscribe(self._appended)
+
+    def body(self, since: int, batch: EventBatch) -> bytes:
+        """The JSON reply for ``batch``: followers woken by one event share one rendering.
+
+        (``since``, ``next``) decides the batch: the same newest seq means the same ring.
+        """
+        key = (since, batch.next)
+        if self._last_key != key:
+            doc = {"events": list(batch.events), "next": batch.next, "truncated": batch.truncated}
+            self._last_body = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+            self._last_key = key
+        return self._last_body
+
+    def _appended(self) -> None:  # the poller's (or Docker watcher's) thread
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the loop is closed: the server stopped
+                pass
+
+    def _wake(self) -> None:
+        futures, self._futures = self._futures, set()
+        for future in futures:
+            if not future.done():
+                future.set_result(None)
+
+    async def wait(
+        self, since: int, timeout: float, interrupt: asyncio.Future[None] | None = None
+    ) -> EventBatch:
+        """Events after ``since``: at once if there are some, else when one comes or time's up."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        deadline = loop.time() + timeout
+        while True:
+            future: asyncio.Future[None] = loop.create_future()
+            self._futures.add(future)
+            try:
+                # read after registering: an append in between wakes this future
+                batch = self._events.since(since)
+                remaining = deadline - loop.time()
+                stop = interrupt is not None and interrupt.done()
+                if batch.events or batch.truncated or remaining <= 0 or stop:
+                    return batch
+                waiting = [future] if interrupt is None else [future, interrupt]
+                await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._futures.discard(future)
+
+
+def exporter_router(poller: Poller, events: EventLog) -> Router:
+    """The exporter's endpoints (docs/interfaces.md section 3); none needs a token."""
+    metrics = MetricsCache(poller)
+    state = SnapshotCache(poller, _state_body)
+    waiters = EventWaiters(events)
+    router = Router()
+    links = [
+        ("/metrics", "Prometheus metrics"),
+        ("/healthz", "health"),
+        ("/api/v1/state", "containers, GPUs and tasks (JSON)"),
+        ("/api/v1/events?since=0&timeout=0", "task and container events (JSON long poll)"),
+    ]
+    page = landing_page("gpuguard exporter", __version__, links)
+
+    def metrics_handler(request: Request) -> Response:
+        gzipped = metrics.get(gzip=True) if request.accepts_gzip else None
+        return Response(200, metrics.get(), CONTENT_TYPE_METRICS, gzipped=gzipped)
+
+    def health_handler(request: Request) -> Response:
+        why = poller.health()
+        return Response(200 if why is None else 503, f"{why or 'ok'}\n".encode())
+
+    def state_handler(request: Request) -> Response:
+        if poller.snapshot is None:
+            return json_response({"error": "no poll finished yet"}, 503)
+        gzipped = state.get(gzip=True) if request.accepts_gzip else None
+        return Response(200, state.get(), JSON, gzipped=gzipped)
+
+    async def events_handler(request: Request) -> Response:
         try:
-            if url.path == "/metrics":
-                self._send(200, self.server.metrics.body(), CONTENT_TYPE_METRICS)
-            elif url.path == "/healthz":
-                reason = self.server.poller.health()
-                self._send(
-                    200 if reason is None else 503, f"{reason or 'ok'}\n".encode(), "text/plain"
-                )
-            elif url.path == "/api/v1/state":
-                snap = self.server.poller.snapshot
-                if snap is None:
-                    self._json(503, {"error": "no poll finished yet"})
-                else:
-                    self._json(200, state_json(snap))
-            elif url.path == "/api/v1/events":
-                since, timeout = parse_events_query(url.query)
-                batch = self.server.events.since(since, timeout)
-                body = {
-                    "events": list(batch.events),
-                    "next": batch.next,
-                    "truncated": batch.truncated,
-                }
-                self._json(200, body)
-            else:
-                self._json(404, {"error": f"no such path {url.path}"})
+            since, timeout = parse_events_query(request.query)
         except BadRequest as exc:
-            self._json(400, {"error": str(exc)})
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client went away (e.g. a follower gave up its long poll)
+            raise HttpError(400, str(exc)) from None
+        batch = await waiters.wait(since, timeout, request.interrupt)
+        return Response(200, waiters.body(since, batch), JSON)
 
-    def _json(self, code: int, doc: Any) -> None:
-        self._send(code, json.dumps(doc, separators=(",", ":")).encode(), "application/json")
+    router.get("/", lambda request: page)
+    router.get("/metrics", metrics_handler, compress=True)
+    router.get("/healthz", health_handler)
+    router.get("/api/v1/state", state_handler, compress=True)
+    router.get("/api/v1/events", events_handler, compress=True, interruptible=True)
+    return router
 
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+def _state_body(snap: PollSnapshot | None) -> bytes:
+    if snap is None:
+        return b""
+    return json.dumps(state_json(snap), separators=(",", ":")).encode()
+
+
+def exporter_server(
+    address: tuple[str, int], poller: Poller, events: EventLog, limits: Limits | None = None
+) -> HttpServer:
+    """Bind the exporter's server (``OSError`` when the address is taken)."""
+    return HttpServer(address, exporter_router(poller, events), limits, name="gpuguard-exporter")

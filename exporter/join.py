@@ -86,4 +86,5 @@ def join(
         ),
         unattributed=unattributed,
         device_sm_ratio=device_sm,
+        unsampled=frozenset(d.key for d in sample.devices if d.utilization_ratio is None),
     )

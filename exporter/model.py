@@ -133,3 +133,5 @@ class Joined:
     usage: tuple[ContainerGpuUsage, ...]
     unattributed: dict[str, int] = field(default_factory=dict)  # gpu -> count
     device_sm_ratio: dict[str, float] = field(default_factory=dict)  # gpu -> summed SM share
+    #: devices whose activity NVML cannot show this poll (no utilization: MIG devices)
+    unsampled: frozenset[str] = frozenset()

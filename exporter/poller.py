@@ -22,6 +22,7 @@ from gpuguard.exporter.errors import BackendError, ProcfsError
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
+from gpuguard.exporter.record import NodeRecord, NodeRecorder
 from gpuguard.exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class PollSnapshot:
     stats: Mapping[str, ContainerStats]
     histograms: Mapping[str, RunHistogram]
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
+    record: NodeRecord | None = None  # paper C's node record (exporter/record.py)
     default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
     demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
 
@@ -84,6 +86,7 @@ class Poller:
         node: str,
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        recorder: NodeRecorder | None = None,
     ) -> None:
         self.backend = backend
         self.containers = containers
@@ -93,6 +96,7 @@ class Poller:
         self.node = node
         self.interval_s = interval_s
         self._clock = clock
+        self.recorder = recorder or NodeRecorder(node)
         self._errors = {"gpu": 0, "procfs": 0}
         self._polls = 0
         self._ever_sampled = False
@@ -128,11 +132,14 @@ class Poller:
             self.containers.errors,
             None if self.containers.connected else "docker engine not connected",
         )
+        timestamp = sample.timestamp if sample is not None else self._clock()
+        tasks = self.tracker.running()
+        recent = tuple(self.tracker.recent)
         snapshot = PollSnapshot(
             generation=self._polls,
             node=self.node,
             backend=self.backend.name,
-            timestamp=sample.timestamp if sample is not None else self._clock(),
+            timestamp=timestamp,
             poll_interval_s=self.interval_s,
             poll_duration_s=time.perf_counter() - started,
             polls_total=self._polls,
@@ -140,11 +147,12 @@ class Poller:
             sample=sample,
             joined=joined,
             containers=containers,
-            tasks=self.tracker.running(),
-            recent=tuple(self.tracker.recent),
+            tasks=tasks,
+            recent=recent,
             stats=dict(self.tracker.stats),
             histograms=self.tracker.histograms(),
             sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
+            record=self.recorder.update(timestamp, sample, joined, tasks, recent, containers),
             default_task_mode=self.tracker.rules.default_mode,
             demand=dict(self.tracker.demand),
         )

@@ -9,12 +9,21 @@ from gpuguard.exporter.poller import PollSnapshot
 from gpuguard.exporter.tracker import TaskView
 
 
+def program_name(command: str) -> str:
+    """What ``/api/v1/state`` shows of a command line: the program alone, never arguments.
+
+    The state is open to anyone who can connect, and arguments carry secrets (passwords,
+    tokens, URLs with credentials) often enough; ``docker inspect`` still has the rest.
+    """
+    return command.split(" ", 1)[0].rsplit("/", 1)[-1]
+
+
 def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
     return {
         "id": info.id,
         "name": info.name,
         "image": info.image,
-        "command": info.command,
+        "command": program_name(info.command),
         "state": info.state,
         "paused": info.paused,
         "managed": info.managed,
@@ -86,4 +95,5 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
         "containers": [_container_json(c, snap) for c in snap.containers.values()],
         "tasks": [task_json(t, snap) for t in snap.tasks],
         "recent": [task_json(t, snap) for t in snap.recent],
+        "node_record": snap.record.to_json() if snap.record is not None else None,
     }

@@ -17,8 +17,14 @@ the container's task mode (label ``gpuguard.task``, else ``--task.default-mode``
 - ``burst`` (default): a busy period. Starts at SM activity or memory growth (so paper B's
   input phase is seen before the kernel, which admission needs); ends when the process has
   shown no SM activity and no growth for longer than ``idle_gap_s`` after computing, when
-  its memory is back to 0, or when it exits. One request or batch of a long-lived server
-  is one task; a one-shot program is one task, as in the other modes.
+  its memory is back to 0, or when it exits; memory growing again after the kernel
+  (``draining``) is a new input phase and starts a new task. One request or batch of a
+  long-lived server is one task; a one-shot program is one task, as in the other modes.
+
+Devices NVML shows no activity for (no utilization and no per-process samples: MIG
+devices) have no idleness to see: a task there runs from its memory to its memory freed or
+its exit, whatever the mode (an idle process holding memory on a MIG instance stays a
+running task), and its run time counts up to now.
 
 No endless tasks: outside ``process`` mode a task with nothing visible happening for
 ``idle_timeout_s`` (before its first kernel: NVML cannot see copies, and ten concurrent
@@ -158,6 +164,7 @@ class _Task:
         "alone_n",
         "alone_sm",
         "base_memory",
+        "blind",
         "computed",
         "container_id",
         "deadline_s",
@@ -202,6 +209,7 @@ class _Task:
         self.last_active = order[0]  # newest visible activity (end placement)
         self.last_sm_poll = order[0]  # poll that last had an SM sample (drain rule)
         self.paused = False
+        self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
         self.overrun = False
         self.alone_sm = 0.0
@@ -209,8 +217,9 @@ class _Task:
 
     @property
     def busy_until(self) -> float | None:
-        """Up to when it is known to have run: None (now) in process mode or while paused."""
-        if self.mode == TaskMode.PROCESS or self.paused:
+        """Up to when it is known to have run: None (now) in process mode, while paused, or
+        where activity cannot be seen."""
+        if self.mode == TaskMode.PROCESS or self.paused or self.blind:
             return None
         return self.last_active
 
@@ -246,18 +255,37 @@ class _Process:
         self.task: _Task | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class _Seen:
-    """One process in one poll, as the mode rules need it."""
+    """One process in one poll, as the mode rules need it (a plain class: one per process
+    per poll, and a frozen dataclass costs several times as much to make)."""
 
-    proc: AttributedProcess
-    info: ContainerInfo | None
-    appeared: bool
-    grew: bool  # memory grew since the previous poll (appearing with memory counts)
-    dropped: bool
-    sm: float
-    active_at: float | None  # newest SM activity this poll, None without any
-    alone: bool  # the only process with SM activity on its device
+    __slots__ = (
+        "active_at", "alone", "appeared", "blind", "dropped", "grew", "info", "proc", "sm",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        proc: AttributedProcess,
+        info: ContainerInfo | None,
+        appeared: bool,
+        before: int | None,
+        device_sm: float,
+        now: float,
+        blind: bool,
+    ) -> None:
+        memory = proc.used_memory_bytes
+        self.proc = proc
+        self.blind = blind
+        self.info = info
+        self.appeared = appeared
+        # NVML cannot always tell memory (None): appearing with it counts as growth
+        self.grew = (memory is None and appeared) or _more(memory, before)
+        self.dropped = _more(before, memory)
+        self.sm = sm = proc.sm_ratio or 0.0
+        # newest SM activity this poll, None without any
+        self.active_at = min(proc.active_at or now, now) if sm > 0 else None
+        # the only process with SM activity on its device
+        self.alone = sm > 0 and device_sm - sm <= _ALONE_SLACK
 
 
 class Tracker:
@@ -304,7 +332,8 @@ class Tracker:
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
 
-        Also called when the GPU sample failed: deadlines keep running without a sample.
+        Also called when the GPU sample failed: the deadlines of tasks whose run time counts
+        up to now (process mode, paused containers) keep running without a sample.
         """
         for task in self._tasks():
             if task.overrun or task.deadline_s is None:
@@ -356,24 +385,15 @@ class Tracker:
         self, proc: AttributedProcess, record: _Process, appeared: bool, joined: Joined, now: float
     ) -> _Seen:
         info = self._containers.get(proc.container_id) if proc.container_id else None
-        memory, before = proc.used_memory_bytes, record.memory
-        sm = proc.sm_ratio or 0.0
-        return _Seen(
-            proc=proc,
-            info=info,
-            appeared=appeared,
-            # NVML cannot always tell memory (None): appearing with it counts as growth
-            grew=(memory is None and appeared) or _more(memory, before),
-            dropped=_more(before, memory),
-            sm=sm,
-            active_at=min(proc.active_at or now, now) if sm > 0 else None,
-            alone=sm > 0 and joined.device_sm_ratio.get(proc.gpu, sm) - sm <= _ALONE_SLACK,
-        )
+        device_sm = joined.device_sm_ratio.get(proc.gpu, 0.0) if proc.sm_ratio else 0.0
+        blind = proc.gpu in joined.unsampled
+        return _Seen(proc, info, appeared, record.memory, device_sm, now, blind)
 
     def _step(self, record: _Process, seen: _Seen, now: float, change_at: float) -> None:
         task = record.task
         if task is not None:
             task.paused = seen.info is not None and seen.info.paused
+            task.blind = seen.blind
             if task.deadline_s is None and seen.info is not None:
                 # the container index may sync after the task was first seen
                 task.deadline_s = seen.info.deadline_s
@@ -401,6 +421,8 @@ class Tracker:
         if memory == 0:
             return change_at
         active = seen.sm > 0 or seen.grew
+        if seen.grew and task.phase == Phase.DRAINING:
+            return change_at  # a new input phase after the kernel: re-allocation, a new task
         if task.mode == TaskMode.MEMORY:
             if memory is not None and memory <= task.floor < (task.base_memory or 0):
                 return change_at  # it freed all it had allocated
@@ -408,8 +430,8 @@ class Tracker:
                 return change_at  # freeing after its kernel: paper B's end of a task
             if active and task.phase == Phase.DRAINING:
                 return change_at  # re-allocated or computing again after a visible gap
-        if active or task.paused:
-            return None
+        if active or task.paused or task.blind:
+            return None  # busy, waiting, or nobody can tell
         idle = now - task.last_active
         limit = (
             self.rules.idle_gap_s
@@ -462,6 +484,7 @@ class Tracker:
         info = seen.info
         task.deadline_s = info.deadline_s if info is not None else None
         task.paused = info is not None and info.paused
+        task.blind = seen.blind
         self._emit(
             EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
         )

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
+from urllib.parse import urlparse
 
 import yaml
 
@@ -140,7 +142,8 @@ def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[
     """``host:port`` (IPv6 in brackets; an empty host means every address) as (host, port)."""
     text = values[name]
     host, sep, port = str(text).rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+    valid = sep and len(port) <= 5 and port.isascii() and port.isdigit()
+    if not valid or not 0 <= int(port) < 65536:
         raise ConfigError(f"--{name} {text!r}: use host:port (e.g. {example})")
     return host.strip("[]") or "0.0.0.0", int(port)
 
@@ -176,13 +179,24 @@ def integer(values: Mapping[str, Any], name: str, minimum: int, maximum: int | N
 
 def ratio(values: Mapping[str, Any], name: str) -> float:
     """A finite number in (0, 1]."""
+    return _fraction(values, name, lambda x: 0 < x <= 1, "(0, 1]")
+
+
+def share(values: Mapping[str, Any], name: str) -> float:
+    """A finite number in [0, 1)."""
+    return _fraction(values, name, lambda x: 0 <= x < 1, "[0, 1)")
+
+
+def _fraction(
+    values: Mapping[str, Any], name: str, within: Callable[[float], bool], text: str
+) -> float:
     value = values[name]
     try:
         number = float(str(value))
     except ValueError:
         raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not math.isfinite(number) or not 0 < number <= 1:
-        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
+    if not math.isfinite(number) or not within(number):
+        raise ConfigError(f"--{name} {value!r}: must be in {text}")
     return number
 
 
@@ -192,3 +206,33 @@ def boolean(values: Mapping[str, Any], name: str) -> bool:
     if isinstance(value, bool):
         return value
     raise ConfigError(f"--{name}: must be true or false, got {value!r}")
+
+
+def http_url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
+    """A URL with one of ``schemes`` and a host, without its trailing slash."""
+    value = str(values[name])
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
+    return value.rstrip("/")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Any, name: str = "web.token-file") -> str:
+    """The bearer token in the file ``--name`` gives (stripped; must not be empty)."""
+    try:
+        token = Path(str(path)).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--{name} {path}: cannot read: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"--{name} {path}: is empty")
+    return token

@@ -18,6 +18,8 @@ _E = TypeVar("_E", TaskMode, PriorityClass)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+GPU_INDEX_DIGITS = 6
 
 
 class LabelError(ValueError):
@@ -69,3 +71,26 @@ def format_duration(seconds: float) -> str:
     if seconds < 1 and (seconds * 1000).is_integer():
         return f"{int(seconds * 1000)}ms"
     return f"{seconds:g}s"
+
+
+def ascii_int(text: str, max_digits: int) -> int:
+    """A non-negative integer of ASCII digits only, at most ``max_digits`` long.
+
+    ``str.isdigit`` and ``int`` accept ``²`` or Arabic-Indic digits, and ``int`` refuses
+    5,000 digits with an error of its own: both made servers drop the connection.
+    """
+    if len(text) > max_digits or not _ASCII_DIGITS.fullmatch(text):
+        raise LabelError(f"not an integer of at most {max_digits} ASCII digits: {text[:40]!r}")
+    return int(text)
+
+
+def parse_gpu(text: str) -> int:
+    """A ``gpu`` label as gpuguard writes it: ``0``, or ``0:1`` on a MIG device (-> 0)."""
+    parent, colon, mig = text.partition(":")
+    try:
+        index = ascii_int(parent, GPU_INDEX_DIGITS)
+        if colon:
+            ascii_int(mig, GPU_INDEX_DIGITS)
+    except LabelError:
+        raise LabelError(f"gpu must be an index like 0 or 0:1, got {text[:40]!r}") from None
+    return index

@@ -99,7 +99,7 @@ class AlertmanagerService(ConfiguredHttpService):
     def __init__(
         self,
         directory: Path,
-        webhook_url: str = "http://127.0.0.1:9836/api/v1/alerts",
+        webhook_url: str = "http://127.0.0.1:10836/api/v1/alerts",
         token_file: Path | None = None,
         *,
         port: int | None = None,

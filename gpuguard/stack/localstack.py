@@ -24,12 +24,17 @@ from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image
 from gpuguard.stack.process import ManagedProcess, free_port, http_ok, stop_pid
 from gpuguard.stack.prometheus import PrometheusService
-from gpuguard.stack.swarm import form_swarm, leave_swarm
+from gpuguard.stack.swarm import form_swarm, leave_swarm, name_nodes
 
 RECORD = "stack.json"
-STACK_PARTS = ("prometheus", "alertmanager", "logs", "report.txt", "webhook.token")
+STACK_PARTS = (
+    "prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "placer.log",
+)  # fmt: skip
 # The usual ports when they are free (the first node's exporter and actuator), else any.
-DEFAULT_PORTS = {"exporter": 9835, "actuator": 9836, "prometheus": 9090, "alertmanager": 9093}
+DEFAULT_PORTS = {
+    "exporter": 10835, "actuator": 10836, "placer": 10837, "prometheus": 9090,
+    "alertmanager": 9093,
+}  # fmt: skip
 Progress = Callable[[str], None]
 
 
@@ -50,6 +55,9 @@ class NodeStack:
     actuator_port: int = 0
     actuator_mode: str = "both"
     extra_actuator_flags: list[str] = field(default_factory=list)
+    extra_exporter_flags: list[str] = field(default_factory=list)
+    #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
+    launcher: tuple[str, ...] = ()
     engine: PrivateDockerd | None = None
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
@@ -100,6 +108,7 @@ class NodeStack:
             f"--docker.host={self.engine.url}",
             f"--node.name={self.node_name}",
             f"--poll.interval={self.poll_interval}",
+            *self.extra_exporter_flags,
         )
         self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
         self.exporter.wait_ready(lambda: http_ok(self.exporter_url + "/healthz"))
@@ -120,6 +129,7 @@ class NodeStack:
             f"--state.dir={self.base_dir / 'actuator'}",
             *self.extra_actuator_flags,
         )
+        argv = [*self.launcher, *argv]
         self.actuator = ManagedProcess("actuator", argv, self.base_dir / "actuator.log").start()
         self.actuator.wait_ready(lambda: http_ok(self.actuator_url + "/healthz"))
 
@@ -200,9 +210,15 @@ class LocalStack:
         order: str = "fifo",
         poll_interval: str = "0.1s",
         swarm: bool = False,
+        placer_flags: list[str] | None = None,
+        exporter_flags: list[str] | None = None,
     ) -> None:
         self.dir = directory
         self.swarm = swarm
+        # None: no placer; a list (maybe empty): start one with these extra flags
+        self.placer_flags = placer_flags
+        self.placer: ManagedProcess | None = None
+        self.placer_port = 0
         self.swarm_node_ids: list[str] = []
         token = make_token_file(directory / "webhook.token")
         names = node_names or [socket.gethostname()]
@@ -216,6 +232,7 @@ class LocalStack:
                 order=order,
                 poll_interval=poll_interval,
                 token_file=token,
+                extra_exporter_flags=list(exporter_flags or []),
             )
             for i, name in enumerate(names)
         ]
@@ -232,6 +249,8 @@ class LocalStack:
             if self.swarm:
                 engines = [node.engine for node in self.nodes if node.engine is not None]
                 self.swarm_node_ids = form_swarm(engines)
+                names = [node.node_name for node in self.nodes]
+                name_nodes(engines[0], dict(zip(self.swarm_node_ids, names, strict=True)))
                 progress(f"swarm of {len(engines)} nodes on 127.0.0.1")
             for node in self.nodes:
                 node.start_services(progress)
@@ -256,13 +275,36 @@ class LocalStack:
             ).start()
             progress(f"prometheus at {self.prometheus.url} (1 s scrape and evaluation)")
             self._record()
+            if self.placer_flags is not None:
+                self.start_placer()
+                progress(f"placer at {self.placer_url}")
+                self._record()
         except BaseException:
             self.stop()
             raise
         return self
 
+    @property
+    def placer_url(self) -> str:
+        return f"http://127.0.0.1:{self.placer_port}"
+
+    def start_placer(self) -> None:
+        """``gpuguard placer`` on loopback, reading the records from this stack's Prometheus."""
+        assert self.prometheus is not None
+        self.placer_port = free_port(DEFAULT_PORTS["placer"])
+        argv = gpuguard_argv(
+            "placer",
+            f"--web.listen-address=127.0.0.1:{self.placer_port}",
+            f"--prometheus.url={self.prometheus.url}",
+            *(self.placer_flags or []),
+        )
+        self.placer = ManagedProcess("placer", argv, self.dir / "placer.log").start()
+        self.placer.wait_ready(lambda: http_ok(self.placer_url + "/healthz"))
+
     def _record(self) -> None:
         entries: list[dict[str, Any]] = []
+        if self.placer is not None:
+            entries.append({"kind": "process", "name": "placer", "pid": self.placer.pid})
         for service in (self.prometheus, self.alertmanager):
             if service is not None and service.process is not None:
                 entries.append(
@@ -280,6 +322,8 @@ class LocalStack:
             )
         if self.alertmanager is not None:
             lines.append(f"  Alertmanager  {self.alertmanager.url}")
+        if self.placer is not None:
+            lines.append(f"  Placer        {self.placer_url}/api/v1/nodes")
         for node in self.nodes:
             lines.append(
                 f"  [{node.node_name}] exporter {node.exporter_url}/metrics  "
@@ -291,6 +335,9 @@ class LocalStack:
         return "\n".join(lines)
 
     def stop(self) -> None:
+        if self.placer is not None:
+            self.placer.stop()
+            self.placer = None
         if self.swarm:
             leave_swarm([node.engine for node in self.nodes if node.engine is not None])
         for service in (self.prometheus, self.alertmanager):
@@ -349,6 +396,7 @@ def _is_ours(pid: int, name: str) -> bool:
         "prometheus": "prometheus",
         "alertmanager": "alertmanager",
         "watchdog": "gpuguard.actuator.watchdog",
+        "placer": "placer",
     }
     return markers.get(name, name) in cmdline
 

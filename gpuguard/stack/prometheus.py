@@ -33,8 +33,8 @@ Targets = Sequence[str] | Mapping[str, str]
 def render_prometheus_config(
     *,
     profile: str = "fast",
-    exporters: Targets = ("127.0.0.1:9835",),
-    actuators: Targets = ("127.0.0.1:9836",),
+    exporters: Targets = ("127.0.0.1:10835",),
+    actuators: Targets = ("127.0.0.1:10836",),
     alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
     rule_files: Sequence[Path] | None = None,
     deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
@@ -103,8 +103,8 @@ class PrometheusService(ConfiguredHttpService):
         *,
         port: int | None = None,
         profile: str = "fast",
-        exporters: Targets = ("127.0.0.1:9835",),
-        actuators: Targets = ("127.0.0.1:9836",),
+        exporters: Targets = ("127.0.0.1:10835",),
+        actuators: Targets = ("127.0.0.1:10836",),
         alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
         rule_files: Sequence[Path] | None = None,
     ) -> None:

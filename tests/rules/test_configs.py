@@ -18,7 +18,7 @@ from gpuguard.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_pr
 from tests.prereq import require_binary
 
 ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}
-NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines"}
+NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines", "NodeInStateZero"}
 
 
 def check(argv: list[str]) -> None:
@@ -92,7 +92,7 @@ def test_alertmanager_routes() -> None:
     assert (node_list["group_wait"], node_list["group_interval"]) == ("0s", "1s")
     [receiver] = config["receivers"]
     [webhook] = receiver["webhook_configs"]
-    assert webhook["url"] == "http://127.0.0.1:9836/api/v1/alerts"
+    assert webhook["url"] == "http://127.0.0.1:10836/api/v1/alerts"
     assert webhook["send_resolved"] is True
     assert webhook["http_config"]["authorization"]["type"] == "Bearer"
 
@@ -130,7 +130,7 @@ def test_per_node_routing(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("secret\n")
     text = render_alertmanager_config(
-        "http://127.0.0.1:9836/api/v1/alerts",
+        "http://127.0.0.1:10836/api/v1/alerts",
         token,
         node_webhooks={
             "node-a": "http://127.0.0.1:19836/api/v1/alerts",

@@ -212,3 +212,57 @@ def test_unreachable_exporter_fails_open_once(actuator: tuple[str, Controller]) 
     resume = [r for r in records if r["event"] == "resume_all"]
     assert resume and resume[0]["containers"] == ["c" * 64]
     assert "exporter unreachable" in resume[0]["why"]
+
+
+def test_node_list_does_not_ask_docker_on_every_request(actuator: tuple[str, Controller]) -> None:
+    url, controller = actuator
+    assert controller.marker is not None
+    asked: list[int] = []
+    node_id = controller.marker.node_id
+    controller.marker.node_id = lambda: asked.append(1) or node_id()  # type: ignore[method-assign]
+    with requests.Session() as session:
+        for _ in range(50):
+            assert session.get(url + "/api/v1/nodes", timeout=5).status_code == 200
+    assert len(asked) <= 1
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"[" * 5000 + b"]" * 5000, "nests too deeply"),
+        (fixture("firing.json").replace(b'"gpu": "0"', '"gpu": "²"'.encode()), "labels.gpu"),
+        (fixture("firing.json").replace(b'"gpu": "0"', b'"gpu": "' + b"7" * 5000 + b'"'), "gpu"),
+        (
+            fixture("firing.json").replace(
+                b'"startsAt": "2025-11-22T01:02:03.123456789Z"',
+                b'"startsAt": "9999-12-31T23:59:59-23:59"',
+            ),
+            "startsAt",
+        ),
+    ],
+)
+def test_authenticated_bad_inputs_get_a_400(
+    actuator: tuple[str, Controller], body: bytes, why: str
+) -> None:
+    url, controller = actuator
+    reply = post(url, body)
+    assert reply.status_code == 400 and why in reply.json()["error"], reply.text
+    registry = controller.metrics.registry
+    assert registry.get_sample_value("gpuguard_actuator_webhooks_total", {"code": "400"}) == 1
+
+
+def test_oversized_webhook_is_a_413_before_its_body(actuator: tuple[str, Controller]) -> None:
+    url, controller = actuator
+    reply = post(url, b"x" * (4 * 1024 * 1024 + 1))
+    assert reply.status_code == 413
+    registry = controller.metrics.registry
+    assert registry.get_sample_value("gpuguard_actuator_webhooks_total", {"code": "413"}) == 1
+
+
+def test_landing_page_gzip_and_process_metrics(actuator: tuple[str, Controller]) -> None:
+    url, _ = actuator
+    page = requests.get(url + "/", timeout=5)
+    assert page.status_code == 200 and 'href="/api/v1/nodes"' in page.text
+    metrics = requests.get(url + "/metrics", headers={"Accept-Encoding": "gzip"}, timeout=5)
+    assert metrics.headers["Content-Encoding"] == "gzip"
+    assert "\nprocess_cpu_seconds_total " in metrics.text  # requests decompressed it

@@ -145,3 +145,39 @@ def test_rfc3339_times(text: str, expected: datetime) -> None:
 def test_bad_rfc3339_times(text: str) -> None:
     with pytest.raises(ValueError):
         parse_rfc3339(text)
+
+
+def firing_with(**changes: Any) -> dict[str, Any]:
+    doc = load("firing.json")
+    alert = doc["alerts"][0]
+    for key, value in changes.items():
+        if key == "gpu":
+            alert["labels"]["gpu"] = value
+        else:
+            alert[key] = value
+    return doc
+
+
+def test_json_nested_a_thousand_deep_is_an_invalid_payload() -> None:
+    with pytest.raises(PayloadError, match="nests too deeply"):
+        parse_body(b"[" * 100_000 + b"]" * 100_000)
+
+
+@pytest.mark.parametrize("moment", ["9999-12-31T23:59:59-23:59", "9999-12-31T23:59:59.5-00:01"])
+def test_times_past_the_representable_range_are_invalid(moment: str) -> None:
+    with pytest.raises(PayloadError, match="startsAt"):
+        parse_message(firing_with(startsAt=moment))
+
+
+@pytest.mark.parametrize("label", ["²", "1" * 5000, "GPU-0", "-1", "0:x"])
+def test_gpu_label_must_be_an_index(label: str) -> None:
+    with pytest.raises(PayloadError, match=r"labels\.gpu"):
+        parse_message(firing_with(gpu=label))
+
+
+def test_gpu_label_of_a_mig_device_names_its_gpu() -> None:
+    assert parse_message(firing_with(gpu="1:2")).alerts[0].gpu == 1
+    assert parse_message(firing_with(gpu="3")).alerts[0].gpu == 3
+    doc = firing_with()
+    del doc["alerts"][0]["labels"]["gpu"]
+    assert parse_message(doc).alerts[0].gpu is None

@@ -367,7 +367,7 @@ def test_exporter_daemonset() -> None:
     assert flag(args, "path.procfs") == "/host/proc"
     assert flag(args, "node.name") == "$(NODE_NAME)"
     assert env_field(main, "NODE_NAME") == "spec.nodeName"
-    assert flag(args, "web.listen-address") == "$(POD_IP):9835"
+    assert flag(args, "web.listen-address") == "$(POD_IP):10835"
     assert env_field(main, "POD_IP") == "status.podIP"
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
@@ -477,7 +477,11 @@ def unit_defaults(name: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("name", "subcommand"),
-    [("gpuguard-exporter.service", "exporter"), ("gpuguard-actuator.service", "actuator")],
+    [
+        ("gpuguard-exporter.service", "exporter"),
+        ("gpuguard-actuator.service", "actuator"),
+        ("gpuguard-placer.service", "placer"),
+    ],
 )
 def test_systemd_exec_start(name: str, subcommand: str) -> None:
     argv = exec_start(name)
@@ -495,7 +499,12 @@ def test_systemd_exec_start(name: str, subcommand: str) -> None:
 
 
 def test_systemd_units_restart_and_harden() -> None:
-    for name in ("gpuguard-exporter.service", "gpuguard-actuator.service", "gpusim.service"):
+    for name in (
+        "gpuguard-exporter.service",
+        "gpuguard-actuator.service",
+        "gpuguard-placer.service",
+        "gpusim.service",
+    ):
         service = unit(name)["Service"]
         assert service["Restart"] == "on-failure", name
         assert service["NoNewPrivileges"] == "yes", name

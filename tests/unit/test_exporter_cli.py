@@ -18,6 +18,12 @@ def test_run_builds_docker_argv() -> None:
     ]  # fmt: skip
 
 
+def test_run_with_a_task_mode() -> None:
+    argv = docker_run_argv(["--deadline", "2s", "--task", "burst", "img"])
+    assert argv == ["docker", "run", "--label", "gpuguard.deadline=2s",
+                    "--label", "gpuguard.task=burst", "img"]  # fmt: skip
+
+
 def test_run_with_host_and_program_flags_left_alone() -> None:
     argv = docker_run_argv(
         ["--docker.host=unix:///d.sock", "--deadline=1500ms", "img", "--deadline", "3"]
@@ -29,7 +35,7 @@ def test_run_with_host_and_program_flags_left_alone() -> None:
 @pytest.mark.parametrize(
     "argv",
     [["img"], ["--deadline", "soon", "img"], ["--deadline", "0s", "img"], ["--deadline", "9s"],
-     ["--deadline"]],
+     ["--deadline"], ["--deadline", "9s", "--task", "Burst", "img"], ["--task=x", "img"]],
 )  # fmt: skip
 def test_run_rejects(argv: list[str]) -> None:
     with pytest.raises(ConfigError):
@@ -76,7 +82,18 @@ def test_events_query() -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["since=-1", "since=x", "timeout=61", "timeout=-1", "timeout=nan", "timeout=x", "foo=1"],
+    [
+        "since=-1",
+        "since=x",
+        "since=%C2%B2",  # '²': str.isdigit() says yes, int() says no
+        "since=" + "9" * 5000,  # int() refuses more than 4,300 digits
+        "timeout=61",
+        "timeout=-1",
+        "timeout=nan",
+        "timeout=x",
+        "timeout=%EF%BC%91",  # a fullwidth 1
+        "foo=1",
+    ],
 )
 def test_events_query_rejects(query: str) -> None:
     with pytest.raises(BadRequest):

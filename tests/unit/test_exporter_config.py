@@ -19,7 +19,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_defaults() -> None:
     config = load_config(parse(), env={})
-    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 9835)
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 10835)
     assert config.poll_interval_s == 0.1
     assert config.gpu_backend == "auto"
     assert config.gpusim_socket == Path("/run/gpusim/gpusim.sock")
@@ -63,7 +63,7 @@ def test_yaml_file_and_flag_precedence(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--web.listen-address", "9835"], "--web.listen-address"),
+        (["--web.listen-address", "10835"], "--web.listen-address"),
         (["--web.listen-address", "h:99999"], "--web.listen-address"),
         (["--poll.interval", "fast"], "--poll.interval"),
         (["--poll.interval", "1ms"], "between 10ms and 60s"),

@@ -160,6 +160,17 @@ def test_ratio() -> None:
     assert flags.ratio({"r": 1}, "r") == 1.0
 
 
+@pytest.mark.parametrize("value", ["x", "-0.1", "1", "nan", "inf"])
+def test_share_errors(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--s "):
+        flags.share({"s": value}, "s")
+
+
+def test_share() -> None:
+    assert flags.share({"s": "0"}, "s") == 0.0
+    assert flags.share({"s": 0.25}, "s") == 0.25
+
+
 def test_boolean() -> None:
     assert flags.boolean({"b": True}, "b") is True
     with pytest.raises(ConfigError, match=r"^--b: must be true or false, got 'yes'$"):

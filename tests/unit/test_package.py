@@ -14,13 +14,14 @@ import pytest
 from gpuguard import contract, resources
 
 REPO = Path(__file__).resolve().parents[2]
-TOP_LEVEL_PARTS = ("exporter", "actuator", "gpusim")
+TOP_LEVEL_PARTS = ("exporter", "actuator", "gpusim", "placer")
 #: What the deployed programs import; the harness (``gpuguard.stack``, the demo) is not.
 RUNTIME_ENTRY_MODULES = (
     "gpuguard.cli",
     "gpuguard.exporter.app",
     "gpuguard.actuator.app",
     "gpuguard.actuator.watchdog",
+    "gpuguard.placer.app",
     "gpuguard.gpusim.daemon",
     "gpuguard.gpusim.workload",
 )
@@ -96,11 +97,17 @@ def _documented(section: str) -> str:
         ("1", [e.value for e in contract.WorkloadEvent]),
         ("3", [p.value for p in contract.RUNNING_PHASES]),
         ("3", [e.value for e in contract.EventType]),
+        ("4", [m.value for m in contract.TaskMode]),
+        ("4", [c.value for c in contract.PriorityClass]),
+        ("8", [r.value for r in contract.ActionReason]),
         ("7", [a.value for a in contract.AlertAction]),
         ("8", [k.value for k in contract.ActionKind]),
         ("8", [r.value for r in contract.Result]),
         ("8", [s.value for s in contract.SkipReason]),
         ("8", [t.value for t in contract.TriggerSource]),
+        ("3", [r.value for r in contract.StateReason]),
+        ("9", [r.value for r in contract.RankReason]),
+        ("9", [r.value for r in contract.StateReason]),
     ],
 )
 def test_interfaces_doc_names_every_contract_value(section: str, names: list[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -231,12 +232,47 @@ def test_paused_container_is_waiting_not_idle() -> None:
     assert len(h.of("deadline_overrun")) == 1
 
 
+def test_burst_growing_again_after_its_kernel_is_a_new_task() -> None:
+    # a looping program that frees and re-allocates: visible when the kernel had ended
+    h = Harness(container(1))
+    h.own(100, 1, 5000)
+    h.poll(0.0, {100: CTX + GIB}, sm={100: 1.0})
+    h.poll(0.1, {100: CTX + GIB})
+    h.poll(0.2, {100: CTX})  # freed, still listed: no end in burst mode
+    h.poll(0.3, {100: CTX})
+    assert h.running() == ["draining"]
+    h.poll(0.4, {100: CTX + GIB})  # a new input phase
+    assert h.running() == ["input"] and h.tracker.recent[0].ended_at == pytest.approx(0.35)
+    assert h.tracker.running()[0].started_at == pytest.approx(0.35)
+
+
 def test_memory_back_to_zero_ends_a_burst() -> None:
     h = Harness(container(1))
     h.own(100, 1, 5000)
     h.poll(0.0, {100: GIB}, sm={100: 1.0})
     h.poll(0.1, {100: 0})
     assert h.tracker.running() == () and h.tracker.recent[0].ended_at == pytest.approx(0.05)
+
+
+def test_on_a_mig_device_without_samples_memory_decides() -> None:
+    # NVML gives MIG devices no utilization and no process samples: idleness is invisible
+    h = Harness(container(1, deadline_s=1.0), idle_timeout_s=2.0)
+    h.own(100, 1, 5000)
+
+    def mig_poll(t: float, procs: Mapping[int, int | None]) -> None:
+        s = sample(t, procs)
+        device = replace(s.devices[0], utilization_ratio=None, mig_index=1)
+        joined = join(replace(s, devices=(device,)), h.owners, h.containers)
+        h.tracker.update(joined, t, h.containers)
+
+    mig_poll(0.0, {})
+    mig_poll(0.1, {100: CTX + GIB})
+    for i in range(2, 50):
+        mig_poll(i / 10, {100: CTX + GIB})
+    (task,) = h.tracker.running()
+    assert task.gpu == "0:1" and task.busy_until is None and task.overrun
+    mig_poll(5.0, {})
+    assert h.tracker.recent[0].ended_at == pytest.approx(4.95)
 
 
 # --- process mode ----------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""HTTP for the placer on gpuguard's server core (``gpuguard/web``).
+
+Routes: ``GET /api/v1/placement`` and ``GET /api/v1/nodes`` (the bearer token when
+``--web.token-file`` is set, checked from the request head), ``GET /`` (landing page),
+``GET /healthz``, ``GET /metrics``. Everything the API decides lives in ``service``; this
+module only maps paths to its handlers and counts what the server answered on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuguard import __version__
+from gpuguard.placer.service import Placer, Reply
+from gpuguard.web import HttpServer, Request, Response, Router
+from gpuguard.web.render import SharedRender
+from gpuguard.web.routes import json_response, landing_page, text_response
+
+
+def placer_router(placer: Placer, token: str | None) -> Router:
+    router = Router(token)
+    page = landing_page(
+        "gpuguard placer",
+        __version__,
+        [
+            ("/api/v1/placement", "where a new real-time container goes (?deadline=&memory=)"),
+            ("/api/v1/nodes", "the ranked node list"),
+            ("/healthz", "health"),
+            ("/metrics", "Prometheus metrics"),
+        ],
+    )
+    for path, endpoint, handle in (
+        ("/api/v1/placement", "placement", placer.placement),
+        ("/api/v1/nodes", "nodes", placer.nodes),
+    ):
+        router.get(
+            path,
+            _json(handle),
+            auth=token is not None,
+            compress=True,
+            # the handler counts its own answers; count those the server gave (401, 408, ...)
+            observe=_count_refusals(placer, endpoint),
+        )
+    metrics = SharedRender(lambda: generate_latest(placer.metrics.registry))
+    router.get("/", lambda request: page)
+    router.get("/healthz", lambda request: text_response("ok\n"))
+    router.get(
+        "/metrics", lambda request: Response(200, metrics.get(), CONTENT_TYPE_LATEST), compress=True
+    )
+    return router
+
+
+def _json(handle: Callable[[str], Reply]) -> Callable[[Request], Response]:
+    def answer(request: Request) -> Response:
+        reply = handle(request.query)
+        return json_response(reply.doc, reply.code)
+
+    return answer
+
+
+def _count_refusals(placer: Placer, endpoint: str) -> Callable[[int], None]:
+    def observe(code: int) -> None:
+        if code in (401, 408, 413, 431):  # answered before the handler ran
+            placer.metrics.requests.labels(endpoint, str(code)).inc()
+
+    return observe
+
+
+def placer_server(address: tuple[str, int], placer: Placer, token: str | None) -> HttpServer:
+    """The placer's server, bound (raises OSError when the address is taken)."""
+    return HttpServer(address, placer_router(placer, token), name="gpuguard-placer")

@@ -1,0 +1,115 @@
+"""The exporter's endpoints without a socket: cached renders, long-poll waiting, the state."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from gpuguard.contract import EventType
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.http import EventWaiters, MetricsCache, SnapshotCache
+from gpuguard.exporter.state import program_name, state_json
+from tests.unit.exporter_fakes import GIB, sample, three_container_poller
+
+
+def test_snapshot_cache_renders_once_per_poll(tmp_path: Path) -> None:
+    backend, _, poller = three_container_poller(tmp_path / "proc")
+    renders: list[int] = []
+
+    def render(snap: object) -> bytes:
+        renders.append(1)
+        return b"body " * 100
+
+    cache = SnapshotCache(poller, render)
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    for _ in range(5):
+        assert cache.get() == b"body " * 100
+        assert gzip.decompress(cache.get(gzip=True)) == b"body " * 100
+    backend.next = sample(2.0, {100: GIB})
+    poller.poll_once()
+    cache.get()
+    assert len(renders) == 2
+
+
+def test_metrics_carry_process_metrics(tmp_path: Path) -> None:
+    backend, _, poller = three_container_poller(tmp_path / "proc")
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    text = MetricsCache(poller).body().decode()
+    assert "gpuguard_gpu_info{" in text
+    assert "\nprocess_resident_memory_bytes " in text and "\nprocess_open_fds " in text
+
+
+def test_state_shows_the_program_not_its_arguments(tmp_path: Path) -> None:
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
+    infos = list(containers.snapshot().values())
+    first = replace(infos[0], command="/usr/bin/python3 -m serve --db-password=hunter2")
+    containers.set(first, *infos[1:])
+    backend.next = sample(1.0, {100: GIB})
+    snap = poller.poll_once()
+    doc = state_json(snap)
+    commands = {c["name"]: c["command"] for c in doc["containers"]}
+    assert commands[first.name] == "python3"
+    assert "hunter2" not in str(doc)
+
+
+def test_program_name() -> None:
+    assert program_name("/usr/bin/python3 -m x --token=t") == "python3"
+    assert program_name("sleep 10") == "sleep"
+    assert program_name("") == ""
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_a_waiting_follower_wakes_when_another_thread_appends() -> None:
+    events = EventLog(10)
+    waiters = EventWaiters(events)
+
+    async def follow() -> object:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, lambda: threading.Thread(target=append, args=(events,)).start())
+        return await waiters.wait(0, timeout=5)
+
+    batch = run(follow())
+    assert [e["type"] for e in batch.events] == [EventType.TASK_STARTED]  # type: ignore[attr-defined]
+
+
+def append(events: EventLog) -> None:
+    events.append(EventType.TASK_STARTED, task_id="t")
+
+
+def test_waiting_ends_at_the_timeout_or_an_interrupt() -> None:
+    events = EventLog(10)
+    waiters = EventWaiters(events)
+
+    async def quiet() -> object:
+        return await waiters.wait(0, timeout=0.05)
+
+    assert run(quiet()).events == ()  # type: ignore[attr-defined]
+
+    async def interrupted() -> object:
+        interrupt = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.05, interrupt.set_result, None)
+        return await waiters.wait(0, timeout=30, interrupt=interrupt)
+
+    batch = run(interrupted())
+    assert batch.events == () and not batch.truncated  # type: ignore[attr-defined]
+
+
+def test_existing_events_and_truncation_answer_at_once() -> None:
+    events = EventLog(2)
+    waiters = EventWaiters(events)
+    for _ in range(3):
+        append(events)
+
+    async def behind() -> object:
+        return await waiters.wait(0, timeout=30)
+
+    batch = run(behind())
+    assert batch.truncated and len(batch.events) == 2  # type: ignore[attr-defined]
