@@ -165,8 +165,7 @@ class Controller:
             report.docker_down |= outcome.docker_down
             report.actions.append(_action_doc(action, outcome))
         for skip in decision.skips:
-            self.metrics.skip(skip.reason)
-            self._audit_skip(skip, source)
+            self._audit_skip(skip, source)  # counts it too, once per audit interval
             report.skips.append(
                 {"reason": skip.reason, "detail": skip.detail, "task_id": skip.task_id}
             )
