@@ -124,3 +124,20 @@ def test_no_poll_yet_renders_headers_only() -> None:
     text = TextRenderer().render(build_rows(None)).decode()
     assert "# TYPE gpuguard_exporter_polls_total counter" in text
     assert "{" not in text
+
+
+def test_label_cache_stays_bounded_with_container_churn(tmp_path: Path) -> None:
+    # Containers come and go: the label text of removed ones must not stay behind.
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
+    backend.next = sample(1.0)
+    renderer = TextRenderer()
+    sizes = []
+    for round_ in range(300):
+        containers.set(*(container(1000 + 10 * round_ + k) for k in range(10)))
+        poller.poll_once()
+        body = renderer.render_snapshot(poller.snapshot)
+        assert f"rt-{1000 + 10 * round_}" in body.decode()
+        sizes.append(len(renderer.cache))
+    # It may grow to a few times the live label sets before it trims, but no further.
+    assert sizes[0] > 20  # two label sets per container, plus the node's and the GPU's
+    assert max(sizes[-100:]) <= max(sizes[:100]) <= 20 * sizes[0], (sizes[0], max(sizes))
