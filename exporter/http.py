@@ -95,9 +95,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, self.server.metrics.body(), CONTENT_TYPE_METRICS)
             elif url.path == "/healthz":
                 reason = self.server.poller.health()
-                self._send(
-                    200 if reason is None else 503, f"{reason or 'ok'}\n".encode(), "text/plain"
-                )
+                detail = reason or self.server.poller.degraded() or "ok"
+                self._send(200 if reason is None else 503, f"{detail}\n".encode(), "text/plain")
             elif url.path == "/api/v1/state":
                 snap = self.server.poller.snapshot
                 if snap is None:

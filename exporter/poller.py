@@ -34,6 +34,7 @@ class ContainerSource(Protocol):
     connected: bool
     errors: int
     resync_duration_s: float
+    last_error: str | None
 
     def snapshot(self) -> Mapping[str, ContainerInfo]: ...
 
@@ -102,6 +103,23 @@ class Poller:
             None if self._ever_sampled else f"no successful GPU sample yet: {self._last_gpu_error}"
         )
 
+    def degraded(self) -> str | None:
+        """What fails while the exporter still serves (for /healthz), or None.
+
+        A failing source does not make the exporter unhealthy (a restart would not cure a
+        socket it may not open), but it must not look fine either: without Docker no GPU
+        process is attributed to a container, and the actuator can act on none.
+        """
+        snap = self.snapshot
+        if snap is None:
+            return None
+        failing = [
+            f"{source} source failing: {status.error or 'no answer'}"
+            for source, status in snap.sources.items()
+            if not status.success
+        ]
+        return "degraded: " + "; ".join(failing) if failing else None
+
     def poll_once(self) -> PollSnapshot:
         started = time.perf_counter()
         sample, gpu_status = self._sample_gpu()
@@ -123,7 +141,9 @@ class Poller:
             self.containers.connected,
             self.containers.resync_duration_s,
             self.containers.errors,
-            None if self.containers.connected else "docker engine not connected",
+            None
+            if self.containers.connected
+            else f"not connected to the docker engine ({self.containers.last_error or 'no answer yet'})",
         )
         snapshot = PollSnapshot(
             generation=self._polls,

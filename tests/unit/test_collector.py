@@ -92,6 +92,23 @@ def test_failing_gpu_backend_keeps_tasks_and_answers(setup) -> None:
                                    "name": "gpusim"}) is None  # fmt: skip
     assert [t.pid for t in snap.tasks] == [100]  # not ended because a sample is missing
     assert poller.health() is None  # it did sample once
+    assert poller.degraded() == "degraded: gpu source failing: gpusim at /x: cannot connect"
+
+
+def test_a_docker_source_that_fails_is_said_not_hidden(setup) -> None:
+    backend, containers, poller, registry = setup
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    assert poller.degraded() is None
+    containers.connected = False
+    containers.last_error = "Error while fetching server API version: Permission denied"
+    poller.poll_once()
+    v = registry.get_sample_value
+    assert v("gpuguard_exporter_collector_success", {"node": "node-a", "source": "docker"}) == 0
+    assert poller.health() is None  # still serving: a restart would not mend the socket
+    detail = poller.degraded()
+    assert detail is not None and detail.startswith("degraded: docker source failing")
+    assert "Permission denied" in detail
 
 
 def test_text_renderer_matches_the_collector(setup) -> None:
