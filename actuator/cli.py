@@ -1,4 +1,4 @@
-"""``gpuguard actuator`` and ``gpuguard nodes``."""
+"""``gpuguard actuator``, ``gpuguard guard`` and ``gpuguard nodes``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from gpuguard.actuator import guard
 from gpuguard.actuator.config import add_flags, load_config
 from gpuguard.actuator.errors import ConfigError
 
@@ -22,6 +23,7 @@ def register(subparsers: Any) -> None:
     )
     add_flags(run_parser)
     run_parser.set_defaults(func=run_actuator)
+    guard.register(subparsers)
 
     nodes_parser = subparsers.add_parser("nodes", help="show the actuator's node list")
     nodes_parser.add_argument(

@@ -52,8 +52,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # http.server's naming
         path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            self._reply(200, b"ok\n", "text/plain")
+        if path == "/healthz":  # 200 while serving; the body says what is degraded
+            self._reply(200, (self.server.controller.health() + "\n").encode(), "text/plain")
         elif path == "/api/v1/nodes":
             self._json(200, self.server.controller.node_doc())
         elif path == "/metrics":

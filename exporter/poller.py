@@ -69,6 +69,10 @@ class PollSnapshot:
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
 
 
+def _not_connected(error: str | None) -> str:
+    return f"not connected to the docker engine ({error or 'no answer yet'})"
+
+
 class Poller:
     """Runs the pipeline at a fixed rate in its own thread."""
 
@@ -141,9 +145,7 @@ class Poller:
             self.containers.connected,
             self.containers.resync_duration_s,
             self.containers.errors,
-            None
-            if self.containers.connected
-            else f"not connected to the docker engine ({self.containers.last_error or 'no answer yet'})",
+            None if self.containers.connected else _not_connected(self.containers.last_error),
         )
         snapshot = PollSnapshot(
             generation=self._polls,

@@ -45,6 +45,7 @@ class Role(StrEnum):
 
     EXPORTER = "exporter"
     ACTUATOR = "actuator"
+    GUARD = "guard"
 
 
 COMPONENT_ROLES: frozenset[str] = frozenset(Role)
@@ -78,6 +79,7 @@ class ActionReason(StrEnum):
     RESUME_ALL = "resume_all"  # fail open, or the actuator stops
     MAX_PAUSE = "max_pause"  # paused longer than --max-pause
     RECONCILE = "reconcile"  # the journal's record has no reason left
+    JOURNAL_LOST = "journal_lost"  # the journal was unreadable: every managed pause undone
 
 
 class Result(StrEnum):
@@ -104,6 +106,8 @@ class SkipReason(StrEnum):
     MEMORY_PRESSURE = "memory_pressure"
     RUNS_ELSEWHERE = "runs_elsewhere"
     MAX_PAUSE_EXEMPT = "max_pause_exempt"
+    FAIL_OPEN = "fail_open"  # a resume_all alert fires for this node: no pauses meanwhile
+    STALE_ALERT = "stale_alert"  # a late duplicate of an alert already resolved (HA peers)
 
 
 class TriggerSource(StrEnum):

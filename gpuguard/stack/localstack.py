@@ -1,8 +1,9 @@
 """The whole gpuguard stack on loopback: one or more nodes, Prometheus and Alertmanager.
 
-A node is a private dockerd, a gpusim daemon, an exporter and an actuator. Every process
-is recorded in ``<dir>/stack.json`` so that another invocation (``gpuguard demo --stop``)
-can stop each by its PID and remove every container.
+A node is a private dockerd, a gpusim daemon, an exporter, an actuator and its guard (a
+process of its own, as in every deployment, sharing the actuator's state directory). Every
+process is recorded in ``<dir>/stack.json`` so that another invocation (``gpuguard demo
+--stop``) can stop each by its PID and remove every container.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.watchdog import WATCHDOG_PID_FILE
+from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.stack.alertmanager import AlertmanagerService
 from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
 from gpuguard.stack.gpusim import GpusimService
@@ -54,6 +55,7 @@ class NodeStack:
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
     actuator: ManagedProcess | None = None
+    guard: ManagedProcess | None = None
 
     token_file: Path | None = None
 
@@ -85,6 +87,7 @@ class NodeStack:
         progress(f"[{self.node_name}] gpusim (kernel time scale {self.time_scale})")
         self.start_exporter()
         progress(f"[{self.node_name}] exporter at {self.exporter_url}")
+        self.start_guard()
         self.start_actuator()
         progress(f"[{self.node_name}] actuator at {self.actuator_url}")
         return self
@@ -104,6 +107,21 @@ class NodeStack:
         self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
         self.exporter.wait_ready(lambda: http_ok(self.exporter_url + "/healthz"))
 
+    @property
+    def state_dir(self) -> Path:
+        """The actuator's --state.dir, which its guard shares."""
+        return self.base_dir / "actuator"
+
+    def start_guard(self) -> None:
+        """``gpuguard guard`` on the actuator's state directory (before the actuator)."""
+        assert self.engine is not None
+        argv = gpuguard_argv(
+            "guard", f"--state.dir={self.state_dir}", f"--docker.host={self.engine.url}"
+        )
+        self.guard = ManagedProcess("guard", argv, self.base_dir / "guard.log").start()
+        lease_path = self.state_dir / GUARD_LEASE
+        self.guard.wait_ready(lease_path.exists)
+
     def start_actuator(self) -> None:
         assert self.engine is not None
         self.token_file = self.token_file or make_token_file(self.base_dir / "webhook.token")
@@ -117,7 +135,7 @@ class NodeStack:
             f"--node.name={self.node_name}",
             f"--policy.order={self.order}",
             f"--mode={self.actuator_mode}",
-            f"--state.dir={self.base_dir / 'actuator'}",
+            f"--state.dir={self.state_dir}",
             *self.extra_actuator_flags,
         )
         self.actuator = ManagedProcess("actuator", argv, self.base_dir / "actuator.log").start()
@@ -131,12 +149,10 @@ class NodeStack:
         """What ``stop_recorded`` needs to stop this node from another process."""
         out: list[dict[str, Any]] = []
         gpusim = self.gpusim.process if self.gpusim is not None else None
-        for proc in (self.actuator, self.exporter, gpusim):
+        # In stopping order: the actuator (it resumes what it paused), then its guard.
+        for proc in (self.actuator, self.guard, self.exporter, gpusim):
             if proc is not None:
                 out.append({"kind": "process", "name": proc.name, "pid": proc.pid})
-        watchdog = self.watchdog_pid
-        if watchdog is not None:
-            out.append({"kind": "process", "name": "watchdog", "pid": watchdog})
         if self.engine is not None and self.engine.process is not None:
             out.append(
                 {
@@ -149,23 +165,14 @@ class NodeStack:
             )
         return out
 
-    @property
-    def watchdog_pid(self) -> int | None:
-        """The actuator's watchdog (its lease against ``kill -9``), if it wrote its pidfile."""
-        path = self.base_dir / "actuator" / WATCHDOG_PID_FILE
-        try:
-            return int(path.read_text())
-        except (OSError, ValueError):
-            return None
-
     def stop_actuator(self) -> None:
-        """SIGTERM (it resumes what it paused), then its watchdog, by their PIDs."""
+        """SIGTERM (it resumes what it paused), then its guard, by their PIDs."""
         if self.actuator is not None:
             self.actuator.stop()
             self.actuator = None
-        watchdog = self.watchdog_pid
-        if watchdog is not None and _is_ours(watchdog, "watchdog"):
-            stop_pid(watchdog, timeout=10)  # it exits by itself once the actuator is gone
+        if self.guard is not None:
+            self.guard.stop()
+            self.guard = None
 
     def stop(self) -> None:
         # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
@@ -348,7 +355,7 @@ def _is_ours(pid: int, name: str) -> bool:
         "actuator": "actuator",
         "prometheus": "prometheus",
         "alertmanager": "alertmanager",
-        "watchdog": "gpuguard.actuator.watchdog",
+        "guard": " guard ",
     }
     return markers.get(name, name) in cmdline
 

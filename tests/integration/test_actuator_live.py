@@ -1,7 +1,8 @@
 """The actuator against a real private dockerd, gpusim, workload containers and exporter.
 
-Every service is a real subprocess stopped by its PID; the actuator's watchdog is found
-through its pidfile and stopped too; every container is removed by the fixtures.
+Every service is a real subprocess stopped by its PID: each actuator, and one guard
+(``gpuguard guard``, its own process as deployed) per state directory; every container is
+removed by the fixtures.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from exporter_support import ExporterProcess, sim_mounts, workload_args, workloa
 from gpuguard.actuator.audit import AuditLog, read_audit
 from gpuguard.actuator.executor import DockerExecutor
 from gpuguard.actuator.journal import Journal
+from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.actuator.policy import PAUSE, Action
-from gpuguard.actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
+from gpuguard.stack.process import ManagedProcess, free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -38,8 +39,23 @@ TOKEN = "integration-token"
 MANAGED = {"gpuguard.managed": "true"}
 
 
+class GuardProcess:
+    """``python -m gpuguard.cli guard`` on a state directory, stopped by its PID."""
+
+    def __init__(self, state_dir: Path, docker_url: str, *extra: str) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "gpuguard.cli", "guard", f"--state.dir={state_dir}",
+                f"--docker.host={docker_url}", *extra]  # fmt: skip
+        self.state_dir = state_dir
+        self.process = ManagedProcess("guard", argv, state_dir / "guard.log").start()
+        self.process.wait_ready((state_dir / GUARD_LEASE).exists, 30)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
 class ActuatorProcess:
-    """``python -m gpuguard.cli actuator`` on a free port; stop() also stops its watchdog."""
+    """``python -m gpuguard.cli actuator`` on a free port, stopped by its PID."""
 
     def __init__(self, state_dir: Path, exporter_url: str, docker_url: str, *extra: str) -> None:
         self.port = free_port()
@@ -60,13 +76,11 @@ class ActuatorProcess:
             *extra,
         ]  # fmt: skip
         self.process: ManagedProcess | None = None
-        self.watchdogs: list[int] = []
 
     def start(self) -> ActuatorProcess:
         log = self.state_dir / f"actuator-{self.port}.log"
         self.process = ManagedProcess("actuator", self.argv, log).start()
         self.process.wait_ready(lambda: requests.get(self.url + "/healthz", timeout=1).ok, 30)
-        self.watchdogs.append(int((self.state_dir / WATCHDOG_PID_FILE).read_text()))
         return self
 
     @property
@@ -77,8 +91,6 @@ class ActuatorProcess:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
-        for pid in self.watchdogs:  # they exit on their own once the actuator is gone
-            stop_pid(pid, timeout=10)
 
     def post(self, body: bytes, token: str | None = TOKEN) -> requests.Response:
         headers = {"Content-Type": "application/json"}
@@ -108,18 +120,23 @@ def exporter_flags() -> tuple[str, ...]:
 def actuator_factory(
     dockerd: PrivateDockerd, exporter: ExporterProcess, tmp_path: Path
 ) -> Iterator[Callable[..., ActuatorProcess]]:
+    """Start an actuator, and a guard on its state directory unless one runs there."""
     made: list[ActuatorProcess] = []
+    guards: dict[Path, GuardProcess] = {}
 
     def start(*extra: str, state_dir: Path | None = None) -> ActuatorProcess:
-        proc = ActuatorProcess(
-            state_dir or tmp_path / "actuator", exporter.url, dockerd.url, *extra
-        )
+        state_dir = state_dir or tmp_path / "actuator"
+        if state_dir not in guards:
+            guards[state_dir] = GuardProcess(state_dir, dockerd.url)
+        proc = ActuatorProcess(state_dir, exporter.url, dockerd.url, *extra)
         made.append(proc)
         return proc.start()
 
     yield start
-    for proc in made:
+    for proc in made:  # actuators first: on SIGTERM they resume what they paused
         proc.stop()
+    for guard in guards.values():
+        guard.stop()
 
 
 def kernel_intervals(sim: GpusimService, names: list[str]) -> dict[str, list[tuple[float, float]]]:
@@ -213,7 +230,7 @@ def _workload_with_waiters(
     ]  # fmt: skip
 
 
-def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
+def test_kill_9_guard_resumes_and_restart_respects_max_pause(
     sim: GpusimService,
     docker_client: Any,
     run_python_container: Callable[..., Any],
@@ -230,23 +247,30 @@ def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
         what="two containers paused by the actuator",
         interval=0.05,
     )
+    held = {c.id for c in workers if paused(docker_client, c)}
     os.kill(first.pid, signal.SIGKILL)
     wait_for(
         lambda: not any(paused(docker_client, c) for c in workers),
         timeout=10,
-        what="the watchdog resumed every container",
+        what="the guard resumed every container",
         interval=0.05,
     )
-    watchdog_records = [r for r in first.audit() if r["event"] == "watchdog_resume"]
-    assert len(watchdog_records) >= 2
+
+    # The guard writes its audit line after the unpause: wait for it, do not race it.
+    def guard_resumed() -> set[str]:
+        return {
+            r["container_id"]
+            for r in first.audit()
+            if r["event"] == "guard_resume" and r["result"] == "ok"
+        }
+
+    wait_for(lambda: held <= guard_resumed(), 10, "the guard's audit records", interval=0.05)
     wait_for(
-        lambda: not _alive(first.watchdogs[0]),
+        lambda: json.loads((state_dir / "journal.json").read_text())["paused"] == {},
         timeout=10,
-        what="the watchdog exited",
+        what="the guard emptied the dead actuator's journal",
         interval=0.05,
     )
-    journal = json.loads((state_dir / "journal.json").read_text())
-    assert journal["paused"] == {}
 
     # Restart with a short --max-pause: it admits again, but never holds anyone longer.
     second = actuator_factory("--mode=fast", "--max-pause=2s", state_dir=state_dir)
@@ -265,14 +289,6 @@ def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
         time.sleep(0.05)
     assert max(longest.values(), default=0.0) <= 2.0 + 1.5, longest
     assert all(c.wait(timeout=5)["StatusCode"] == 0 for c in workers)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_bad_requests_and_unknown_targets_change_nothing(

@@ -25,8 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def actuator_config(tmp_path: Path, **values: Any) -> Config:
-    (tmp_path / "token").write_text("t0ken-for-tests")
-    (tmp_path / "token").chmod(0o600)
+    if not (tmp_path / "token").exists():
+        (tmp_path / "token").write_text("t0ken-for-tests")
+        (tmp_path / "token").chmod(0o600)
     return validate(
         {f.name: f.default for f in FLAGS}
         | {

@@ -171,3 +171,28 @@ def test_cli_prints_one_line_and_exits_2(files: dict[str, str], capsys: Any) -> 
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and err.startswith("gpuguard actuator: --policy.order")
+
+
+def test_state_dir_audit_log_and_token_permissions(tmp_path: Path) -> None:
+    from gpuguard.actuator.audit import AuditLog
+    from tests.unit.actuator_support import actuator_config
+
+    state = tmp_path / "state"
+    config = actuator_config(tmp_path)
+    assert state.stat().st_mode & 0o777 == 0o700  # the journal names every tenant
+    assert not any("token" in w for w in config.warnings)
+    state.chmod(0o755)  # made by hand, or by an image, wider than it should be
+    (tmp_path / "token").write_text("t0ken")
+    (tmp_path / "token").chmod(0o644)
+    config = actuator_config(tmp_path)
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert any("every user of this host can read the webhook token" in w for w in config.warnings)
+    (tmp_path / "token").chmod(0o640)  # a group that needs it (Alertmanager) is fine
+    assert not any("token" in w for w in actuator_config(tmp_path).warnings)
+    audit = AuditLog(state / "audit.jsonl")
+    audit.write("start")
+    audit.close()
+    assert (state / "audit.jsonl").stat().st_mode & 0o777 == 0o600
+    (state / "audit.jsonl").chmod(0o644)
+    AuditLog(state / "audit.jsonl").close()
+    assert (state / "audit.jsonl").stat().st_mode & 0o777 == 0o600
