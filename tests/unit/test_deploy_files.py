@@ -33,7 +33,7 @@ COMPOSE = DEPLOY / "compose.yaml"
 KUBERNETES = DEPLOY / "kubernetes"
 SYSTEMD = DEPLOY / "systemd"
 
-SERVICES = {"exporter", "actuator", "prometheus", "alertmanager", "grafana"}
+SERVICES = {"exporter", "actuator", "guard", "prometheus", "alertmanager", "grafana"}
 # Host paths the compose services may bind besides files of this repository.
 HOST_PATHS = {"/proc", "/var/run/docker.sock", "/run/gpusim"}
 # Written by the operator per host and ignored by git (deploy/compose/.gitignore).
@@ -141,13 +141,16 @@ def test_compose_services() -> None:
     assert images["prometheus"].startswith("prom/prometheus:")
     assert images["alertmanager"].startswith("prom/alertmanager:")
     assert images["grafana"].startswith("grafana/grafana:")
-    for name in ("exporter", "actuator"):
+    for name in ("exporter", "actuator", "guard"):
         assert services[name]["build"]["dockerfile"] == "deploy/Dockerfile"
         assert services[name]["labels"]["gpuguard.role"] == name
 
 
 def test_compose_listens_on_loopback_only() -> None:
     for name, service in compose()["services"].items():
+        if name == "guard":  # Docker's socket and a volume: no network at all
+            assert service["network_mode"] == "none"
+            continue
         # Host networking and no published ports: each service binds 127.0.0.1 itself.
         assert service.get("network_mode") == "host", name
         for port in service.get("ports", []):
@@ -199,12 +202,27 @@ def test_compose_exporter_and_actuator_privileges() -> None:
     assert "pid" not in actuator
     hosts = {split_volume(v)[0] for v in actuator["volumes"]} & HOST_PATHS
     assert hosts == {"/var/run/docker.sock"}
-    for service in (exporter, actuator):
+    for service in (exporter, actuator, services["guard"]):
         assert service["cap_drop"] == ["ALL"]
         assert service["read_only"] is True
 
 
-@pytest.mark.parametrize("name", ["exporter", "actuator"])
+def test_compose_guard_outlives_the_actuator() -> None:
+    """Its own container on the actuator's state volume: the actuator's PID 1 dying (or
+    `docker compose stop actuator`) does not end it, and compose stops it last."""
+    services = compose()["services"]
+    guard, actuator = services["guard"], services["actuator"]
+    state = {split_volume(v)[0]: split_volume(v)[1] for v in actuator["volumes"]}
+    guard_state = {split_volume(v)[0]: split_volume(v)[1] for v in guard["volumes"]}
+    assert state["actuator-state"] == guard_state["actuator-state"]
+    argv = [expand(a) for a in guard["command"]]
+    assert flag(argv, "state.dir") == state["actuator-state"]
+    assert flag(argv, "state.dir") == flag([expand(a) for a in actuator["command"]], "state.dir")
+    assert {split_volume(v)[0] for v in guard["volumes"]} & HOST_PATHS == {"/var/run/docker.sock"}
+    assert "guard" in actuator["depends_on"]
+
+
+@pytest.mark.parametrize("name", ["exporter", "actuator", "guard"])
 def test_compose_commands_parse(name: str) -> None:
     argv = [expand(a) for a in compose()["services"][name]["command"]]
     assert argv[0] == name
@@ -391,7 +409,7 @@ def test_actuator_daemonset() -> None:
     assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
 
 
-@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator"])
+@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"])
 def test_kubernetes_containers_are_not_privileged(name: str) -> None:
     spec = pod_spec(name)
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -403,25 +421,46 @@ def test_kubernetes_containers_are_not_privileged(name: str) -> None:
         assert set(context["capabilities"].get("add", [])) <= {"CHOWN"}
 
 
-@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator"])
+@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"])
 def test_kubernetes_args_parse(name: str) -> None:
     args = [re.sub(r"\$\((\w+)\)", "10.0.0.1", a) for a in container(name)["args"]]
     assert_parses(args, f"DaemonSet {name}")
 
 
-def test_rbac_is_least_privilege() -> None:
-    roles = {**by_kind("ClusterRole"), **by_kind("Role")}
-    assert set(roles) == {"gpuguard-actuator"}
-    for role in roles.values():
-        for rule in role["rules"]:
-            for key in ("apiGroups", "resources", "verbs"):
-                assert "*" not in rule[key], f"wildcard in {key}"
-            assert rule["resources"] == ["nodes"]
-            assert set(rule["verbs"]) <= {"get", "patch"}
-    (binding,) = by_kind("ClusterRoleBinding").values()
-    assert binding["roleRef"]["name"] == "gpuguard-actuator"
-    assert [s["name"] for s in binding["subjects"]] == ["gpuguard-actuator"]
-    assert pod_spec("gpuguard-actuator")["serviceAccountName"] == "gpuguard-actuator"
+def test_no_kubernetes_api_access() -> None:
+    # Nothing in gpuguard calls the Kubernetes API (no taint, no Node label is set), so no
+    # role, binding or mounted ServiceAccount token.
+    assert {**by_kind("ClusterRole"), **by_kind("Role")} == {}
+    assert {**by_kind("ClusterRoleBinding"), **by_kind("RoleBinding")} == {}
+    for name in ("gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"):
+        assert pod_spec(name)["automountServiceAccountToken"] is False, name
+    text = "\n".join(p.read_text() for p in KUBERNETES.glob("*.yaml"))
+    assert "gpuguard.io/unprovisionable" not in text, "a taint no code sets"
+
+
+def test_guard_daemonset_shares_the_actuator_state() -> None:
+    guard, actuator = pod_spec("gpuguard-guard"), pod_spec("gpuguard-actuator")
+    main = container("gpuguard-guard")
+    assert main["args"][0] == "guard"
+    state = flag(container("gpuguard-actuator")["args"], "state.dir")
+    assert flag(main["args"], "state.dir") == state
+    paths = {v["hostPath"]["path"] for v in guard["volumes"] if "hostPath" in v}
+    assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
+    assert guard["nodeSelector"] == actuator["nodeSelector"]
+    assert "hostNetwork" not in guard and "ports" not in main
+
+
+def test_service_monitors_label_targets_with_their_node() -> None:
+    # GpuguardExporterDown comes from `up`, which has only target labels: without `node`
+    # Alertmanager cannot route it to the node's actuator.
+    for name, monitor in by_kind("ServiceMonitor").items():
+        for endpoint in monitor["spec"]["endpoints"]:
+            relabel = endpoint.get("relabelings", [])
+            assert {
+                "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                "targetLabel": "node",
+            } in relabel, name
+            assert endpoint.get("honorLabels") is True, name
 
 
 def load_generator() -> ModuleType:
@@ -477,7 +516,11 @@ def unit_defaults(name: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     ("name", "subcommand"),
-    [("gpuguard-exporter.service", "exporter"), ("gpuguard-actuator.service", "actuator")],
+    [
+        ("gpuguard-exporter.service", "exporter"),
+        ("gpuguard-actuator.service", "actuator"),
+        ("gpuguard-guard.service", "guard"),
+    ],
 )
 def test_systemd_exec_start(name: str, subcommand: str) -> None:
     argv = exec_start(name)
@@ -490,14 +533,17 @@ def test_systemd_exec_start(name: str, subcommand: str) -> None:
         if re.fullmatch(r"\$\w+", arg):  # $VAR: split into words, empty when unset
             continue
         resolved.append(re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], arg))
-    assert is_loopback_listen(flag(resolved, "web.listen-address") or "")
+    if subcommand != "guard":  # the guard listens nowhere
+        assert is_loopback_listen(flag(resolved, "web.listen-address") or "")
     assert_parses(resolved, name)
 
 
 def test_systemd_units_restart_and_harden() -> None:
-    for name in ("gpuguard-exporter.service", "gpuguard-actuator.service", "gpusim.service"):
+    units = ("gpuguard-exporter.service", "gpuguard-actuator.service", "gpuguard-guard.service")
+    for name in (*units, "gpusim.service"):
         service = unit(name)["Service"]
-        assert service["Restart"] == "on-failure", name
+        # The guard comes back even after a clean exit: it must always be there.
+        assert service["Restart"] == ("always" if name == "gpuguard-guard.service" else "on-failure")
         assert service["NoNewPrivileges"] == "yes", name
         assert service["ProtectSystem"] == "strict", name
         assert service.get("CapabilityBoundingSet") == "", name
@@ -512,6 +558,19 @@ def test_systemd_units_restart_and_harden() -> None:
     assert "ExecStopPost" not in actuator  # SIGTERM itself resumes (unit comment)
     gpusim = exec_start("gpusim.service")
     assert gpusim[0].endswith("/gpusim") and gpusim[1] == "serve"
+
+
+def test_systemd_guard_is_its_own_unit_on_the_actuator_state() -> None:
+    actuator, guard = unit("gpuguard-actuator.service"), unit("gpuguard-guard.service")
+    for part in (actuator, guard):
+        assert part["Service"]["User"] == "gpuguard"  # one dynamic UID for both
+        assert part["Service"]["StateDirectory"] == "gpuguard/actuator"
+        assert part["Service"]["StateDirectoryMode"] == "0700"
+    assert "gpuguard-guard.service" in actuator["Unit"]["Wants"]
+    assert "gpuguard-actuator.service" in guard["Unit"]["Before"]  # stopped after it
+    assert "PartOf" not in guard["Unit"] and "BindsTo" not in guard["Unit"]
+    assert guard["Service"]["PrivateNetwork"] == "yes"
+    assert flag(exec_start("gpuguard-guard.service"), "state.dir") == "${STATE_DIRECTORY}"
 
 
 def test_systemd_env_example_sets_only_known_variables() -> None:
