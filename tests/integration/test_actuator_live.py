@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -344,3 +345,62 @@ def test_bad_requests_and_unknown_targets_change_nothing(
     finally:
         for container in idle:
             container.remove(force=True)
+
+
+def _exporter_down(node: str, status: str = "firing", ends: str = "0001-01-01T00:00:00Z") -> bytes:
+    doc = json.loads((REPO / "tests" / "fixtures" / "alertmanager" / "firing.json").read_text())
+    labels = {"alertname": "GpuguardExporterDown", "node": node, "severity": "critical",
+              "job": "gpuguard-exporter", "instance": "127.0.0.1:9835"}  # fmt: skip
+    doc.update(groupKey=f'{{}}:{{alertname="GpuguardExporterDown",node="{node}"}}', status=status)
+    doc["alerts"] = [
+        {"status": status, "labels": labels, "annotations": {},
+         "startsAt": "2025-11-22T01:00:00Z", "endsAt": ends, "generatorURL": "",
+         "fingerprint": f"down-{node}"}
+    ]  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+def test_resume_all_is_node_scoped_and_idempotent(
+    sim: GpusimService,
+    docker_client: Any,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+) -> None:
+    actuator = actuator_factory("--mode=both")
+    workers = _workload_with_waiters(sim, run_python_container, "hold", 2, "80")
+    held = wait_for(
+        lambda: next((c for c in workers if paused(docker_client, c)), None),
+        timeout=20,
+        what="one tenant waiting paused",
+        interval=0.05,
+    )
+
+    def actions(kind: str) -> list[dict[str, Any]]:
+        return [r for r in actuator.audit() if r["event"] == "action" and r.get("action") == kind
+                and r.get("container_id") == held.id and r["result"] == "ok"]  # fmt: skip
+
+    # GpuguardExporterDown for another node: nothing happens here.
+    assert actuator.post(_exporter_down("elsewhere")).status_code == 200
+    time.sleep(1.0)
+    assert paused(docker_client, held) and actions("unpause") == []
+
+    # 100 duplicate deliveries for this node (at least once, from two Alertmanagers).
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        codes = list(pool.map(lambda _: actuator.post(_exporter_down("itest")).status_code,
+                              range(100)))  # fmt: skip
+    assert codes == [200] * 100
+    wait_for(lambda: not paused(docker_client, held), 5, "the held tenant resumed", 0.05)
+    time.sleep(2.0)  # the fast path keeps deciding meanwhile
+    unpauses, pauses = len(actions("unpause")), len(actions("pause"))
+    print(f"\n100 duplicate resume_all deliveries: {unpauses} unpause(s), {pauses} pause(s) "
+          "of the held tenant (1 pause before the alert)")  # fmt: skip
+    assert (unpauses, pauses) == (1, 1)
+    assert not paused(docker_client, held)
+    health = requests.get(actuator.url + "/healthz", timeout=5).text
+    assert "failing open" in health, health
+
+    resolved = _exporter_down("itest", "resolved", "2025-11-22T01:10:00Z")
+    assert actuator.post(resolved).status_code == 200
+    assert "failing open" not in requests.get(actuator.url + "/healthz", timeout=5).text
+    assert actuator.post(_exporter_down("itest")).status_code == 200  # a late duplicate
+    assert "failing open" not in requests.get(actuator.url + "/healthz", timeout=5).text
