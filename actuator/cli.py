@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -27,7 +28,10 @@ def register(subparsers: Any) -> None:
 
     nodes_parser = subparsers.add_parser("nodes", help="show the actuator's node list")
     nodes_parser.add_argument(
-        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:9836"
+        "--actuator.url",
+        dest="actuator_url",
+        default=os.environ.get("GPUGUARD_ACTUATOR_URL", "http://127.0.0.1:9836"),
+        help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
     )
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     nodes_parser.set_defaults(func=show_nodes)

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.stack.alertmanager import AlertmanagerService
+from gpuguard.stack.appimage import ensure_app_image
 from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image
@@ -28,10 +29,16 @@ from gpuguard.stack.prometheus import PrometheusService
 from gpuguard.stack.swarm import form_swarm, leave_swarm
 
 RECORD = "stack.json"
-STACK_PARTS = ("prometheus", "alertmanager", "logs", "report.txt", "webhook.token")
+STACK_PARTS = ("prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "env")
+ENV_FILE = "env"
 # The usual ports when they are free (the first node's exporter and actuator), else any.
 DEFAULT_PORTS = {"exporter": 9835, "actuator": 9836, "prometheus": 9090, "alertmanager": 9093}
 Progress = Callable[[str], None]
+# What README's demo section shows a new user (tests/integration/test_readme_demo.py runs it).
+USER_RUN_EXAMPLE = (
+    'gpuguard run --deadline 9s --managed -d --name rt-1 -v "$GPUSIM_DIR:/run/gpusim" '
+    "gpuguard/workload:local --size 13312 --repeat 3"
+)
 
 
 def gpuguard_argv(command: str, *flags: str) -> list[str]:
@@ -207,9 +214,12 @@ class LocalStack:
         order: str = "fifo",
         poll_interval: str = "0.1s",
         swarm: bool = False,
+        default_ports: bool = True,
     ) -> None:
+        """``default_ports``: the usual ports when they are free (the demo); else any."""
         self.dir = directory
         self.swarm = swarm
+        self.ports = DEFAULT_PORTS if default_ports else dict.fromkeys(DEFAULT_PORTS, 0)
         self.swarm_node_ids: list[str] = []
         token = make_token_file(directory / "webhook.token")
         names = node_names or [socket.gethostname()]
@@ -217,8 +227,8 @@ class LocalStack:
             NodeStack(
                 directory / f"node-{i}",
                 name,
-                exporter_port=DEFAULT_PORTS["exporter"] if i == 0 else 0,
-                actuator_port=DEFAULT_PORTS["actuator"] if i == 0 else 0,
+                exporter_port=self.ports["exporter"] if i == 0 else 0,
+                actuator_port=self.ports["actuator"] if i == 0 else 0,
                 time_scale=time_scale,
                 order=order,
                 poll_interval=poll_interval,
@@ -248,14 +258,14 @@ class LocalStack:
                 self.dir / "alertmanager",
                 first.actuator_url + "/api/v1/alerts",
                 self.token_file,
-                port=free_port(DEFAULT_PORTS["alertmanager"]),
+                port=free_port(self.ports["alertmanager"]),
                 node_webhooks={n.node_name: n.actuator_url + "/api/v1/alerts" for n in self.nodes},
             ).start()
             progress(f"alertmanager at {self.alertmanager.url}")
             self._record()
             self.prometheus = PrometheusService(
                 self.dir / "prometheus",
-                port=free_port(DEFAULT_PORTS["prometheus"]),
+                port=free_port(self.ports["prometheus"]),
                 profile="fast",
                 exporters={f"127.0.0.1:{n.exporter_port}": n.node_name for n in self.nodes},
                 actuators=[f"127.0.0.1:{n.actuator_port}" for n in self.nodes],
@@ -279,6 +289,31 @@ class LocalStack:
             entries += node.record()
         write_record(self.dir, entries)
 
+    def prepare_user_workloads(self) -> Path:
+        """Import the workload image into the first node's engine and write ``<dir>/env``.
+
+        ``. <dir>/env`` points the docker CLI, ``gpuguard run``, ``gpuguard ps`` and
+        ``gpuguard nodes`` at that node, and names its gpusim directory (``GPUSIM_DIR``) to
+        mount at ``/run/gpusim`` in a container running ``gpuguard/workload:local``.
+        """
+        node = self.nodes[0]
+        assert node.engine is not None and node.gpusim is not None
+        client = node.engine.client()
+        try:
+            ensure_app_image(client)
+        finally:
+            client.close()
+        lines = [
+            f"export DOCKER_HOST={node.engine.url}",
+            f"export GPUSIM_DIR={node.gpusim.dir}",
+            f"export GPUGUARD_EXPORTER_URL={node.exporter_url}",
+            f"export GPUGUARD_ACTUATOR_URL={node.actuator_url}",
+        ]
+        path = self.dir / ENV_FILE
+        path.write_text("# . this file: the demo's first node for docker and gpuguard\n"
+                        + "\n".join(lines) + "\n")  # fmt: skip
+        return path
+
     def urls_text(self) -> str:
         lines = ["The stack is up on 127.0.0.1:"]
         if self.prometheus is not None:
@@ -295,6 +330,13 @@ class LocalStack:
             lines.append(f"  [{node.node_name}] actuator {node.actuator_url}/api/v1/nodes")
             if node.engine is not None:
                 lines.append(f"  [{node.node_name}] docker   DOCKER_HOST={node.engine.url}")
+        if (self.dir / ENV_FILE).exists():
+            lines += [
+                "Run your own managed container with a deadline on it (README, The demo):",
+                f"  . {self.dir / ENV_FILE}",
+                f"  {USER_RUN_EXAMPLE}",
+                "  gpuguard ps",
+            ]
         return "\n".join(lines)
 
     def stop(self) -> None:

@@ -543,7 +543,8 @@ def test_systemd_units_restart_and_harden() -> None:
     for name in (*units, "gpusim.service"):
         service = unit(name)["Service"]
         # The guard comes back even after a clean exit: it must always be there.
-        assert service["Restart"] == ("always" if name == "gpuguard-guard.service" else "on-failure")
+        restart = "always" if name == "gpuguard-guard.service" else "on-failure"
+        assert service["Restart"] == restart, name
         assert service["NoNewPrivileges"] == "yes", name
         assert service["ProtectSystem"] == "strict", name
         assert service.get("CapabilityBoundingSet") == "", name
