@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+from gpuguard import flags
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
@@ -56,12 +57,7 @@ def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
 
 def run(config: Config) -> int:
     """Start everything, serve until a signal, resume what we paused, exit."""
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for warning in config.warnings:
-        log.warning(warning)
+    flags.start_logging(config.log_level, config.warnings, "gpuguard.actuator")
     lock = claim_journal(config.state_dir)
     journal, journal_lost = open_journal(config.state_dir)
     journal.save()

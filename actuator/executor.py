@@ -4,7 +4,7 @@
   in the wanted state is ``already``, and the ``gpuguard.managed`` / ``gpuguard.role`` labels
   are re-checked on the live container before any pause (the exporter's view may be stale).
 * A pause is written to the journal before it is taken, so a crash in between still leaves a
-  record the watchdog and the next start can undo.
+  record the guard and the next start can undo.
 * Connection errors are retried a few times, then the action fails with ``docker_down`` set
   (the webhook answers 503 so Alertmanager retries).
 """

@@ -223,12 +223,7 @@ class Guard:
 
 def run(config: GuardConfig) -> int:
     """Check every period until SIGTERM/SIGINT, then once more, and exit."""
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for warning in config.warnings:
-        log.warning(warning)
+    flags.start_logging(config.log_level, config.warnings, "gpuguard.guard")
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     guard = Guard(config, docker_api(config.docker_host), audit)
     stop = threading.Event()

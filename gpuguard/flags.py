@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,15 @@ from gpuguard.labels import LabelError, parse_duration
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+def start_logging(level: str, warnings: Iterable[str] = (), name: str = "gpuguard") -> None:
+    """Configure logging for a component once at start-up, then log its config warnings."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for warning in warnings:
+        logging.getLogger(name).warning(warning)
 
 
 class ConfigError(ValueError):

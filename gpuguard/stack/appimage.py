@@ -18,6 +18,7 @@ import importlib.metadata
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -102,12 +103,28 @@ def build_rootfs() -> bytes:
     return buf.getvalue()
 
 
+# What deploy/Dockerfile copies into its build stage: the wheel is built from these alone.
+DOCKERFILE_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "gpuguard", "exporter",
+                      "actuator", "gpusim", "rules", "grafana/dashboards", "deploy/prometheus",
+                      "deploy/alertmanager")  # fmt: skip
+
+
 def _install_gpuguard(site: Path) -> None:
-    """pip builds gpuguard's wheel and installs it into ``site``: gpuguard as shipped."""
+    """pip builds gpuguard's wheel from what the Dockerfile copies (a clean tree: no stale
+    ``build/`` of the checkout) and installs it into ``site``: gpuguard as shipped."""
+    source = site.parent / "src"
+    for name in DOCKERFILE_SOURCES:
+        origin = resources.IMPORT_ROOT / name
+        if origin.is_dir():
+            shutil.copytree(origin, source / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        else:
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, source / name)
     wheels = site.parent / "wheels"
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels),
-                    str(resources.IMPORT_ROOT)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)],
+                   check=True, capture_output=True)  # fmt: skip
     (wheel,) = wheels.glob("gpuguard-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site),
                     str(wheel)], check=True, capture_output=True)  # fmt: skip

@@ -119,6 +119,19 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
     assert ("ENTRYPOINT", '["gpuguard"]') in final
 
 
+def test_the_test_image_is_built_from_what_the_dockerfile_copies() -> None:
+    # gpuguard.stack.appimage stands in for the Dockerfile where nothing can be pulled.
+    from gpuguard.stack.appimage import DOCKERFILE_SOURCES
+
+    copied = [
+        source.rstrip("/")
+        for keyword, rest in dockerfile_instructions()
+        if keyword == "COPY" and not rest.startswith("--from")
+        for source in rest.split()[:-1]
+    ]
+    assert sorted(copied) == sorted(DOCKERFILE_SOURCES)
+
+
 def test_dockerfile_copies_existing_paths() -> None:
     for keyword, rest in dockerfile_instructions():
         if keyword != "COPY" or rest.startswith("--from"):
