@@ -60,6 +60,7 @@ def run(config: Config) -> int:
     flags.start_logging(config.log_level, config.warnings, "gpuguard.actuator")
     lock = claim_journal(config.state_dir)
     journal, journal_lost = open_journal(config.state_dir)
+    journal.max_pause_s = config.max_pause_s  # the guard enforces the same limit
     journal.save()
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     if journal_lost:

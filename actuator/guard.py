@@ -11,7 +11,8 @@ not systemd's ``KillMode=mixed``. Every half second it looks at the actuator:
 * **stuck** (someone holds the lock but the actuator's lease in the state directory was not
   renewed within ``--lease.timeout``): it resumes them too, without writing the journal,
   which is not its own while the actuator lives;
-* **alive**: it enforces ``--max-pause`` from the journal, whatever the actuator does.
+* **alive**: it enforces ``--max-pause`` from the journal (the stricter of its own and the
+  one the actuator recorded there), whatever the actuator does.
 
 A journal it cannot read is moved aside when the actuator is gone (kept for the operator)
 and every paused container labelled ``gpuguard.managed=true`` is resumed: it no longer says
@@ -165,16 +166,18 @@ class Guard:
     def _watch(self, resume_all: bool) -> None:
         """The actuator holds the journal: read it, resume what is due, never write it."""
         try:
-            paused = paused_entries(read_journal(self.journal_path))
+            doc = read_journal(self.journal_path)
+            paused = paused_entries(doc)
         except JournalCorrupt as exc:
             if resume_all:  # stuck, and its record unreadable: the managed fallback
                 self._undo_managed_pauses(f"actuator stuck, journal unreadable ({exc})")
             return
         self._resumed &= {(e.container_id, e.paused_at) for e in paused.values()}
+        limit = _max_pause(doc, self.config.max_pause_s)
         now = time.time()  # the journal's paused_at is wall time
         for entry in paused.values():
             key = (entry.container_id, entry.paused_at)
-            overdue = now - entry.paused_at > self.config.max_pause_s
+            overdue = now - entry.paused_at > limit
             if key in self._resumed or not (resume_all or overdue):
                 continue
             why = "actuator stuck" if resume_all else "paused longer than --max-pause"
@@ -219,6 +222,14 @@ class Guard:
         elif error is None and self._docker_down:
             log.info("docker engine answers again")
         self._docker_down = error is not None
+
+
+def _max_pause(doc: Mapping[str, Any], own: float) -> float:
+    """The stricter of the guard's --max-pause and the one the actuator recorded."""
+    recorded = doc.get("max_pause_s")
+    if isinstance(recorded, int | float) and not isinstance(recorded, bool) and recorded > 0:
+        return min(own, float(recorded))
+    return own
 
 
 def run(config: GuardConfig) -> int:

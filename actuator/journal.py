@@ -62,6 +62,8 @@ class Journal:
         self.last_admitted: dict[int, str] = {}
         self.exempt_tasks: dict[str, float] = {}
         self.nodes: dict[str, Any] = {}
+        #: the owner's --max-pause, recorded so the guard enforces the same limit
+        self.max_pause_s: float | None = None
         self._load()
 
     def _load(self) -> None:
@@ -85,6 +87,7 @@ class Journal:
                 "last_admitted": {str(k): v for k, v in self.last_admitted.items()},
                 "exempt_tasks": dict(self.exempt_tasks),
                 "nodes": self.nodes,
+                "max_pause_s": self.max_pause_s,
             }
 
     def save(self) -> None:

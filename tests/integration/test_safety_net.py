@@ -137,8 +137,11 @@ def test_guard_enforces_max_pause_while_the_actuator_lives(
     dockerd: PrivateDockerd, docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     fresh, overdue = tenants("fresh", MANAGED), tenants("overdue", MANAGED)
+    by_actuator = tenants("strict", MANAGED)  # over the actuator's recorded --max-pause
     doc = journal_doc(fresh)
     doc["paused"].update(journal_doc(overdue, paused_at=time.time() - 200)["paused"])
+    doc["paused"].update(journal_doc(by_actuator, paused_at=time.time() - 30)["paused"])
+    doc["max_pause_s"] = 20.0
     atomic_write_json(tmp_path / JOURNAL_FILE, doc)
     actuator = JournalLock(tmp_path)
     assert actuator.try_acquire()
@@ -149,8 +152,10 @@ def test_guard_enforces_max_pause_while_the_actuator_lives(
             assert guard.check() == "alive"
         assert is_paused(docker_client, fresh)
         assert not is_paused(docker_client, overdue)
+        assert not is_paused(docker_client, by_actuator)
         resumes = [r for r in read_audit(tmp_path / AUDIT_FILE) if r["event"] == "guard_resume"]
-        assert [r["container_id"] for r in resumes] == [overdue.id]  # once, not per check
+        resumed = sorted(r["container_id"] for r in resumes)
+        assert resumed == sorted([overdue.id, by_actuator.id])  # once each, not per check
     finally:
         actuator.release()
 
