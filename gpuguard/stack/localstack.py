@@ -173,17 +173,18 @@ class NodeStack:
         return out
 
     def stop_actuator(self) -> None:
-        """SIGTERM (it resumes what it paused), then its guard, by their PIDs."""
+        """SIGTERM by its PID: it resumes what it paused. Its guard stays, as deployed."""
         if self.actuator is not None:
             self.actuator.stop()
             self.actuator = None
+
+    def stop(self) -> None:
+        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up;
+        # then its guard, which would resume whatever the actuator could not.
+        self.stop_actuator()
         if self.guard is not None:
             self.guard.stop()
             self.guard = None
-
-    def stop(self) -> None:
-        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
-        self.stop_actuator()
         if self.exporter is not None:
             self.exporter.stop()
             self.exporter = None
