@@ -88,13 +88,14 @@ class GuardConfig:
 def validate(values: Mapping[str, Any]) -> GuardConfig:
     """Check every flag once; raises ``ConfigError`` with one clear line."""
     warnings: list[str] = []
+    docker_host = engine_url(values, "docker.host")
+    max_pause_s = flags.duration(values, "max-pause")
+    lease_timeout_s = flags.duration(values, "lease.timeout")
+    log_level = flags.choice(values, "log.level", ("debug", "info", "warning", "error"))
+    # Last: a bad flag must leave no directory behind.
+    state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     return GuardConfig(
-        state_dir=private_state_dir(Path(str(values["state.dir"])), warnings),
-        docker_host=engine_url(values, "docker.host"),
-        max_pause_s=flags.duration(values, "max-pause"),
-        lease_timeout_s=flags.duration(values, "lease.timeout"),
-        log_level=flags.choice(values, "log.level", ("debug", "info", "warning", "error")),
-        warnings=tuple(warnings),
+        state_dir, docker_host, max_pause_s, lease_timeout_s, log_level, tuple(warnings)
     )
 
 
@@ -260,7 +261,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "guard",
         help="resume what the actuator paused if it dies or hangs; enforce --max-pause",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description="Resume every container the actuator's journal says is paused when the "
+        "actuator is gone or stuck, and enforce --max-pause. Run it beside the actuator on "
+        "the same --state.dir, as a process (container, unit) of its own.",
     )
     flags.add_flags(parser, FLAGS)
     parser.set_defaults(func=_run_cli)

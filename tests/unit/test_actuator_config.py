@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpuguard import flags
 from gpuguard.actuator.config import add_flags, load_actions, load_config
 from gpuguard.actuator.errors import ConfigError
 
@@ -196,3 +197,23 @@ def test_state_dir_audit_log_and_token_permissions(tmp_path: Path) -> None:
     (state / "audit.jsonl").chmod(0o644)
     AuditLog(state / "audit.jsonl").close()
     assert (state / "audit.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_guard_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuguard.actuator import guard
+    from gpuguard.cli import build_parser
+
+    def config(*argv: str) -> guard.GuardConfig:
+        args = build_parser().parse_args(["guard", *argv])
+        return guard.validate(flags.merge(args, guard.FLAGS))
+
+    made = config(f"--state.dir={tmp_path / 'g'}", "--max-pause=30s")
+    assert (made.max_pause_s, made.lease_timeout_s) == (30.0, 15.0)
+    assert (tmp_path / "g").stat().st_mode & 0o777 == 0o700
+    for bad in ("--max-pause=soon", "--lease.timeout=-1s", "--docker.host=ftp://x"):
+        with pytest.raises(ConfigError):
+            config(f"--state.dir={tmp_path / 'bad'}", bad)
+        assert not (tmp_path / "bad").exists()  # a bad flag changes nothing
+    args = build_parser().parse_args(["guard", "--max-pause=soon"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("gpuguard guard: --max-pause")
