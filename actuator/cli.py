@@ -12,6 +12,7 @@ from typing import Any
 from gpuguard.actuator import guard
 from gpuguard.actuator.config import add_flags, load_config
 from gpuguard.actuator.errors import ConfigError
+from gpuguard.placer.cli import add_nodes_flags, show_ranked
 
 
 def register(subparsers: Any) -> None:
@@ -26,7 +27,10 @@ def register(subparsers: Any) -> None:
     run_parser.set_defaults(func=run_actuator)
     guard.register(subparsers)
 
-    nodes_parser = subparsers.add_parser("nodes", help="show the actuator's node list")
+    nodes_parser = subparsers.add_parser(
+        "nodes",
+        help="show the actuator's node list, or with --placer.url the placer's ranked list",
+    )
     nodes_parser.add_argument(
         "--actuator.url",
         dest="actuator_url",
@@ -34,6 +38,7 @@ def register(subparsers: Any) -> None:
         help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
     )
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
+    add_nodes_flags(nodes_parser)
     nodes_parser.set_defaults(func=show_nodes)
 
 
@@ -49,6 +54,8 @@ def run_actuator(args: argparse.Namespace) -> int:
 
 
 def show_nodes(args: argparse.Namespace) -> int:
+    if args.placer_url:
+        return show_ranked(args)
     import requests
 
     url = args.actuator_url.rstrip("/") + "/api/v1/nodes"

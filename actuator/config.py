@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -104,7 +103,7 @@ def validate(values: Mapping[str, Any]) -> Config:
     host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:9836")
     insecure = flags.boolean(values, "web.insecure")
     token = _token(values["web.token-file"], insecure)
-    if insecure and not _is_loopback(host):
+    if insecure and not flags.is_loopback(host):
         warnings.append(f"--web.insecure: binding 127.0.0.1 instead of {host} (no token)")
         host = "127.0.0.1"
     elif insecure:
@@ -119,13 +118,13 @@ def validate(values: Mapping[str, Any]) -> Config:
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     if token is not None:
-        warnings += token_file_warnings(Path(str(values["web.token-file"])))
+        warnings += flags.token_file_warnings(values["web.token-file"])
     return Config(
         listen_host=host,
         listen_port=port,
         token=token,
         insecure=insecure,
-        exporter_url=_url(values, "exporter.url", ("http", "https")),
+        exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
         exporter_timeout_s=exporter_timeout,
         docker_host=engine_url(values, "docker.host"),
         swarm_manager=engine_url(values, "swarm.manager"),
@@ -208,49 +207,12 @@ def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
     return state_dir
 
 
-def token_file_warnings(path: Path) -> list[str]:
-    """A warning when users other than the owner and its group can read the token."""
-    try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        return []
-    if mode & 0o004:
-        return [
-            f"--web.token-file {path}: mode {mode:o}, every user of this host can read the "
-            "webhook token (make it 0600, or 0640 for a group that needs it)"
-        ]
-    return []
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _token(path: Any, insecure: bool) -> str | None:
     if not path:
         if insecure:
             return None
         raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
-    try:
-        token = Path(str(path)).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"--web.token-file {path}: cannot read: {exc.strerror}") from None
-    if not token:
-        raise ConfigError(f"--web.token-file {path}: is empty")
-    return token
-
-
-def _url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
-    value = str(values[name])
-    parsed = urlparse(value)
-    if parsed.scheme not in schemes or not parsed.netloc:
-        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
-    return value.rstrip("/")
+    return flags.read_token(path)
 
 
 def engine_url(values: Mapping[str, Any], name: str) -> str | None:

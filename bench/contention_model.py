@@ -1,9 +1,11 @@
-"""Does gpusim reproduce paper B's contention table?
+"""Does gpusim reproduce paper B's contention table (or another device profile's)?
 
 Runs n = 1..10 concurrent 13,312 x 13,312 matmul workloads (host processes, no Docker)
 against a real ``gpusim serve``, takes each task's kernel time from the workloads' own logs,
 rescales it to time scale 1 and prints it beside paper B's. The last line is one JSON object:
-``{"max_rel_error": ..., "time_scale": ...}`` (worst task of any row; target <= 0.05).
+``{"max_rel_error": ..., "time_scale": ..., "profile": ...}`` (worst task of any row; target
+<= 0.05). ``--profile`` runs gpusim with another device profile (a JSON file fitted to a
+real GPU) and compares with that profile's own measured curve and reference size.
 
     python bench/contention_model.py            # time scale 0.1, about 75 s
     python bench/contention_model.py --quick    # time scale 0.02, about 20 s
@@ -29,7 +31,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
 
-from gpuguard.gpusim.model import PAPER_B_KERNEL_S, PAPER_B_SIZE  # noqa: E402
+from gpuguard.gpusim.profile import DEFAULT_PROFILE, load_profile  # noqa: E402
 from gpuguard.stack.gpusim import GpusimService  # noqa: E402
 from gpuguard.stack.process import stop_pid  # noqa: E402
 
@@ -69,32 +71,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--time-scale", type=float, default=0.1)
     parser.add_argument("--quick", action="store_true", help="time scale 0.02")
-    parser.add_argument("--max-n", type=int, default=len(PAPER_B_KERNEL_S))
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, help="device profile: name or file")
+    parser.add_argument("--max-n", type=int, default=None, help="default: the profile's curve")
     args = parser.parse_args()
+    profile = load_profile(args.profile)
+    curve = profile.concurrent_kernel_s
+    max_n = min(args.max_n or len(curve), len(curve))
     scale = 0.02 if args.quick else args.time_scale
     directory = Path(tempfile.mkdtemp(prefix="gpusim-bench-"))
     # Copies made nearly instant: the bench measures kernels, and n processes that start a
     # shared copy a few ms apart end it further apart, so their kernels would start apart.
-    sim = GpusimService(directory, {"time_scale": scale, "copy_time_scale": COPY_TIME_SCALE})
+    options = {"time_scale": scale, "copy_time_scale": COPY_TIME_SCALE, "profile": args.profile}
+    options["device"] = f"memory={max(profile.memory_bytes, 64 * 2**30)}"  # room for n tasks
+    sim = GpusimService(directory, options)
     rows = []
     try:
         sim.start()
-        for n in range(1, args.max_n + 1):
-            measured = [t / scale for t in run_concurrent(sim, n, PAPER_B_SIZE)]
-            paper = PAPER_B_KERNEL_S[n - 1]
+        for n in range(1, max_n + 1):
+            measured = [t / scale for t in run_concurrent(sim, n, profile.reference_matmul_size)]
+            paper = curve[n - 1]
             worst = max(abs(t - paper) / paper for t in measured)
             rows.append((n, paper, sum(measured) / n, max(measured) - min(measured), worst))
     finally:
         sim.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
-    print(f"paper B kernel time per task vs gpusim (time scale {scale}, rescaled to 1)")
+    source = "paper B" if profile.name == DEFAULT_PROFILE else f"profile {profile.name}"
+    print(f"{source} kernel time per task vs gpusim (time scale {scale}, rescaled to 1)")
     print(
-        f"{'n':>3} {'paper (s)':>10} {'gpusim mean (s)':>16} {'spread (s)':>11} {'worst err':>10}"
+        f"{'n':>3} {'measured (s)':>12} {'gpusim mean (s)':>16} {'spread (s)':>11} "
+        f"{'worst err':>10}"
     )
     for n, paper, mean, spread, worst in rows:
-        print(f"{n:>3} {paper:>10.3f} {mean:>16.3f} {spread:>11.3f} {worst:>9.2%}")
-    print(json.dumps({"max_rel_error": round(max(r[4] for r in rows), 4), "time_scale": scale}))
+        print(f"{n:>3} {paper:>12.3f} {mean:>16.3f} {spread:>11.3f} {worst:>9.2%}")
+    worst_error = max(r[4] for r in rows)
+    print(f"max error {worst_error:.2%}")
+    print(
+        json.dumps(
+            {"max_rel_error": round(worst_error, 4), "time_scale": scale, "profile": profile.name}
+        )
+    )
     return 0
 
 

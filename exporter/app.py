@@ -16,6 +16,7 @@ from gpuguard.exporter.errors import BackendUnavailable
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.http import ExporterHTTPServer
 from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.tracker import Tracker
 
 log = logging.getLogger("exporter")
@@ -56,6 +57,7 @@ def run_exporter(config: ExporterConfig) -> int:
         events,
         config.node_name,
         config.poll_interval_s,
+        recorder=NodeRecorder(config.node_name, config.record),
     )
     try:
         server = ExporterHTTPServer((config.listen_host, config.listen_port), poller, events)

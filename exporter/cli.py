@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from gpuguard import labels
@@ -165,55 +165,84 @@ def format_table(rows: list[dict[str, str]]) -> str:
 # -- run ---------------------------------------------------------------------------------
 
 
-def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
-    """The docker command for ``gpuguard run``'s arguments; ``ConfigError`` when invalid."""
-    deadline: str | None = None
-    managed = False
-    host: str | None = None
+def split_run_flags(
+    argv: Sequence[str], valued: Collection[str], switches: Collection[str] = ("--managed",)
+) -> tuple[dict[str, str], list[str]]:
+    """gpuguard's leading flags (``--flag value``, ``--flag=value``, switches) and the rest.
+
+    The first argument that is not one of them starts the docker arguments. A switch maps
+    to ``"true"``; ``ConfigError`` when a flag lacks its value.
+    """
+    found: dict[str, str] = {}
     rest = list(argv)
     while rest and rest[0].startswith("--"):
         flag, eq, value = rest[0].partition("=")
-        if flag == "--managed" and not eq:
-            managed = True
+        if flag in switches and not eq:
+            found[flag] = "true"
             rest.pop(0)
             continue
-        if flag not in ("--deadline", "--docker.host"):
+        if flag not in valued:
             break  # the first docker option: everything from here is docker's
         rest.pop(0)
         if not eq:
             if not rest:
                 raise ConfigError(f"{flag} needs a value")
             value = rest.pop(0)
-        if flag == "--deadline":
-            deadline = value
-        else:
-            host = value
+        found[flag] = value
+    return found, rest
+
+
+def run_labels(found: dict[str, str]) -> dict[str, str]:
+    """The container labels of ``run``'s flags; ``ConfigError`` when the deadline is bad."""
+    deadline = found.get("--deadline")
     if deadline is None:
         raise ConfigError("--deadline is required (e.g. --deadline 9s)")
     try:
         labels.parse_duration(deadline)  # validated here; stored as the user wrote it
     except labels.LabelError as exc:
         raise ConfigError(f"--deadline: {exc}") from exc
+    out = {labels.DEADLINE: deadline.strip()}
+    if "--managed" in found:
+        out[labels.MANAGED] = "true"
+    return out
+
+
+def docker_run_argv(argv: Sequence[str], docker: str = "docker") -> list[str]:
+    """The docker command for ``gpuguard run``'s arguments; ``ConfigError`` when invalid."""
+    found, rest = split_run_flags(argv, ("--deadline", "--docker.host"))
+    container_labels = run_labels(found)
     if not rest:
         raise ConfigError("an IMAGE is required")
     cmd = [docker]
-    if host:
-        cmd += ["-H", host]
-    cmd += ["run", "--label", f"{labels.DEADLINE}={deadline.strip()}"]
-    if managed:
-        cmd += ["--label", f"{labels.MANAGED}=true"]
+    if "--docker.host" in found:
+        cmd += ["-H", found["--docker.host"]]
+    cmd.append("run")
+    for key, value in container_labels.items():
+        cmd += ["--label", f"{key}={value}"]
     return cmd + rest
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from gpuguard.placer.swarm import USAGE, run_service, wants_placer
+
     if args.argv[:1] in (["-h"], ["--help"]):
         print(RUN_USAGE)
+        print("On a Swarm, placed by gpuguard's placer:")
+        print(USAGE.replace("usage: ", "       "))
         return 0
+
+    if wants_placer(args.argv):
+        return run_service(args.argv)
     try:
         cmd = docker_run_argv(args.argv)
     except ConfigError as exc:
         print(f"gpuguard run: {exc}", file=sys.stderr)
         return 2
+    return exec_docker(cmd)
+
+
+def exec_docker(cmd: list[str]) -> int:
+    """Replace this process with the docker CLI running ``cmd[1:]``; 1 when it is missing."""
     docker = shutil.which("docker")
     if docker is None:
         print("gpuguard run: the docker CLI is not installed", file=sys.stderr)

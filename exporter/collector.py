@@ -19,6 +19,12 @@ in this order)::
     # HELP gpuguard_container_gpu_processes GPU processes of the container.
     # TYPE gpuguard_container_gpu_processes gauge
     gpuguard_container_gpu_processes{node="a",gpu="0",container="r",container_id="3f2a9c0d1e4b"} 1.0
+    # HELP gpuguard_gpu_state Paper C state of the GPU: 1 if new real-time work fits.
+    # TYPE gpuguard_gpu_state gauge
+    gpuguard_gpu_state{node="host-a",gpu="0"} 1.0
+    # HELP gpuguard_gpu_float_time_seconds Sum of the float times of the GPU's tasks in the ...
+    # TYPE gpuguard_gpu_float_time_seconds gauge
+    gpuguard_gpu_float_time_seconds{node="host-a",gpu="0"} +Inf
     # HELP gpuguard_exporter_collector_success Whether the source answered in the last poll.
     # TYPE gpuguard_exporter_collector_success gauge
     gpuguard_exporter_collector_success{node="host-a",source="gpu"} 1.0
@@ -26,6 +32,7 @@ in this order)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import (
@@ -36,12 +43,14 @@ from prometheus_client.core import (
 )
 
 from gpuguard import __version__
+from gpuguard.contract import StateReason
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 
 _C = ("node", "container", "container_id")
 _CG = ("node", "gpu", "container", "container_id")
 _G = ("node", "gpu")
+_N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
 _INFO_LABELS = (*_C, "image")
 
@@ -100,6 +109,43 @@ _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuguard_task_run_seconds": ("histogram", "Run time of finished GPU tasks.", _G),
     "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
     "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
+    # paper C's node record (exporter/record.py)
+    "gpuguard_node_state": ("gauge", "Paper C node state: 1 if new real-time work fits.", _N),
+    "gpuguard_node_float_time_seconds": (
+        "gauge",
+        "Sum of the float times of the node's tasks in the record window (+Inf: none).",
+        ("node",),
+    ),
+    "gpuguard_node_free_memory_bytes": ("gauge", "Free GPU memory of the node.", ("node",)),
+    "gpuguard_gpu_state": ("gauge", "Paper C state of the GPU: 1 if new real-time work fits.", _G),
+    "gpuguard_gpu_state_reason": (
+        "gauge",
+        "1 for each reason that puts the GPU in state 0.",
+        (*_G, "reason"),
+    ),
+    "gpuguard_gpu_float_time_seconds": (
+        "gauge",
+        "Sum of the float times of the GPU's tasks in the record window (+Inf: none).",
+        _G,
+    ),
+    "gpuguard_gpu_free_memory_bytes": ("gauge", "GPU memory not in use.", _G),
+    "gpuguard_gpu_busy_ratio": ("gauge", "Share of the busy window a kernel ran.", _G),
+    "gpuguard_gpu_running_tasks": ("gauge", "GPU tasks running or waiting on the GPU.", _G),
+    "gpuguard_gpu_deadline_tasks": (
+        "gauge",
+        "Tasks with a deadline counted in the GPU's float time.",
+        _G,
+    ),
+    "gpuguard_gpu_recent_misses": (
+        "gauge",
+        "Tasks on the GPU that missed their deadline in the record window.",
+        _G,
+    ),
+    "gpuguard_gpu_min_slack_seconds": (
+        "gauge",
+        "Least slack of a running task with a deadline on the GPU.",
+        _G,
+    ),
     "gpuguard_exporter_polls": ("counter", "Polls done.", ("node",)),
     "gpuguard_exporter_poll_duration_seconds": ("gauge", "Wall time of the last poll.", ("node",)),
     "gpuguard_exporter_last_poll_timestamp_seconds": (
@@ -229,6 +275,7 @@ def build_rows(snap: PollSnapshot | None, cache: LabelCache | None = None) -> Ro
         _add_gpus(rows, snap)
         _add_containers(rows, snap)
         _add_tasks(rows, snap)
+        _add_record(rows, snap)
         _add_exporter(rows, snap)
     rows.cache.retain(rows)
     return rows
@@ -291,6 +338,8 @@ class TextRenderer:
                 continue
             for label_set, value in rows.gauges[name]:  # the hot loop: keep it flat
                 number = f"{value}.0" if type(value) is int else repr(float(value))
+                if number[-1] in "fn":  # inf, -inf, nan: the exposition spells them +Inf ...
+                    number = _special(value)
                 append(f"{sample_name}{{{label_set.text}}} {number}\n")
         return "".join(out).encode()
 
@@ -310,6 +359,12 @@ def _escape_label(value: str) -> str:
 
 def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _special(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
 
 
 def _value(value: float) -> str:
@@ -413,6 +468,32 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
     devices = snap.sample.devices if snap.sample is not None else ()
     for gpu in sorted({d.key for d in devices} | set(waiting)):
         r.add("gpuguard_tasks_waiting", (node, gpu), waiting.get(gpu, 0))
+
+
+_GPU_STATE_REASONS = tuple(r for r in StateReason if r is not StateReason.NO_GPU)
+
+
+def _add_record(r: Rows, snap: PollSnapshot) -> None:
+    record = snap.record
+    if record is None:
+        return
+    node = (snap.node,)
+    r.add("gpuguard_node_state", node, record.state)
+    r.add("gpuguard_node_float_time_seconds", node, record.float_time_s)
+    r.add("gpuguard_node_free_memory_bytes", node, record.memory_free_bytes)
+    for g in record.gpus:
+        gpu = (snap.node, g.gpu)
+        r.add("gpuguard_gpu_state", gpu, g.state)
+        for reason in _GPU_STATE_REASONS:
+            r.add("gpuguard_gpu_state_reason", (*gpu, reason), int(reason in g.reasons))
+        r.add("gpuguard_gpu_float_time_seconds", gpu, g.float_time_s)
+        r.add("gpuguard_gpu_free_memory_bytes", gpu, g.memory_free_bytes)
+        r.add("gpuguard_gpu_busy_ratio", gpu, g.busy_ratio)
+        r.add("gpuguard_gpu_running_tasks", gpu, g.running_tasks)
+        r.add("gpuguard_gpu_deadline_tasks", gpu, g.deadline_tasks)
+        r.add("gpuguard_gpu_recent_misses", gpu, g.recent_misses)
+        if g.min_slack_s is not None:
+            r.add("gpuguard_gpu_min_slack_seconds", gpu, g.min_slack_s)
 
 
 def _add_exporter(r: Rows, snap: PollSnapshot) -> None:

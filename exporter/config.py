@@ -11,13 +11,14 @@ import argparse
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpuguard import flags
 from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
+from gpuguard.exporter.record import RecordConfig
 from gpuguard.flags import Flag
 
 DEFAULT_LISTEN = "127.0.0.1:9835"
@@ -41,6 +42,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag("history.size", 256, "finished tasks kept for /api/v1/state's recent", "int"),
     Flag("events.buffer", 4096, "events kept for /api/v1/events followers", "int"),
     Flag("log.level", "info", "debug, info, warning or error"),
+    Flag("record.window", "30s",
+         "node record: window over which missed deadlines count", "duration"),
+    Flag("record.miss-ratio", 0.1,
+         "node record: state 0 when more than this share of the window's tasks missed"),
+    Flag("record.busy-window", "5s",
+         "node record: window over which GPU utilization is averaged", "duration"),
+    Flag("record.busy-threshold", 0.99,
+         "node record: average utilization at or above which the GPU counts as 100%"),
+    Flag("record.memory-threshold", 0.95,
+         "node record: share of GPU memory in use at or above which it counts as full"),
 )  # fmt: skip
 
 
@@ -57,6 +68,7 @@ class ExporterConfig:
     history_size: int
     events_buffer: int
     log_level: str = "info"
+    record: RecordConfig = field(default_factory=RecordConfig)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +101,24 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         history_size=flags.integer(values, "history.size", 1, 1_000_000),
         events_buffer=flags.integer(values, "events.buffer", 16, 10_000_000),
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
+        record=_record(values),
+    )
+
+
+def _record(values: Mapping[str, Any]) -> RecordConfig:
+    window = flags.duration(values, "record.window")
+    busy_window = flags.duration(values, "record.busy-window")
+    if not 0.1 <= busy_window <= window:
+        raise ConfigError(
+            f"--record.busy-window {values['record.busy-window']!r}: "
+            "must be between 100ms and --record.window"
+        )
+    return RecordConfig(
+        window_s=window,
+        miss_ratio=flags.share(values, "record.miss-ratio"),
+        busy_window_s=busy_window,
+        busy_threshold=flags.ratio(values, "record.busy-threshold"),
+        memory_threshold=flags.ratio(values, "record.memory-threshold"),
     )
 
 

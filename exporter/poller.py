@@ -21,6 +21,7 @@ from gpuguard.exporter.errors import BackendError, ProcfsError
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
+from gpuguard.exporter.record import NodeRecord, NodeRecorder
 from gpuguard.exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class PollSnapshot:
     stats: Mapping[str, ContainerStats]
     histograms: Mapping[str, RunHistogram]
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
+    record: NodeRecord | None = None  # paper C's node record (exporter/record.py)
 
 
 def _not_connected(error: str | None) -> str:
@@ -86,6 +88,7 @@ class Poller:
         node: str,
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        recorder: NodeRecorder | None = None,
     ) -> None:
         self.backend = backend
         self.containers = containers
@@ -95,6 +98,7 @@ class Poller:
         self.node = node
         self.interval_s = interval_s
         self._clock = clock
+        self.recorder = recorder or NodeRecorder(node)
         self._errors = {"gpu": 0, "procfs": 0}
         self._polls = 0
         self._ever_sampled = False
@@ -147,11 +151,14 @@ class Poller:
             self.containers.errors,
             None if self.containers.connected else _not_connected(self.containers.last_error),
         )
+        timestamp = sample.timestamp if sample is not None else self._clock()
+        tasks = self.tracker.running()
+        recent = tuple(self.tracker.recent)
         snapshot = PollSnapshot(
             generation=self._polls,
             node=self.node,
             backend=self.backend.name,
-            timestamp=sample.timestamp if sample is not None else self._clock(),
+            timestamp=timestamp,
             poll_interval_s=self.interval_s,
             poll_duration_s=time.perf_counter() - started,
             polls_total=self._polls,
@@ -159,11 +166,12 @@ class Poller:
             sample=sample,
             joined=joined,
             containers=containers,
-            tasks=self.tracker.running(),
-            recent=tuple(self.tracker.recent),
+            tasks=tasks,
+            recent=recent,
             stats=dict(self.tracker.stats),
             histograms=self.tracker.histograms(),
             sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
+            record=self.recorder.update(timestamp, sample, joined, tasks, recent),
         )
         self.snapshot = snapshot
         return snapshot

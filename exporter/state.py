@@ -80,4 +80,5 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
         "containers": [_container_json(c) for c in snap.containers.values()],
         "tasks": [task_json(t, snap) for t in snap.tasks],
         "recent": [task_json(t, snap) for t in snap.recent],
+        "node_record": snap.record.to_json() if snap.record is not None else None,
     }

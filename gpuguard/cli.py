@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gpuguard import __version__, demo
     from gpuguard.actuator import cli as actuator_cli
     from gpuguard.exporter import cli as exporter_cli
+    from gpuguard.placer import cli as placer_cli
 
     parser = argparse.ArgumentParser(
         prog="gpuguard",
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     exporter_cli.register(sub)
     actuator_cli.register(sub)
+    placer_cli.register(sub)
     demo.register(sub)
     return parser
 

@@ -116,3 +116,54 @@ class TriggerSource(StrEnum):
     WEBHOOK = "webhook"
     FAST = "fast"
     RECONCILE = "reconcile"
+
+
+class StateReason(StrEnum):
+    """Why paper C's node record puts a GPU (or a node) in state 0 (``exporter/record.py``)."""
+
+    MISSED_DEADLINE = "missed_deadline"  # a task on it missed its deadline within the window
+    SATURATED = "saturated"  # a kernel ran nearly all of the short busy window ("100%")
+    MEMORY_FULL = "memory_full"  # used memory at or above the threshold ("100%")
+    NO_GPU = "no_gpu"  # node only: no GPU in its record (the GPU source fails, or none)
+
+
+class RankReason(StrEnum):
+    """Why the placer passed over a node or GPU (``/api/v1/placement``, ``gpuguard nodes``).
+
+    The record's own state-0 reasons (``StateReason``) appear beside these.
+    """
+
+    STALE = "stale"  # the node's record is older than --records.max-age
+    MARKED = "marked"  # its actuator marks it unprovisionable (gpuguard.provisionable=false)
+    MEMORY = "memory"  # free memory less what the placer reserved < requested + headroom
+    FLOAT_TIME = "float_time"  # paper C: float time not larger than the new deadline
+    PREDICTED_MISS = "predicted_miss"  # contention model: the new task would miss
+    GPU_MODEL = "gpu_model"  # not the GPU model the request asked for
+
+
+class WorkloadKind(StrEnum):
+    """What a gpusim workload process does (``python -m gpuguard.gpusim.workload KIND``)."""
+
+    ONESHOT = "oneshot"  # paper B's matmul task, once per run
+    SERVER = "server"  # a long-lived inference server answering requests
+    TRAIN = "train"  # a training loop: steps of kernels, a sync every k steps
+
+
+class WorkloadEvent(StrEnum):
+    """The ``event`` of a workload's log line (its own ground-truth timestamps)."""
+
+    TASK_START = "task_start"
+    CONTEXT_CREATED = "context_created"
+    INPUT_START = "input_start"
+    INPUT_END = "input_end"
+    KERNEL_START = "kernel_start"
+    KERNEL_END = "kernel_end"
+    OUTPUT_START = "output_start"
+    OUTPUT_END = "output_end"
+    TASK_END = "task_end"
+    READY = "ready"  # server/train: context and cached memory in place
+    REQUEST = "request"  # server: one request answered
+    STEP = "step"  # train: one step finished on the device
+    SYNC = "sync"  # train: the host waited for the device
+    SUMMARY = "summary"  # server/train: totals at exit
+    ERROR = "error"

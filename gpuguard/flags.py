@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
+from urllib.parse import urlparse
 
 import yaml
 
@@ -186,13 +188,24 @@ def integer(values: Mapping[str, Any], name: str, minimum: int, maximum: int | N
 
 def ratio(values: Mapping[str, Any], name: str) -> float:
     """A finite number in (0, 1]."""
+    return _fraction(values, name, lambda x: 0 < x <= 1, "(0, 1]")
+
+
+def share(values: Mapping[str, Any], name: str) -> float:
+    """A finite number in [0, 1)."""
+    return _fraction(values, name, lambda x: 0 <= x < 1, "[0, 1)")
+
+
+def _fraction(
+    values: Mapping[str, Any], name: str, within: Callable[[float], bool], text: str
+) -> float:
     value = values[name]
     try:
         number = float(str(value))
     except ValueError:
         raise ConfigError(f"--{name} {value!r}: must be a number") from None
-    if not math.isfinite(number) or not 0 < number <= 1:
-        raise ConfigError(f"--{name} {value!r}: must be in (0, 1]")
+    if not math.isfinite(number) or not within(number):
+        raise ConfigError(f"--{name} {value!r}: must be in {text}")
     return number
 
 
@@ -202,3 +215,47 @@ def boolean(values: Mapping[str, Any], name: str) -> bool:
     if isinstance(value, bool):
         return value
     raise ConfigError(f"--{name}: must be true or false, got {value!r}")
+
+
+def http_url(values: Mapping[str, Any], name: str, schemes: tuple[str, ...]) -> str:
+    """A URL with one of ``schemes`` and a host, without its trailing slash."""
+    value = str(values[name])
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ConfigError(f"--{name} {value!r}: must be an {'/'.join(schemes)} URL")
+    return value.rstrip("/")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Any, name: str = "web.token-file") -> str:
+    """The bearer token in the file ``--name`` gives (stripped; must not be empty)."""
+    try:
+        token = Path(str(path)).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--{name} {path}: cannot read: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"--{name} {path}: is empty")
+    return token
+
+
+def token_file_warnings(path: Any, name: str = "web.token-file") -> list[str]:
+    """A warning when every user of the host can read the token file (group is fine)."""
+    try:
+        mode = Path(str(path)).stat().st_mode & 0o777
+    except OSError:
+        return []
+    if mode & 0o004:
+        return [
+            f"--{name} {path}: mode {mode:o}, every user of this host can read the token "
+            "(make it 0600, or 0640 for a group that needs it)"
+        ]
+    return []

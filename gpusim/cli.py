@@ -12,16 +12,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuguard.gpusim.client import GpusimClient, default_socket_path
-from gpuguard.gpusim.config import (
-    DEFAULT_CONTEXT_MEMORY,
-    DEFAULT_SAMPLE_PERIOD_S,
-    DaemonConfig,
-    DeviceSpec,
-    parse_device_spec,
-    parse_size,
-    positive_float,
-)
+from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
 from gpuguard.gpusim.errors import GpusimError
+from gpuguard.gpusim.profile import DEFAULT_PROFILE, load_profile
+from gpuguard.gpusim.units import parse_size, positive_float
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,17 +36,22 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SPEC",
-        help="name=sim0,memory=24GiB,uuid=GPU-... (repeatable; default one 24 GiB device)",
+        help="name=sim0,memory=80GiB,uuid=GPU-...,mig=3g.40gb+3g.40gb (repeatable; "
+        "default one device with the profile's memory)",
+    )
+    serve.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"device profile: a shipped name or a JSON file (default {DEFAULT_PROFILE})",
     )
     serve.add_argument("--time-scale", default="1.0", help="multiplies kernel durations")
     serve.add_argument(
         "--copy-time-scale", default="1.0", help="multiplies copy durations (default real)"
     )
+    serve.add_argument("--context-memory", help="memory of each context (default: profile)")
+    serve.add_argument("--sample-period", help="utilization period in s (default: profile)")
     serve.add_argument(
-        "--context-memory", default=str(DEFAULT_CONTEXT_MEMORY), help="memory of each context"
-    )
-    serve.add_argument(
-        "--sample-period", default=str(DEFAULT_SAMPLE_PERIOD_S), help="utilization period (s)"
+        "--launch-queue-depth", help="kernels a context may have queued (default: profile)"
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
 
@@ -62,16 +61,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _depth(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"--launch-queue-depth must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
 def _config(args: argparse.Namespace) -> DaemonConfig:
     """Validate the serve flags once, into a config (ValueError with a clear message)."""
-    devices = tuple(parse_device_spec(spec, i) for i, spec in enumerate(args.device))
-    context_memory = parse_size(args.context_memory)
+    profile = load_profile(args.profile)
+    memory = profile.memory_bytes
+    devices = tuple(parse_device_spec(spec, i, memory) for i, spec in enumerate(args.device))
+    context_memory = profile.context_memory_bytes
+    if args.context_memory is not None:
+        context_memory = parse_size(args.context_memory)
+    period = profile.sample_period_s
+    if args.sample_period is not None:
+        period = positive_float(args.sample_period, "--sample-period")
+    depth = profile.launch_queue_depth
+    if args.launch_queue_depth is not None:
+        depth = _depth(args.launch_queue_depth)
     return DaemonConfig(
-        devices=devices or (DeviceSpec(0),),
+        devices=devices or (DeviceSpec(0, memory_bytes=memory),),
         time_scale=positive_float(args.time_scale, "--time-scale"),
         copy_time_scale=positive_float(args.copy_time_scale, "--copy-time-scale"),
         context_memory_bytes=context_memory,
-        sample_period_s=positive_float(args.sample_period, "--sample-period"),
+        sample_period_s=period,
+        profile=profile,
+        launch_queue_depth=depth,
     )
 
 
@@ -94,9 +111,10 @@ def _serve(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: daemon.stop())
     logging.getLogger("gpusim").info(
-        "serving %d device(s) on %s (time scale %g, copy time scale %g)",
+        "serving %d device(s) on %s (profile %s, time scale %g, copy time scale %g)",
         len(config.devices),
         path,
+        config.profile.name,
         config.time_scale,
         config.copy_time_scale,
     )
@@ -108,24 +126,33 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}"
 
 
+def _address(dev: dict[str, Any]) -> str:
+    mig = dev.get("mig_index")
+    return str(dev["index"]) if mig is None else f"{dev['index']}:{mig}"
+
+
 def format_status(status: dict[str, Any]) -> str:
     """The status reply as two small tables: devices, then processes."""
-    lines = [f"{'GPU':<4}{'NAME':<12}{'MEMORY USED/TOTAL (GiB)':<26}{'UTIL':>6}"]
+    lines = [f"{'GPU':<6}{'NAME':<22}{'MEMORY USED/TOTAL (GiB)':<26}{'UTIL':>6}"]
     procs = []
     for dev in status["devices"]:
         memory = f"{_gib(dev['memory_used_bytes'])}/{_gib(dev['memory_total_bytes'])}"
-        util = f"{dev['utilization_ratio'] * 100:.0f}%"
-        lines.append(f"{dev['index']:<4}{dev['name']:<12}{memory:<26}{util:>6}")
-        procs += [(dev["index"], p) for p in dev["processes"]]
+        ratio = dev["utilization_ratio"]
+        util = "N/A" if ratio is None else f"{ratio * 100:.0f}%"
+        lines.append(f"{_address(dev):<6}{dev['name']:<22}{memory:<26}{util:>6}")
+        procs += [(_address(dev), p) for p in dev["processes"]]
     lines.append("")
-    lines.append(f"{'PID':<10}{'GPU':<5}{'MEMORY (MiB)':>14}  PHASE")
-    for index, proc in procs:
+    lines.append(f"{'PID':<10}{'GPU':<6}{'MEMORY (MiB)':>14}{'QUEUED':>8}  PHASE")
+    for address, proc in procs:
         mib = f"{proc['used_memory_bytes'] / 2**20:.0f}"
-        lines.append(f"{proc['pid']:<10}{index:<5}{mib:>14}  {proc.get('phase', '')}")
+        queued = proc.get("kernels_queued", "")
+        phase = proc.get("phase", "")
+        lines.append(f"{proc['pid']:<10}{address:<6}{mib:>14}{queued:>8}  {phase}")
     if not procs:
         lines.append("(no processes)")
     lines.append(
-        f"time scale {status.get('time_scale')}, copy time scale {status.get('copy_time_scale')}"
+        f"profile {status.get('profile')}, time scale {status.get('time_scale')}, "
+        f"copy time scale {status.get('copy_time_scale')}"
     )
     return "\n".join(lines)
 

@@ -1,7 +1,7 @@
 """A small stdlib client for the gpusim daemon (docs/interfaces.md section 1).
 
 One client is one connection, and so at most one context: a workload process holds one
-client for its task; the exporter holds one for ``sample()``.
+client per device it uses; the exporter holds one for ``sample()``.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ class GpusimClient:
             raise error_for(str(reply.get("error")), str(reply.get("message", "")))
         return reply
 
-    def context_create(self, device: int = 0) -> dict[str, Any]:
-        """Create this connection's context on ``device`` (takes the context base memory)."""
+    def context_create(self, device: int | str = 0) -> dict[str, Any]:
+        """Create this connection's context on ``device`` (``0``, ``"0:1"`` for MIG, a UUID)."""
         return self.request("context_create", device=device)
 
     def alloc(self, size: int) -> int:
@@ -97,10 +97,30 @@ class GpusimClient:
         """Copy ``size`` bytes device to host; returns the simulated seconds it took."""
         return float(self.request("copy_out", bytes=size)["seconds"])
 
-    def kernel(self, work: float) -> tuple[float, float]:
-        """Run a kernel of ``work`` device-seconds; returns (started, ended) wall times."""
-        reply = self.request("kernel", work=work)
+    def kernel(self, work: float | None = None, flops: float | None = None) -> tuple[float, float]:
+        """Run a kernel to completion (``work`` device-seconds, or ``flops``).
+
+        Returns its (started, ended) wall times; waits for kernels launched before it.
+        """
+        reply = self.request("kernel", **_kernel_size(work, flops))
         return float(reply["started"]), float(reply["ended"])
+
+    def launch(self, work: float | None = None, flops: float | None = None) -> int:
+        """Launch a kernel asynchronously; returns how many ops are queued on the context.
+
+        Blocks only while the context's launch queue is full, as cudaLaunchKernel does.
+        """
+        return int(self.request("launch", **_kernel_size(work, flops))["queued"])
+
+    def event_record(self) -> int:
+        """Record an event in the stream (like cudaEventRecord); returns its id."""
+        return int(self.request("event_record")["event"])
+
+    def synchronize(self) -> dict[int, float]:
+        """Wait until every launched op is done; returns each event reached since the
+        last synchronize, by id, with the wall time the device reached it."""
+        reply = self.request("synchronize")
+        return {int(e["id"]): float(e["t"]) for e in reply["events"]}
 
     def context_destroy(self) -> None:
         """Destroy the context: all its memory is freed."""
@@ -113,3 +133,9 @@ class GpusimClient:
     def status(self) -> dict[str, Any]:
         """``sample`` plus scales and each process's phase."""
         return self.request("status")
+
+
+def _kernel_size(work: float | None, flops: float | None) -> dict[str, float]:
+    if (work is None) == (flops is None):
+        raise ValueError("give exactly one of work (seconds) or flops")
+    return {"work": work} if work is not None else {"flops": float(flops or 0.0)}

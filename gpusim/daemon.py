@@ -5,6 +5,12 @@ One thread owns all state, so there are no locks: it reads requests, hands them 
 writes replies. A connection with a blocking op in flight has its later requests queued (its
 replies stay in order) but is still watched, so a client that dies mid-kernel frees its
 context and memory at once.
+
+Each connection's buffers are bounded: past ``MAX_PENDING_BYTES`` of unread requests the
+daemon stops reading that socket, and past as many bytes of unsent replies it stops taking
+requests from it, so a client that pipelines without reading gets backpressure (its sends
+block) instead of growing the daemon. Such a connection is watched again, and its hang-up
+noticed, as soon as its buffers drain.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from gpuguard.gpusim.protocol import MAX_LINE_BYTES, encode, error_reply, parse_
 log = logging.getLogger("gpusim.daemon")
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_RECV_BYTES = 65536
+#: Bound of each connection's unread requests and of its unsent replies.
+MAX_PENDING_BYTES = 1024 * 1024
 
 
 def peer_pid(sock: socket.socket) -> int:
@@ -161,15 +170,31 @@ class Daemon:
         conn = _Connection(self._next_conn, sock, peer_pid(sock))
         self._next_conn += 1
         self._connections[conn.id] = conn
-        self._selector.register(sock, selectors.EVENT_READ, lambda s, m: self._io(conn, m))
+        self._watch(conn)
         log.debug("connection %d from pid %d", conn.id, conn.pid)
+
+    def _watch(self, conn: _Connection) -> None:
+        """Watch for input while its buffer has room, for output while replies wait."""
+        if conn.id not in self._connections:
+            return
+        events = selectors.EVENT_READ if len(conn.inbuf) < MAX_PENDING_BYTES else 0
+        events |= selectors.EVENT_WRITE if conn.outbuf else 0
+        key = self._selector.get_map().get(conn.sock)
+        if events == 0:
+            if key is not None:
+                self._selector.unregister(conn.sock)
+        elif key is None:
+            self._selector.register(conn.sock, events, lambda s, m: self._io(conn, m))
+        elif key.events != events:
+            self._selector.modify(conn.sock, events, key.data)
 
     def _io(self, conn: _Connection, mask: int) -> None:
         if mask & selectors.EVENT_WRITE:
             self._flush(conn)
+            self._process(conn)  # requests held back while replies could not be sent
         if mask & selectors.EVENT_READ and not conn.closing:
             try:
-                data = conn.sock.recv(65536)
+                data = conn.sock.recv(_RECV_BYTES)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -179,10 +204,13 @@ class Daemon:
                 return
             conn.inbuf += data
             self._process(conn)
+        self._watch(conn)
 
     def _process(self, conn: _Connection) -> None:
         """Handle complete request lines until one starts a blocking job."""
-        while not conn.busy and conn.id in self._connections:
+        while (
+            not conn.busy and conn.id in self._connections and len(conn.outbuf) < MAX_PENDING_BYTES
+        ):
             newline = conn.inbuf.find(b"\n")
             if newline < 0:
                 if len(conn.inbuf) > MAX_LINE_BYTES:
@@ -222,6 +250,7 @@ class Daemon:
             conn.busy = False
             self._send(conn, reply)
             self._process(conn)  # requests that queued up behind the blocking one
+            self._watch(conn)
 
     def _send(self, conn: _Connection, reply: dict[str, object]) -> None:
         conn.outbuf += encode(reply)
@@ -240,16 +269,13 @@ class Daemon:
             self._close(conn)
             return
         del conn.outbuf[:sent]
-        # Watch for writability only while a reply is stuck behind a full socket buffer.
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
-        self._selector.modify(conn.sock, events, self._selector.get_key(conn.sock).data)
 
     def _close(self, conn: _Connection) -> None:
         if self._connections.pop(conn.id, None) is None:
             return
         conn.closing = True
         self.gpu.disconnect(conn.id, self.clock())
-        with contextlib.suppress(KeyError, ValueError):
+        if conn.sock in self._selector.get_map():
             self._selector.unregister(conn.sock)
         conn.sock.close()
         log.debug("connection %d from pid %d closed", conn.id, conn.pid)

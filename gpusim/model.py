@@ -2,9 +2,11 @@
 
 Kernels time-slice the device: each of n concurrently running kernels progresses at
 ``1 / (n * factor(n))`` device-seconds per second, where ``factor(n) = T_n / (n * T_1)`` is the
-context-switch overhead measured in paper B's table. Copies in each direction share that
-direction's bandwidth equally. Every method takes the time explicitly, so a test drives the
-simulator with a fake clock and gets the same answer every time.
+context-switch overhead of a device profile's measured curve (paper B's table by default).
+A MIG instance is an engine of its own with a share of the GPU's compute slices, so its
+kernels run at that share of the speed. Copies in each direction share that direction's
+bandwidth equally. Every method takes the time explicitly, so a test drives the simulator
+with a fake clock and gets the same answer every time.
 """
 
 from __future__ import annotations
@@ -29,20 +31,31 @@ COPY_OUT_BYTES_PER_S = 2.2e9
 _DONE_TOLERANCE = 1e-9
 
 
-def slowdown_factor(n: int) -> float:
+def slowdown_factor(n: int, kernel_s: tuple[float, ...] = PAPER_B_KERNEL_S) -> float:
     """Context-switch overhead of ``n`` time-sliced kernels: ``T_n / (n * T_1)``.
 
-    Beyond the measured range the overhead of 10 sharers is held.
+    ``kernel_s`` is a measured curve (``T_n`` for n = 1, 2, ...); beyond it the overhead of
+    the largest measured n is held.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    n = min(n, len(PAPER_B_KERNEL_S))
-    return PAPER_B_KERNEL_S[n - 1] / (n * PAPER_B_KERNEL_S[0])
+    n = min(n, len(kernel_s))
+    return kernel_s[n - 1] / (n * kernel_s[0])
 
 
-def kernel_rate(n: int, time_scale: float = 1.0) -> float:
+def kernel_rate(
+    n: int,
+    time_scale: float = 1.0,
+    kernel_s: tuple[float, ...] = PAPER_B_KERNEL_S,
+    compute_fraction: float = 1.0,
+) -> float:
     """Device-seconds of work each of ``n`` concurrent kernels completes per wall second."""
-    return 1.0 / (n * slowdown_factor(n) * time_scale)
+    return compute_fraction / (n * slowdown_factor(n, kernel_s) * time_scale)
+
+
+def matmul_flops(size: int) -> float:
+    """Floating-point operations of one ``size`` x ``size`` matmul (2 N^3)."""
+    return 2.0 * float(size) ** 3
 
 
 def matmul_work_s(size: int) -> float:
@@ -103,6 +116,10 @@ class ContentionSimulator:
     copy_time_scale: float = 1.0
     copy_in_bytes_per_s: float = COPY_IN_BYTES_PER_S
     copy_out_bytes_per_s: float = COPY_OUT_BYTES_PER_S
+    #: The profile's overhead curve: kernel time of each of n concurrent reference kernels.
+    concurrent_kernel_s: tuple[float, ...] = PAPER_B_KERNEL_S
+    #: Share of the GPU's compute this engine has (a MIG instance's slices out of 7).
+    compute_fraction: float = 1.0
     now: float = 0.0
     jobs: dict[JobKind, list[Job]] = field(default_factory=lambda: {kind: [] for kind in JobKind})
     #: Called with every busy interval simulated (usage accounting listens here).
@@ -110,11 +127,12 @@ class ContentionSimulator:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
-        for name in ("time_scale", "copy_time_scale", "copy_in_bytes_per_s"):
+        names = ("time_scale", "copy_time_scale", "copy_in_bytes_per_s", "copy_out_bytes_per_s")
+        for name in (*names, "compute_fraction"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.copy_out_bytes_per_s <= 0:
-            raise ValueError("copy_out_bytes_per_s must be > 0")
+        if not self.concurrent_kernel_s or min(self.concurrent_kernel_s) <= 0:
+            raise ValueError("concurrent_kernel_s must be a non-empty list of times > 0")
 
     def rate(self, kind: JobKind) -> float:
         """Progress per wall second of each job of ``kind`` given how many share it now."""
@@ -122,7 +140,7 @@ class ContentionSimulator:
         if n == 0:
             return 0.0
         if kind is JobKind.KERNEL:
-            return kernel_rate(n, self.time_scale)
+            return kernel_rate(n, self.time_scale, self.concurrent_kernel_s, self.compute_fraction)
         bandwidth = (
             self.copy_in_bytes_per_s if kind is JobKind.COPY_IN else self.copy_out_bytes_per_s
         )

@@ -54,6 +54,9 @@ PHASE_COLORS = {
 
 Json = dict[str, Any]
 
+# Units of the node list's columns (the cluster dashboard).
+TABLE_UNITS = (("free memory", "bytes"), ("float time", "s"), ("busy", "percentunit"))
+
 
 # --- targets and variables ------------------------------------------------------------------
 
@@ -299,16 +302,29 @@ def state_timeline(
     )
 
 
-def table(title: str, targets: Sequence[Json], *, description: str, **kwargs: Any) -> Json:
-    """An instant-query table; several targets are merged on their common labels."""
+def table(
+    title: str,
+    targets: Sequence[Json],
+    *,
+    description: str,
+    rename: dict[str, str] | None = None,
+    sort_by: str | None = None,
+    **kwargs: Any,
+) -> Json:
+    """An instant-query table; several targets are merged on their common labels.
+
+    ``rename`` names the value columns (``Value #A`` ...); ``sort_by`` sorts descending.
+    """
+    organize: Json = {"excludeByName": {"Time": True, "__name__": True, "job": True}}
+    if rename:
+        organize["renameByName"] = rename
     transformations: list[Json] = [
         {"id": "merge", "options": {}},
-        {
-            "id": "organize",
-            "options": {"excludeByName": {"Time": True, "__name__": True, "job": True}},
-        },
+        {"id": "organize", "options": organize},
     ]
-    options = {"cellHeight": "sm", "footer": {"show": False}, "showHeader": True}
+    options: Json = {"cellHeight": "sm", "footer": {"show": False}, "showHeader": True}
+    if sort_by is not None:
+        options["sortBy"] = [{"displayName": sort_by, "desc": True}]
     return panel(
         "table",
         title,
@@ -832,6 +848,59 @@ def cluster_dashboard() -> Json:
             mappings=value_mappings({0: ("marked", "red"), 1: ("provisionable", "green")}),
             width=24,
             height=6,
+        ),
+        table(
+            "Node list (paper C's record)",
+            [
+                target(f"max by (node, gpu) ({metric}{{{NODE}}})", instant=True, table=True)
+                for metric in (
+                    "gpuguard_gpu_state",
+                    "gpuguard_gpu_free_memory_bytes",
+                    "gpuguard_gpu_float_time_seconds",
+                    "gpuguard_gpu_running_tasks",
+                    "gpuguard_gpu_busy_ratio",
+                )
+            ],
+            description=(
+                "Each GPU's node record, most free memory first (paper C's order): state 0 "
+                "GPUs take no new real-time containers (see the reasons below); float time "
+                "is the sum of its tasks' float times (empty or +Inf: no task with a "
+                "deadline). `gpuguard nodes --placer.url URL` shows the placer's own ranking."
+            ),
+            rename={
+                "Value #A": "state",
+                "Value #B": "free memory",
+                "Value #C": "float time",
+                "Value #D": "tasks",
+                "Value #E": "busy",
+            },
+            sort_by="free memory",
+            overrides=[
+                {
+                    "matcher": {"id": "byName", "options": name},
+                    "properties": [{"id": "unit", "value": unit}],
+                }
+                for name, unit in TABLE_UNITS
+            ],
+            width=24,
+        ),
+        state_timeline(
+            "Node state (paper C)",
+            f"max by (node) (gpuguard_node_state{{{NODE}}})",
+            "{{node}}",
+            description=(
+                "1 while a node may take new real-time containers; 0 when on every GPU more "
+                "than 10% of the last 30 s of tasks missed, a kernel ran all the time, or "
+                "memory is 95% full (NodeInStateZero fires and the actuator labels the node)."
+            ),
+            mappings=value_mappings({0: ("state 0", "red"), 1: ("state 1", "green")}),
+        ),
+        state_timeline(
+            "State 0 reasons",
+            f"max by (node, gpu, reason) (gpuguard_gpu_state_reason{{{NODE}}})",
+            "{{node}} GPU {{gpu}} {{reason}}",
+            description="Which of paper C's conditions holds on each GPU.",
+            mappings=value_mappings({0: ("no", "transparent"), 1: ("yes", "red")}),
         ),
         timeseries(
             "Deadline guarantee ratio per node (5m)",

@@ -31,7 +31,9 @@ def parse_sample(reply: Mapping[str, Any]) -> GpuSample:
 
 
 def _parse_device(doc: Mapping[str, Any]) -> DeviceSample:
+    # A MIG device reports no utilization (None) and carries its instance index.
     utilization = doc.get("utilization_ratio")
+    mig_index = doc.get("mig_index")
     return DeviceSample(
         index=int(doc["index"]),
         uuid=str(doc["uuid"]),
@@ -57,6 +59,7 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceSample:
             )
             for s in doc.get("process_samples", ())
         ),
+        mig_index=None if mig_index is None else int(mig_index),
     )
 
 

@@ -26,13 +26,17 @@ from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image
 from gpuguard.stack.process import ManagedProcess, free_port, http_ok, stop_pid
 from gpuguard.stack.prometheus import PrometheusService
-from gpuguard.stack.swarm import form_swarm, leave_swarm
+from gpuguard.stack.swarm import form_swarm, leave_swarm, name_nodes
 
 RECORD = "stack.json"
-STACK_PARTS = ("prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "env")
+STACK_PARTS = (
+    "prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "placer.log", "env",
+)  # fmt: skip
 ENV_FILE = "env"
 # The usual ports when they are free (the first node's exporter and actuator), else any.
-DEFAULT_PORTS = {"exporter": 9835, "actuator": 9836, "prometheus": 9090, "alertmanager": 9093}
+DEFAULT_PORTS = {
+    "exporter": 9835, "actuator": 9836, "placer": 9837, "prometheus": 9090, "alertmanager": 9093,
+}  # fmt: skip
 Progress = Callable[[str], None]
 # What README's demo section shows a new user (tests/integration/test_readme_demo.py runs it).
 USER_RUN_EXAMPLE = (
@@ -58,6 +62,7 @@ class NodeStack:
     actuator_port: int = 0
     actuator_mode: str = "both"
     extra_actuator_flags: list[str] = field(default_factory=list)
+    extra_exporter_flags: list[str] = field(default_factory=list)
     engine: PrivateDockerd | None = None
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
@@ -110,6 +115,7 @@ class NodeStack:
             f"--docker.host={self.engine.url}",
             f"--node.name={self.node_name}",
             f"--poll.interval={self.poll_interval}",
+            *self.extra_exporter_flags,
         )
         self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
         self.exporter.wait_ready(lambda: http_ok(self.exporter_url + "/healthz"))
@@ -215,12 +221,18 @@ class LocalStack:
         order: str = "fifo",
         poll_interval: str = "0.1s",
         swarm: bool = False,
+        placer_flags: list[str] | None = None,
+        exporter_flags: list[str] | None = None,
         default_ports: bool = True,
     ) -> None:
         """``default_ports``: the usual ports when they are free (the demo); else any."""
         self.dir = directory
         self.swarm = swarm
         self.ports = DEFAULT_PORTS if default_ports else dict.fromkeys(DEFAULT_PORTS, 0)
+        # None: no placer; a list (maybe empty): start one with these extra flags
+        self.placer_flags = placer_flags
+        self.placer: ManagedProcess | None = None
+        self.placer_port = 0
         self.swarm_node_ids: list[str] = []
         token = make_token_file(directory / "webhook.token")
         names = node_names or [socket.gethostname()]
@@ -234,6 +246,7 @@ class LocalStack:
                 order=order,
                 poll_interval=poll_interval,
                 token_file=token,
+                extra_exporter_flags=list(exporter_flags or []),
             )
             for i, name in enumerate(names)
         ]
@@ -250,6 +263,8 @@ class LocalStack:
             if self.swarm:
                 engines = [node.engine for node in self.nodes if node.engine is not None]
                 self.swarm_node_ids = form_swarm(engines)
+                names = [node.node_name for node in self.nodes]
+                name_nodes(engines[0], dict(zip(self.swarm_node_ids, names, strict=True)))
                 progress(f"swarm of {len(engines)} nodes on 127.0.0.1")
             for node in self.nodes:
                 node.start_services(progress)
@@ -274,13 +289,36 @@ class LocalStack:
             ).start()
             progress(f"prometheus at {self.prometheus.url} (1 s scrape and evaluation)")
             self._record()
+            if self.placer_flags is not None:
+                self.start_placer()
+                progress(f"placer at {self.placer_url}")
+                self._record()
         except BaseException:
             self.stop()
             raise
         return self
 
+    @property
+    def placer_url(self) -> str:
+        return f"http://127.0.0.1:{self.placer_port}"
+
+    def start_placer(self) -> None:
+        """``gpuguard placer`` on loopback, reading the records from this stack's Prometheus."""
+        assert self.prometheus is not None
+        self.placer_port = free_port(self.ports["placer"])
+        argv = gpuguard_argv(
+            "placer",
+            f"--web.listen-address=127.0.0.1:{self.placer_port}",
+            f"--prometheus.url={self.prometheus.url}",
+            *(self.placer_flags or []),
+        )
+        self.placer = ManagedProcess("placer", argv, self.dir / "placer.log").start()
+        self.placer.wait_ready(lambda: http_ok(self.placer_url + "/healthz"))
+
     def _record(self) -> None:
         entries: list[dict[str, Any]] = []
+        if self.placer is not None:
+            entries.append({"kind": "process", "name": "placer", "pid": self.placer.pid})
         for service in (self.prometheus, self.alertmanager):
             if service is not None and service.process is not None:
                 entries.append(
@@ -323,6 +361,8 @@ class LocalStack:
             )
         if self.alertmanager is not None:
             lines.append(f"  Alertmanager  {self.alertmanager.url}")
+        if self.placer is not None:
+            lines.append(f"  Placer        {self.placer_url}/api/v1/nodes")
         for node in self.nodes:
             lines.append(
                 f"  [{node.node_name}] exporter {node.exporter_url}/metrics  "
@@ -341,6 +381,9 @@ class LocalStack:
         return "\n".join(lines)
 
     def stop(self) -> None:
+        if self.placer is not None:
+            self.placer.stop()
+            self.placer = None
         if self.swarm:
             leave_swarm([node.engine for node in self.nodes if node.engine is not None])
         for service in (self.prometheus, self.alertmanager):
@@ -399,6 +442,7 @@ def _is_ours(pid: int, name: str) -> bool:
         "prometheus": "prometheus",
         "alertmanager": "alertmanager",
         "guard": " guard ",
+        "placer": "placer",
     }
     return markers.get(name, name) in cmdline
 

@@ -114,16 +114,21 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
         idle.remove(force=True)  # it would otherwise wait long enough for another alert
 
         # TaskDeadlineAtRisk -> mark_node -> Swarm label: a new real-time service is held.
+        # (The busy GPU puts the node in state 0 first: NodeInStateZero marks it too.)
         wait_for(
             lambda: node_labels(client, node_id).get(MARK) == "false",
             30,
             "node marked",
             interval=0.2,
         )
-        nodes = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
-        assert nodes["executor"] == "swarm"
-        assert nodes["nodes"][0]["provisionable"] is False
-        assert "TaskDeadlineAtRisk" in {r["alertname"] for r in nodes["nodes"][0]["reasons"]}
+
+        def reasons() -> set[str]:
+            nodes = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
+            assert nodes["executor"] == "swarm"
+            assert nodes["nodes"][0]["provisionable"] is False
+            return {r["alertname"] for r in nodes["nodes"][0]["reasons"]}
+
+        wait_for(lambda: "TaskDeadlineAtRisk" in reasons(), 45, "deadline risk", interval=0.2)
         service = client.services.create(
             "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]
         )

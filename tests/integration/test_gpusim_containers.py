@@ -7,15 +7,21 @@ runs out like cudaMalloc, and memory freed when a container is killed.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gpusim_support import (
+    exit_code,
+    gpusim_status,
+    kernel_s,
+    mounts,
+    read_events,
+    wait_event,
+    workload,
+)
 
 from gpuguard.gpusim.client import GpusimClient
 from gpuguard.stack.gpusim import GpusimService
@@ -26,49 +32,6 @@ pytestmark = pytest.mark.integration
 SCALE = 0.05
 WORK = 10.0  # device-seconds: 0.5 s alone at SCALE
 SMALL = "30MiB"  # A+B+C of a workload whose copies do not matter
-
-
-def workload(sim: GpusimService, name: str, *args: str) -> list[str]:
-    log = sim.dir / f"{name}.log"
-    return ["gpuguard.gpusim.workload", "--socket", str(sim.socket), "--log", str(log), *args]
-
-
-def mounts(sim: GpusimService) -> dict[str, dict[str, str]]:
-    """The daemon's directory (socket and logs) at the same path inside the container."""
-    return {str(sim.dir): {"bind": str(sim.dir), "mode": "rw"}}
-
-
-def read_events(sim: GpusimService, name: str) -> dict[str, dict[str, Any]]:
-    """The last event of each kind in a workload's log."""
-    path = sim.dir / f"{name}.log"
-    if not path.exists():
-        return {}
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-    return {event["event"]: event for event in lines}
-
-
-def wait_event(sim: GpusimService, name: str, event: str, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while (found := read_events(sim, name).get(event)) is None:
-        assert time.monotonic() < deadline, f"{name}: no {event} after {timeout}s"
-        time.sleep(0.005)
-    return found
-
-
-def exit_code(container: Any, timeout: float = 60) -> int:
-    return int(container.wait(timeout=timeout)["StatusCode"])
-
-
-def kernel_s(events: dict[str, dict[str, Any]]) -> float:
-    return float(events["kernel_end"]["t"] - events["kernel_start"]["t"])
-
-
-def gpusim_status(sim: GpusimService) -> dict[str, Any]:
-    """``gpusim status --json``, the command line an operator would use."""
-    argv = [sys.executable, "-m", "gpusim", "status", "--socket", str(sim.socket), "--json"]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
-    status: dict[str, Any] = json.loads(out)
-    return status
 
 
 def test_two_containers_slow_each_other_down(

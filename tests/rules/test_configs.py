@@ -18,7 +18,7 @@ from gpuguard.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_pr
 from tests.prereq import require_binary
 
 ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}
-NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines"}
+NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines", "NodeInStateZero"}
 
 
 def check(argv: list[str]) -> None:

@@ -187,7 +187,7 @@ def test_state_dir_audit_log_and_token_permissions(tmp_path: Path) -> None:
     (tmp_path / "token").chmod(0o644)
     config = actuator_config(tmp_path)
     assert state.stat().st_mode & 0o777 == 0o700
-    assert any("every user of this host can read the webhook token" in w for w in config.warnings)
+    assert any("every user of this host can read the token" in w for w in config.warnings)
     (tmp_path / "token").chmod(0o640)  # a group that needs it (Alertmanager) is fine
     assert not any("token" in w for w in actuator_config(tmp_path).warnings)
     audit = AuditLog(state / "audit.jsonl")

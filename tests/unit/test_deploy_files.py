@@ -533,6 +533,7 @@ def unit_defaults(name: str) -> dict[str, str]:
         ("gpuguard-exporter.service", "exporter"),
         ("gpuguard-actuator.service", "actuator"),
         ("gpuguard-guard.service", "guard"),
+        ("gpuguard-placer.service", "placer"),
     ],
 )
 def test_systemd_exec_start(name: str, subcommand: str) -> None:
@@ -552,8 +553,13 @@ def test_systemd_exec_start(name: str, subcommand: str) -> None:
 
 
 def test_systemd_units_restart_and_harden() -> None:
-    units = ("gpuguard-exporter.service", "gpuguard-actuator.service", "gpuguard-guard.service")
-    for name in (*units, "gpusim.service"):
+    for name in (
+        "gpuguard-exporter.service",
+        "gpuguard-actuator.service",
+        "gpuguard-guard.service",
+        "gpuguard-placer.service",
+        "gpusim.service",
+    ):
         service = unit(name)["Service"]
         # The guard comes back even after a clean exit: it must always be there.
         restart = "always" if name == "gpuguard-guard.service" else "on-failure"

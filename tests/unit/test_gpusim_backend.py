@@ -7,7 +7,10 @@ import pytest
 
 from gpuguard.exporter.backends.gpusim import GpusimBackend, parse_sample
 from gpuguard.exporter.errors import BackendError
+from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
 from gpuguard.gpusim.errors import DaemonUnavailable
+from gpuguard.gpusim.gpu import SimulatedGpu
+from gpuguard.gpusim.protocol import parse_request
 
 REPLY = {
     "ok": True,
@@ -79,3 +82,22 @@ def test_since_us_follows_replies_and_errors_reconnect() -> None:
 def test_no_daemon_is_a_backend_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="gpusim at"):
         GpusimBackend(tmp_path / "missing.sock").sample()
+
+
+def test_mig_devices_keep_their_index_and_have_no_utilization() -> None:
+    # A real reply of the simulated GPU: GPU 0 in MIG mode with two instances, GPU 1 whole.
+    config = DaemonConfig(
+        devices=(
+            parse_device_spec("name=a100,memory=80GiB,mig=3g.40gb+3g.40gb", 0),
+            DeviceSpec(1),
+        )
+    )
+    gpu = SimulatedGpu(config, 0.0, lambda: 1_000.0)
+    gpu.handle(1, 42, parse_request(b'{"op": "context_create", "device": "0:1"}'), 0.0)
+    sample = parse_sample({"ok": True, **gpu.sample(0.5, 0)})
+    assert [d.key for d in sample.devices] == ["0", "0:0", "0:1", "1"]
+    parent, _, instance, whole = sample.devices
+    assert (parent.mig_index, instance.mig_index, whole.mig_index) == (None, 1, None)
+    assert [p.pid for p in instance.processes] == [42] and parent.processes == ()
+    assert instance.utilization_ratio is None and parent.utilization_ratio is None
+    assert whole.utilization_ratio == 0.0

@@ -106,10 +106,11 @@ def test_status_table_and_json(served: Path, capsys: pytest.CaptureFixture[str])
             "used_memory_bytes": 2**30,
             "phase": "idle",
             "kernels_running": 0,
+            "kernels_queued": 0,
         }
         assert main(["status", "--socket", str(served)]) == 0
         table = capsys.readouterr().out
-        assert f"{os.getpid():<10}1" in table and "1.00/1.00" in table
+        assert f"{os.getpid():<10}1 " in table and "1.00/1.00" in table
         assert "(no processes)" in format_status({"devices": []})
 
 
@@ -141,7 +142,7 @@ def test_workload_out_of_memory_exits_3(served: Path, tmp_path: Path) -> None:
 def test_workload_without_daemon_exits_1(tmp_path: Path) -> None:
     log = tmp_path / "w.log"
     assert workload_main(["--socket", str(tmp_path / "none.sock"), "--log", str(log)]) == 1
-    assert json.loads(log.read_text())["error"] == "unavailable"
+    assert json.loads(log.read_text().splitlines()[-1])["error"] == "unavailable"
 
 
 @pytest.mark.parametrize(

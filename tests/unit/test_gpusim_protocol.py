@@ -19,7 +19,7 @@ import pytest
 
 from gpuguard.gpusim.client import GpusimClient
 from gpuguard.gpusim.config import DaemonConfig, DeviceSpec
-from gpuguard.gpusim.daemon import Daemon, SocketInUse, prepare_socket_path
+from gpuguard.gpusim.daemon import MAX_PENDING_BYTES, Daemon, SocketInUse, prepare_socket_path
 from gpuguard.gpusim.errors import GpusimError, OutOfMemory
 from tests.waiting import wait_for
 
@@ -30,25 +30,16 @@ PERIOD = 0.1
 
 
 @pytest.fixture
-def daemon() -> Iterator[Daemon]:
-    directory = Path(tempfile.mkdtemp(prefix="gs-"))  # short: socket paths max 108 bytes
-    config = DaemonConfig(
-        devices=(DeviceSpec(0, "sim0", 4 * GIB), DeviceSpec(1, "small", 1 * GIB)),
-        time_scale=TIME_SCALE,
-        copy_time_scale=TIME_SCALE,
-        context_memory_bytes=300 * MIB,
-        sample_period_s=PERIOD,
+def daemon(serve_gpusim: Callable[[DaemonConfig], Daemon]) -> Daemon:
+    return serve_gpusim(
+        DaemonConfig(
+            devices=(DeviceSpec(0, "sim0", 4 * GIB), DeviceSpec(1, "small", 1 * GIB)),
+            time_scale=TIME_SCALE,
+            copy_time_scale=TIME_SCALE,
+            context_memory_bytes=300 * MIB,
+            sample_period_s=PERIOD,
+        )
     )
-    server = Daemon(directory / "gpusim.sock", config)
-    server.bind()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.stop()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
-    assert not server.socket_path.exists()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
@@ -91,8 +82,16 @@ BAD_LINES = [
     (b'{"no_op": 1}\n', "bad_request"),
     (b'{"op": "launch_missiles"}\n', "bad_request"),
     (b'{"op": "context_create"}\n', "bad_request"),
-    (b'{"op": "context_create", "device": "0"}\n', "bad_request"),
+    (b'{"op": "context_create", "device": "zero"}\n', "bad_request"),
+    (b'{"op": "context_create", "device": -1}\n', "bad_request"),
+    (b'{"op": "context_create", "device": "0:"}\n', "bad_request"),
+    (b'{"op": "context_create", "device": true}\n', "bad_request"),
     (b'{"op": "context_create", "device": 7}\n', "invalid_device"),
+    (b'{"op": "context_create", "device": "0:1"}\n', "invalid_device"),
+    (b'{"op": "context_create", "device": "GPU-nope"}\n', "invalid_device"),
+    (b'{"op": "launch", "work": 1}\n', "no_context"),
+    (b'{"op": "synchronize"}\n', "no_context"),
+    (b'{"op": "event_record"}\n', "no_context"),
     (b'{"op": "alloc", "bytes": 10}\n', "no_context"),
     (b'{"op": "copy_in", "bytes": 10}\n', "no_context"),
     (b'{"op": "kernel", "work": 1}\n', "no_context"),
@@ -111,6 +110,9 @@ BAD_WITH_CONTEXT = [
     (b'{"op": "kernel", "work": -1}\n', "bad_request"),
     (b'{"op": "kernel", "work": Infinity}\n', "bad_request"),
     (b'{"op": "kernel", "work": "1"}\n', "bad_request"),
+    (b'{"op": "kernel"}\n', "bad_request"),
+    (b'{"op": "launch", "work": 1, "flops": 1e9}\n', "bad_request"),
+    (b'{"op": "launch", "flops": 0}\n', "bad_request"),
     (b'{"op": "free", "handle": 999}\n', "invalid_handle"),
     (b'{"op": "free"}\n', "bad_request"),
     (b'{"op": "context_create", "device": 0}\n', "context_exists"),
@@ -362,3 +364,71 @@ def test_pipelined_requests_are_answered_in_order(connect: Callable[[], GpusimCl
         client.receive()
     assert err.value.code == "bad_request"
     assert client.receive()["devices"][0]["processes"][0]["phase"] == "idle"
+
+
+def _send_until_blocked(sock: socket.socket, line: bytes, limit: int) -> int:
+    """Send copies of ``line`` without reading replies until the socket stays blocked."""
+    payload, sent = line * (65536 // len(line)), 0
+    sock.setblocking(False)
+    for _ in range(20):  # the daemon gets time to read between attempts
+        try:
+            while sent < limit:
+                # Go on where a partial send stopped, so that every line stays whole.
+                sent += sock.send(payload[sent % len(payload) :])
+        except BlockingIOError:
+            time.sleep(0.02)
+    return sent
+
+
+def _only_connection(daemon: Daemon) -> Any:
+    (conn,) = daemon._connections.values()
+    return conn
+
+
+# Without the bound, the daemon took in all 32 MiB a client sent.
+BOUND = 2**20 + 65536
+
+
+def test_a_client_that_pipelines_behind_a_kernel_gets_backpressure(daemon: Daemon) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(daemon.socket_path))
+        assert raw_request(sock, b'{"op": "context_create", "device": 0}\n')["ok"]
+        sock.sendall(b'{"op": "kernel", "work": 1000}\n')  # busy for 50 s
+        sent = _send_until_blocked(sock, b'{"op": "status"}\n', limit=32 * 2**20)
+        assert sent < 8 * 2**20  # the daemon stopped reading: the socket blocked
+        assert MAX_PENDING_BYTES <= len(_only_connection(daemon).inbuf) <= BOUND
+
+
+def test_a_client_that_never_reads_replies_gets_backpressure(daemon: Daemon) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(daemon.socket_path))
+        sent = _send_until_blocked(sock, b'{"op": "status"}\n', limit=32 * 2**20)
+        assert sent < 8 * 2**20
+        conn = _only_connection(daemon)
+        assert MAX_PENDING_BYTES <= len(conn.outbuf) <= BOUND
+        assert len(conn.inbuf) <= BOUND
+        # Reading the replies lets the daemon go on: every request gets its answer.
+        sock.setblocking(True)
+        sock.settimeout(10)
+        expected, got, data = sent // len(b'{"op": "status"}\n'), 0, b""
+        while got < expected:
+            data += sock.recv(1 << 20)
+            got += data.count(b"\n")
+            data = data[data.rfind(b"\n") + 1 :]
+        assert got == expected
+
+
+def test_launch_event_and_synchronize_over_the_socket(
+    connect: Callable[[], GpusimClient],
+) -> None:
+    client = connect()
+    assert client.context_create("0")["device"] == "0"
+    t0 = time.time()
+    assert [client.launch(work=1.0) for _ in range(3)] == [1, 2, 3]  # 0.05 s each
+    mark = client.event_record()
+    assert time.time() - t0 < 0.1  # launches do not wait for the kernels
+    events = client.synchronize()
+    assert time.time() - t0 >= 0.15
+    assert list(events) == [mark] and events[mark] == pytest.approx(t0 + 0.15, abs=0.05)
+    with pytest.raises(ValueError):
+        client.launch()

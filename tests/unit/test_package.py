@@ -14,13 +14,14 @@ import pytest
 from gpuguard import contract, resources
 
 REPO = Path(__file__).resolve().parents[2]
-TOP_LEVEL_PARTS = ("exporter", "actuator", "gpusim")
+TOP_LEVEL_PARTS = ("exporter", "actuator", "gpusim", "placer")
 #: What the deployed programs import; the harness (``gpuguard.stack``, the demo) is not.
 RUNTIME_ENTRY_MODULES = (
     "gpuguard.cli",
     "gpuguard.exporter.app",
     "gpuguard.actuator.app",
     "gpuguard.actuator.guard",
+    "gpuguard.placer.app",
     "gpuguard.gpusim.daemon",
     "gpuguard.gpusim.workload",
 )
@@ -92,6 +93,8 @@ def _documented(section: str) -> str:
 @pytest.mark.parametrize(
     ("section", "names"),
     [
+        ("1", [k.value for k in contract.WorkloadKind]),
+        ("1", [e.value for e in contract.WorkloadEvent]),
         ("3", [p.value for p in contract.RUNNING_PHASES]),
         ("3", [e.value for e in contract.EventType]),
         ("7", [a.value for a in contract.AlertAction]),
@@ -99,6 +102,9 @@ def _documented(section: str) -> str:
         ("8", [r.value for r in contract.Result]),
         ("8", [s.value for s in contract.SkipReason]),
         ("8", [t.value for t in contract.TriggerSource]),
+        ("3", [r.value for r in contract.StateReason]),
+        ("9", [r.value for r in contract.RankReason]),
+        ("9", [r.value for r in contract.StateReason]),
     ],
 )
 def test_interfaces_doc_names_every_contract_value(section: str, names: list[str]) -> None:

@@ -1,0 +1,8 @@
+"""gpuguard's placer: paper C's node list across a cluster.
+
+Every node's exporter publishes its node record (``exporter/record.py``); Prometheus
+scrapes them all; the placer reads the records from Prometheus (``source``), ranks nodes and
+GPUs for a new real-time container (``ranking``, pure, no Swarm), remembers what it placed
+until the records show it (``reservations``) and answers over HTTP (``service``, ``http``).
+``swarm`` turns an answer into a Swarm service pinned to the chosen node.
+"""

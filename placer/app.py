@@ -1,0 +1,58 @@
+"""Wiring: build the placer from its config and serve until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from gpuguard.placer.config import PlacerConfig
+from gpuguard.placer.http import PlacerServer
+from gpuguard.placer.reservations import Reservations
+from gpuguard.placer.service import Placer, Settings
+from gpuguard.placer.source import PrometheusSource
+
+log = logging.getLogger("gpuguard.placer")
+
+
+def run_placer(config: PlacerConfig) -> int:
+    """Run the placer; returns the process exit status."""
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    source = PrometheusSource(
+        config.prometheus_url, config.prometheus_timeout_s, config.records_cache_s
+    )
+    placer = Placer(
+        source,
+        Settings(config.policy, config.max_age_s, config.headroom),
+        Reservations(config.settle_s),
+    )
+    try:
+        server = PlacerServer((config.listen_host, config.listen_port), placer, config.token)
+    except OSError as exc:
+        print(
+            f"gpuguard placer: cannot listen on {config.listen_host}:{config.listen_port}: "
+            f"{exc.strerror}",
+            file=sys.stderr,
+        )
+        source.close()
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server.serve_in_thread()
+    host, port = server.server_address[:2]
+    log.info(
+        "listening on http://%s:%s (policy %s, records from %s)",
+        host, port, config.policy, config.prometheus_url,
+    )  # fmt: skip
+    stop.wait()
+    log.info("stopping")
+    server.shutdown()
+    server.server_close()
+    source.close()
+    return 0

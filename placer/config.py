@@ -1,0 +1,80 @@
+"""The placer's flags (dotted, like the exporter's and the actuator's), validated once."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from gpuguard import flags
+from gpuguard.flags import Flag
+from gpuguard.placer.errors import ConfigError
+from gpuguard.placer.ranking import DEFAULT_HEADROOM, DEFAULT_MAX_AGE_S, Policy
+from gpuguard.placer.reservations import DEFAULT_SETTLE_S
+
+DEFAULT_LISTEN = "127.0.0.1:9837"
+DEFAULT_URL = "http://127.0.0.1:9837"
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("web.listen-address", DEFAULT_LISTEN,
+         "host:port of the placer's API (an address beyond loopback needs --web.token-file)"),
+    Flag("web.token-file", None, "file holding the bearer token API requests must present"),
+    Flag("prometheus.url", "http://127.0.0.1:9090", "Prometheus that scrapes every exporter"),
+    Flag("prometheus.timeout", "5s", "timeout of the records query", "duration"),
+    Flag("records.cache", "1s", "reuse one records query this long (about a scrape)",
+         "duration"),
+    Flag("records.max-age", f"{DEFAULT_MAX_AGE_S:g}s",
+         "a node whose exporter polled longer ago is never chosen (stale)", "duration"),
+    Flag("placement.policy", str(Policy.GPUGUARD), "gpuguard or paper-c"),
+    Flag("placement.headroom", DEFAULT_HEADROOM,
+         "share of a GPU's memory kept free after a placement (gpuguard policy)"),
+    Flag("placement.settle", f"{DEFAULT_SETTLE_S:g}s",
+         "a placement counts until a record this much newer shows the node "
+         "(container start-up + scrape interval)", "duration"),
+    Flag("log.level", "info", "debug, info, warning or error"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PlacerConfig:
+    listen_host: str
+    listen_port: int
+    token: str | None
+    prometheus_url: str
+    prometheus_timeout_s: float
+    records_cache_s: float
+    max_age_s: float
+    policy: Policy
+    headroom: float
+    settle_s: float
+    log_level: str
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    flags.add_flags(parser, FLAGS)
+
+
+@flags.reraise_as(ConfigError)
+def load_config(args: argparse.Namespace) -> PlacerConfig:
+    """Merge flags, file and defaults, and validate every value."""
+    values = flags.merge(args, FLAGS)
+    host, port = flags.listen_address(values, "web.listen-address", DEFAULT_LISTEN)
+    token = flags.read_token(values["web.token-file"]) if values["web.token-file"] else None
+    if token is None and not flags.is_loopback(host):
+        raise ConfigError(
+            f"--web.listen-address {host}: beyond loopback the API needs --web.token-file"
+        )
+    headroom = flags.share(values, "placement.headroom")
+    return PlacerConfig(
+        listen_host=host,
+        listen_port=port,
+        token=token,
+        prometheus_url=flags.http_url(values, "prometheus.url", ("http", "https")),
+        prometheus_timeout_s=flags.duration(values, "prometheus.timeout"),
+        records_cache_s=flags.duration(values, "records.cache"),
+        max_age_s=flags.duration(values, "records.max-age"),
+        policy=Policy(flags.choice(values, "placement.policy", tuple(p.value for p in Policy))),
+        headroom=headroom,
+        settle_s=flags.duration(values, "placement.settle"),
+        log_level=flags.choice(values, "log.level", _LOG_LEVELS),
+    )

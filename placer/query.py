@@ -1,0 +1,105 @@
+"""Strict parsing of the placer's query parameters (pure; docs/interfaces.md §9).
+
+Every value is ASCII, bounded in length and finite; an unknown, repeated or empty parameter
+is an error. Durations are written as container deadlines are (``9``, ``9s``, ``1500ms``,
+``2m``); memory as bytes with an optional unit (``2GiB``, ``512MiB``, ``1073741824``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from gpuguard import labels
+from gpuguard.placer.errors import BadRequest
+from gpuguard.placer.ranking import Policy, Request
+
+MAX_QUERY = 1024
+MAX_VALUE = 64
+MAX_DURATION_S = 86_400.0  # a day: no real-time task waits longer
+MAX_MEMORY = 2**50  # 1 PiB
+_MEMORY = re.compile(r"^([0-9]{1,16})(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?$")
+_UNITS = {
+    None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}  # fmt: skip
+_MODEL = re.compile(r"^[A-Za-z0-9 ._()/+-]{1,64}$")
+PLACEMENT_PARAMS = ("deadline", "memory", "runtime", "gpu_model", "policy")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    request: Request
+    policy: Policy | None  # None: the placer's --placement.policy
+
+
+def parse_query(
+    text: str,
+    required: Collection[str] = ("deadline", "memory"),
+    allowed: Collection[str] = PLACEMENT_PARAMS,
+) -> Query:
+    """The request a query string asks for; BadRequest with one line when it is invalid."""
+    if len(text) > MAX_QUERY:
+        raise BadRequest(f"query longer than {MAX_QUERY} characters")
+    if not text.isascii():
+        raise BadRequest("query must be ASCII")
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError:
+        raise BadRequest("malformed query string") from None
+    params: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in allowed:
+            raise BadRequest(f"unknown parameter {key[:MAX_VALUE]!r}")
+        if key in params:
+            raise BadRequest(f"parameter {key} given twice")
+        if not value or len(value) > MAX_VALUE or not value.isascii():
+            raise BadRequest(f"{key}: must be 1 to {MAX_VALUE} ASCII characters")
+        params[key] = value
+    missing = [name for name in required if name not in params]
+    if missing:
+        raise BadRequest(f"missing parameter {missing[0]} (e.g. deadline=9s&memory=2GiB)")
+    request = Request(
+        deadline_s=_duration("deadline", params["deadline"]) if "deadline" in params else 0.0,
+        memory_bytes=parse_memory(params["memory"]) if "memory" in params else 0,
+        runtime_s=_duration("runtime", params["runtime"]) if "runtime" in params else None,
+        gpu_model=_model(params["gpu_model"]) if "gpu_model" in params else None,
+    )
+    return Query(request, _policy(params["policy"]) if "policy" in params else None)
+
+
+def _duration(name: str, text: str) -> float:
+    try:
+        seconds = labels.parse_duration(text)
+    except labels.LabelError as exc:
+        raise BadRequest(f"{name}: {exc}") from None
+    if seconds > MAX_DURATION_S:
+        raise BadRequest(f"{name}: at most {MAX_DURATION_S:g}s")
+    return seconds
+
+
+def parse_memory(text: str) -> int:
+    """Bytes from ``2GiB``, ``512MiB``, ``1073741824`` ...; BadRequest when invalid."""
+    match = _MEMORY.match(text) if text.isascii() else None
+    if match is None:
+        raise BadRequest(f"memory {text!r}: use bytes with an optional unit, e.g. 2GiB")
+    value = int(match.group(1)) * _UNITS[match.group(2)]
+    if not 0 < value <= MAX_MEMORY:
+        raise BadRequest(f"memory {text!r}: must be more than 0 and at most 1 PiB")
+    return value
+
+
+def _model(text: str) -> str:
+    if not _MODEL.match(text):
+        raise BadRequest("gpu_model: letters, digits, spaces and ._()/+- only")
+    return text
+
+
+def _policy(text: str) -> Policy:
+    try:
+        return Policy(text)
+    except ValueError:
+        choices = ", ".join(p.value for p in Policy)
+        raise BadRequest(f"policy {text!r}: must be one of {choices}") from None

@@ -1,0 +1,174 @@
+"""Node records from Prometheus: one instant query for every node's record series.
+
+Why Prometheus and not the nodes themselves: it already scrapes every exporter (and every
+actuator's mark), so the placer opens one connection, needs no credentials for a thousand
+exporters and no fan-out with per-node timeouts; one query answers for the whole cluster.
+Freshness is the scrape interval (1 s in the fast profile, 15 s by default), which the
+placer covers by remembering its own recent placements (``reservations``); a record whose
+poll is older than ``--records.max-age`` is shown but never chosen (``stale``). An exporter
+that stops answering drops out: Prometheus marks its series stale at the failed scrape.
+Prometheus down means no placement (503) rather than placement on old data.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from gpuguard.contract import StateReason
+from gpuguard.exporter.record import GpuRecord, NodeRecord
+from gpuguard.placer.errors import RecordsUnavailable
+from gpuguard.placer.ranking import NodeView
+
+log = logging.getLogger(__name__)
+
+#: The record's per-GPU series the placer ranks on (``gpuguard_gpu_<field>``).
+_GPU_FIELDS = (
+    "info",
+    "state",
+    "float_time_seconds",
+    "free_memory_bytes",
+    "memory_total_bytes",
+    "busy_ratio",
+    "running_tasks",
+)
+LAST_POLL = "gpuguard_exporter_last_poll_timestamp_seconds"
+PROVISIONABLE = "gpuguard_actuator_node_provisionable"
+STATE_REASON = "gpuguard_gpu_state_reason"
+#: The placer's only query: every series a record is made of, and only the reasons that
+#: hold (a comparison keeps the metric name; ``or`` adds them, as their label sets differ).
+#: ``max by`` drops the target labels (a third of the reply at 1,000 nodes) and merges a node
+#: scraped twice.
+RECORDS_QUERY = (
+    'max by (__name__, node, gpu, name) ({__name__=~"gpuguard_gpu_('
+    + "|".join(_GPU_FIELDS)
+    + f')|{LAST_POLL}|{PROVISIONABLE}"}})'
+    f" or max by (__name__, node, gpu, reason) ({STATE_REASON} == 1)"
+)
+_STATE_REASONS = {str(r): r for r in StateReason}
+_REASON_ORDER = tuple(StateReason)
+_FIELD_OF = {f"gpuguard_gpu_{name}": name for name in _GPU_FIELDS}
+
+
+@dataclass
+class _Node:
+    timestamp: float | None = None
+    marked: bool = False
+    gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def views_from_samples(samples: Iterable[Mapping[str, Any]], now: float) -> list[NodeView]:
+    """Node views from the ``result`` of ``RECORDS_QUERY`` (pure).
+
+    A GPU needs its state, free and total memory; a node needs its exporter's poll time.
+    Anything else missing takes a neutral value (no reason, no task, no slack).
+    """
+    nodes: dict[str, _Node] = {}
+    for sample in samples:
+        labels = sample["metric"]
+        node_name = labels.get("node")
+        if not node_name:
+            continue
+        name = labels.get("__name__", "")
+        value = float(sample["value"][1])
+        node = nodes.get(node_name)
+        if node is None:
+            node = nodes[node_name] = _Node()
+        gpu = labels.get("gpu")
+        if gpu is not None:
+            fields = node.gpus.get(gpu)
+            if fields is None:
+                fields = node.gpus[gpu] = {}
+            field_name = _FIELD_OF.get(name)
+            if field_name == "info":
+                fields["model"] = labels.get("name", "")
+            elif field_name is not None:
+                fields[field_name] = value
+            elif name == STATE_REASON:
+                reason = _STATE_REASONS.get(labels.get("reason", ""))
+                if value == 1 and reason is not None:
+                    fields.setdefault("reasons", set()).add(reason)
+        elif name == LAST_POLL:
+            node.timestamp = max(value, node.timestamp or 0.0)
+        elif name == PROVISIONABLE:
+            node.marked = node.marked or value == 0
+    views = []
+    for node_name, node in sorted(nodes.items()):
+        if node.timestamp is None:
+            continue  # an actuator's mark without an exporter: no record
+        gpus = tuple(gpu for key, fields in sorted(node.gpus.items()) if (gpu := _gpu(key, fields)))
+        record = NodeRecord(node_name, node.timestamp, gpus)
+        views.append(NodeView(record, max(0.0, now - node.timestamp), node.marked))
+    return views
+
+
+def _gpu(key: str, fields: Mapping[str, Any]) -> GpuRecord | None:
+    if not {"state", "free_memory_bytes", "memory_total_bytes"} <= set(fields):
+        return None
+    reasons = fields.get("reasons")
+    return GpuRecord(
+        gpu=key,
+        model=fields.get("model", ""),
+        state=int(fields["state"]),
+        reasons=tuple(r for r in _REASON_ORDER if r in reasons) if reasons else (),
+        float_time_s=fields.get("float_time_seconds", math.inf),
+        deadline_tasks=0,  # not queried: the ranking does not use them
+        recent_misses=0,
+        running_tasks=int(fields.get("running_tasks", 0)),
+        min_slack_s=None,
+        busy_ratio=fields.get("busy_ratio", 0.0),
+        memory_free_bytes=int(fields["free_memory_bytes"]),
+        memory_total_bytes=int(fields["memory_total_bytes"]),
+    )
+
+
+class PrometheusSource:
+    """Reads every node's record with one query; reuses a reply for ``cache_s`` seconds."""
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 5.0,
+        cache_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url.rstrip("/") + "/api/v1/query"
+        self.timeout_s = timeout_s
+        self.cache_s = cache_s
+        self._clock = clock
+        self._session = requests.Session()
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[Mapping[str, Any]]] | None = None
+
+    def views(self) -> list[NodeView]:
+        """Every node's view now; RecordsUnavailable when Prometheus cannot answer."""
+        now = self._clock()
+        with self._lock:
+            if self._cached is None or now - self._cached[0] > self.cache_s:
+                self._cached = (now, self._query())
+            samples = self._cached[1]
+        return views_from_samples(samples, now)
+
+    def _query(self) -> list[Mapping[str, Any]]:
+        try:
+            reply = self._session.get(
+                self.url, params={"query": RECORDS_QUERY}, timeout=self.timeout_s
+            )
+            body = reply.json()
+        except (requests.RequestException, ValueError) as exc:
+            raise RecordsUnavailable(f"prometheus at {self.url}: {type(exc).__name__}") from None
+        if reply.status_code != 200 or body.get("status") != "success":
+            error = body.get("error", reply.status_code) if isinstance(body, dict) else "?"
+            raise RecordsUnavailable(f"prometheus at {self.url}: {error}")
+        result: list[Mapping[str, Any]] = body["data"]["result"]
+        return result
+
+    def close(self) -> None:
+        self._session.close()

@@ -1,0 +1,141 @@
+"""``gpuguard run --placer.url ...``: ask the placer, then create a Swarm service on its node.
+
+The service is pinned to the chosen node (``node.id==``) and carries the real-time
+constraint ``node.labels.gpuguard.provisionable!=false``, so a node that its actuator has
+marked in the meantime takes nothing; the chosen GPU goes in ``NVIDIA_VISIBLE_DEVICES``.
+Everything after gpuguard's own flags goes to ``docker service create`` untouched.
+
+Swarm nodes are matched to the placer's node names (the exporters' ``--node.name``) by the
+node label ``gpuguard.node``, else by hostname (unique in the swarm).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import requests
+
+from gpuguard import flags
+from gpuguard.actuator.nodes import SWARM_LABEL
+from gpuguard.exporter.cli import exec_docker, run_labels, split_run_flags
+from gpuguard.exporter.errors import ConfigError
+from gpuguard.placer.errors import PlacementFailed
+
+NODE_LABEL = "gpuguard.node"
+PLACEMENT_LABEL = "gpuguard.placement"
+RT_CONSTRAINT = f"node.labels.{SWARM_LABEL}!=false"
+VALUED = (
+    "--deadline", "--docker.host", "--placer.url", "--placer.token-file",
+    "--memory", "--runtime", "--gpu-model",
+)  # fmt: skip
+USAGE = (
+    "usage: gpuguard run --placer.url URL --deadline DURATION --memory BYTES [--runtime DURATION]"
+    " [--gpu-model NAME] [--placer.token-file PATH] [--managed] [--docker.host URL]"
+    " [DOCKER SERVICE CREATE OPTIONS] IMAGE [COMMAND [ARG...]]"
+)
+
+
+def wants_placer(argv: Sequence[str]) -> bool:
+    """Whether ``run``'s own flags name a placer (then it makes a Swarm service)."""
+    try:
+        found, _ = split_run_flags(argv, VALUED)
+    except ConfigError:
+        return any(arg.partition("=")[0] == "--placer.url" for arg in argv)
+    return "--placer.url" in found
+
+
+def run_service(argv: Sequence[str]) -> int:
+    """Place and create the service; exec's the docker CLI (returns only on failure)."""
+    try:
+        found, rest = split_run_flags(argv, VALUED)
+        cmd = service_argv(found, rest, place(found), swarm_nodes(found.get("--docker.host")))
+    except (flags.ConfigError, PlacementFailed) as exc:
+        print(f"gpuguard run: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, flags.ConfigError) else 1
+    return exec_docker(cmd)
+
+
+def place(found: dict[str, str]) -> dict[str, Any]:
+    """The placer's answer for these flags; PlacementFailed with the reason otherwise."""
+    run_labels(found)  # a bad deadline fails here, before the placer is asked
+    if "--memory" not in found:
+        raise ConfigError("--memory is required with --placer.url (e.g. --memory 2GiB)")
+    params = {"deadline": found["--deadline"].strip(), "memory": found["--memory"]}
+    for flag, name in (("--runtime", "runtime"), ("--gpu-model", "gpu_model")):
+        if flag in found:
+            params[name] = found[flag]
+    headers = {}
+    if "--placer.token-file" in found:
+        token = flags.read_token(found["--placer.token-file"], "placer.token-file")
+        headers["Authorization"] = f"Bearer {token}"
+    url = found["--placer.url"].rstrip("/") + "/api/v1/placement"
+    try:
+        reply = requests.get(url, params=params, headers=headers, timeout=10)
+        doc = reply.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise PlacementFailed(f"placer at {url}: {type(exc).__name__}") from None
+    if reply.status_code == 409:
+        raise PlacementFailed(f"no node can take it now: {_reasons(doc)}")
+    if reply.status_code != 200:
+        raise PlacementFailed(f"placer answered {reply.status_code}: {doc.get('error', '')}")
+    print(f"gpuguard run: node {doc['node']}, GPU {doc['gpu']}: {doc['why']}", file=sys.stderr)
+    return dict(doc)
+
+
+def _reasons(doc: dict[str, Any]) -> str:
+    ranked = doc.get("ranked", [])[:5]
+    return (
+        "; ".join(
+            f"{c['node']}/{c['gpu']}: {', '.join(c['reasons']) or 'eligible'}" for c in ranked
+        )
+        or "no nodes with a record"
+    )
+
+
+def swarm_nodes(docker_host: str | None) -> list[dict[str, Any]]:
+    """The swarm's nodes as the manager lists them."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+        try:
+            return [dict(node.attrs) for node in client.nodes.list()]
+        finally:
+            client.close()
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise PlacementFailed(f"cannot list the swarm's nodes: {exc}") from None
+
+
+def swarm_node_id(nodes: list[dict[str, Any]], name: str) -> str:
+    """The Swarm node id of the placer's node ``name`` (pure)."""
+    by_label = [n for n in nodes if (n["Spec"].get("Labels") or {}).get(NODE_LABEL) == name]
+    by_host = [n for n in nodes if n.get("Description", {}).get("Hostname") == name]
+    for matches in (by_label, by_host):
+        if len(matches) == 1:
+            return str(matches[0]["ID"])
+    if len(by_host) > 1:
+        raise PlacementFailed(f"{len(by_host)} swarm nodes are called {name}: label them "
+                              f"with {NODE_LABEL}=<exporter --node.name>")  # fmt: skip
+    raise PlacementFailed(f"no swarm node is {name} (label {NODE_LABEL} or hostname)")
+
+
+def service_argv(
+    found: dict[str, str], rest: list[str], answer: dict[str, Any], nodes: list[dict[str, Any]]
+) -> list[str]:
+    """The ``docker service create`` command for a placed container (pure)."""
+    if not rest:
+        raise ConfigError("an IMAGE is required")
+    cmd = ["docker"]
+    if "--docker.host" in found:
+        cmd += ["-H", found["--docker.host"]]
+    cmd += ["service", "create"]
+    cmd += ["--constraint", f"node.id=={swarm_node_id(nodes, answer['node'])}"]
+    cmd += ["--constraint", RT_CONSTRAINT]
+    for key, value in run_labels(found).items():
+        cmd += ["--container-label", f"{key}={value}"]
+    cmd += ["--label", f"{PLACEMENT_LABEL}={answer['node']}/{answer['gpu']}"]
+    cmd += ["--env", f"NVIDIA_VISIBLE_DEVICES={answer['gpu']}"]
+    return cmd + rest

@@ -1,0 +1,163 @@
+"""Every workload kind in real containers on a real gpusim daemon: server, train, two GPUs, MIG.
+
+The train container is frozen with ``docker pause``: it launches nothing more, and the
+device stays busy only until the kernels it had queued have drained.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from gpusim_support import exit_code, host_pid, mounts, read_log, wait_event, workload
+
+from gpuguard.gpusim.client import GpusimClient
+from gpuguard.stack.gpusim import GpusimService
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+SCALE = 0.05
+
+
+def of(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == name]
+
+
+def test_inference_server_uses_about_30_percent_of_the_gpu(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(time_scale=SCALE, sample_period=0.5)
+    # 10 requests/s x 0.6 s of GPU work each x time scale 0.05 = 30% of the GPU.
+    args = ["server", "--rate", "10", "--arrivals", "fixed", "--requests", "30"]
+    args += ["--request-work", "0.6", "--io-bytes", "64KiB"]
+    server = run_python_container(workload(sim, "srv", *args), extra_mounts=mounts(sim))
+    wait_event(sim, "srv", "ready")
+    utilization = []
+    with GpusimClient(sim.socket) as observer:
+        time.sleep(0.5)
+        for _ in range(4):  # four 0.5 s windows in the middle of the run
+            device = observer.sample()["devices"][0]
+            utilization.append(device["utilization_ratio"])
+            assert [p["pid"] for p in device["processes"]] == [host_pid(server)]
+            time.sleep(0.5)
+    assert exit_code(server) == 0
+    assert statistics.fmean(utilization) == pytest.approx(0.3, abs=0.08)
+    events = read_log(sim, "srv")
+    requests = of(events, "request")
+    assert len(requests) == 30 and events[-1]["event"] == "summary"
+    for req in requests:
+        assert req["pid"] != host_pid(server)  # its own PID namespace: PID 1 in there
+        assert req["arrival"] <= req["start"] < req["end"]
+        assert req["end"] - req["start"] >= 0.6 * SCALE
+
+
+def test_training_loop_paused_stops_once_its_queue_drains(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(time_scale=SCALE, sample_period=0.05)
+    # Steps of 4 kernels x 12.5 ms; the loop runs up to 20 steps (1 s) ahead of the device.
+    args = ["train", "--steps", "100000", "--step-work", "1.0", "--kernels", "4"]
+    args += ["--sync-every", "20"]
+    train = run_python_container(workload(sim, "train", *args), extra_mounts=mounts(sim))
+    pid = host_pid(train)
+    wait_event(sim, "train", "sync")
+    kernel_s = 1.0 / 4 * SCALE
+    with GpusimClient(sim.socket) as observer:
+
+        def me(status: dict[str, Any]) -> dict[str, Any]:
+            (process,) = status["devices"][0]["processes"]
+            assert process["pid"] == pid
+            return process  # type: ignore[no-any-return]
+
+        train.pause()
+        paused_at = time.time()
+        queued = me(observer.status())["kernels_queued"]
+        wait_for(lambda: me(observer.status())["kernels_queued"] == 0, timeout=10, interval=0.005)
+        (sample,) = observer.sample()["devices"][0]["process_samples"]
+        drained_at = sample["timestamp_us"] / 1e6  # when its last kernel ran
+        drain_s = drained_at - paused_at
+        print(f"\nfrozen with {queued} kernels queued; SM activity stopped {drain_s:.3f} s later")
+        # The device finished exactly what was queued at the pause, then went idle.
+        assert drain_s == pytest.approx(queued * kernel_s, abs=kernel_s + 0.05)
+        time.sleep(0.5)
+        device = observer.sample(since_us=int(drained_at * 1e6) + 1)["devices"][0]
+        assert device["utilization_ratio"] == 0.0
+        assert device["process_samples"] == []  # nothing ran since
+        assert me(observer.status())["used_memory_bytes"] > 2 * 2**30  # frozen, not gone
+        train.unpause()
+        wait_for(
+            lambda: observer.sample()["devices"][0]["utilization_ratio"] > 0.5,
+            timeout=5,
+            interval=0.02,
+        )
+    train.kill()
+    steps = [e["t"] for e in of(read_log(sim, "train"), "step")]
+    # No step finished while it was frozen, except the queued ones draining.
+    frozen = [t for t in steps if drained_at + 0.001 < t < drained_at + 0.5]
+    assert frozen == []
+
+
+def test_one_container_on_two_gpus(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(time_scale=SCALE, device=["name=g0,memory=8GiB", "name=g1,memory=8GiB"])
+    args = ["train", "--devices", "0,1", "--steps", "60", "--step-work", "1.0"]
+    both = run_python_container(workload(sim, "both", *args), extra_mounts=mounts(sim))
+    pid = host_pid(both)
+    with GpusimClient(sim.socket) as observer:
+
+        def on_both() -> bool:
+            devices = observer.sample()["devices"]
+            return all([p["pid"] for p in d["processes"]] == [pid] for d in devices)
+
+        wait_for(on_both, timeout=20, interval=0.02)
+        devices = observer.sample()["devices"]
+        assert [d["memory_used_bytes"] for d in devices] == [300 * 2**20 + 2 * 2**30] * 2
+    assert exit_code(both) == 0
+    events = read_log(sim, "both")
+    assert all(e["devices"] == ["0", "1"] for e in events)
+    summary = events[-1]
+    # Each step ran on both GPUs at once: as fast as one GPU alone (50 ms a step).
+    assert summary["steps"] == 60 and summary["steps_per_s"] == pytest.approx(20, rel=0.25)
+
+
+def test_mig_instances_isolate_containers(
+    gpusim_daemon: Callable[..., GpusimService], run_python_container: Callable[..., Any]
+) -> None:
+    sim = gpusim_daemon(
+        time_scale=SCALE, device="name=a100,memory=80GiB,mig=3g.40gb+3g.30gb+1g.10gb"
+    )
+    work = ["--work-seconds", "6", "--memory-bytes", "3GiB"]  # 0.3 s on the whole GPU
+    start_at = str(time.time() + 3.0)
+    placed = {"a": "0:0", "b": "0:1", "c": "0:1"}
+    containers = {
+        name: run_python_container(
+            workload(sim, name, *work, "--device", device, "--start-at", start_at),
+            extra_mounts=mounts(sim),
+        )
+        for name, device in placed.items()
+    }
+    with GpusimClient(sim.socket) as observer:
+        wait_for(lambda: len(observer.sample()["devices"][2]["processes"]) == 2, timeout=20)
+        parent, inst0, inst1, inst2 = observer.sample()["devices"]
+    assert (parent["mig_index"], inst0["mig_index"], inst2["mig_index"]) == (None, 0, 2)
+    assert parent["processes"] == [] and inst2["processes"] == []
+    assert {p["pid"] for p in inst1["processes"]} == {
+        host_pid(containers["b"]),
+        host_pid(containers["c"]),
+    }
+    assert inst0["memory_total_bytes"] == 40 * 2**30
+    assert {d["utilization_ratio"] for d in (parent, inst0, inst1, inst2)} == {None}
+    assert [exit_code(c) for c in containers.values()] == [0, 0, 0]
+    seconds = {}
+    for name in placed:
+        events = {e["event"]: e for e in read_log(sim, name)}
+        seconds[name] = events["kernel_end"]["t"] - events["kernel_start"]["t"]
+    alone = 6 * 7 / 3 * SCALE  # a 3g instance has 3 of the GPU's 7 slices
+    # a had its instance to itself; b and c shared theirs (paper B's overhead for 2).
+    assert seconds["a"] == pytest.approx(alone, rel=0.1)
+    assert seconds["b"] > 1.8 * alone and seconds["c"] > 1.8 * alone

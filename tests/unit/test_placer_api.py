@@ -1,0 +1,220 @@
+"""The placer's API: strict queries, records from Prometheus' reply, handlers and HTTP."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from gpuguard.contract import StateReason
+from gpuguard.exporter.record import GpuRecord, NodeRecord
+from gpuguard.placer.errors import BadRequest, RecordsUnavailable
+from gpuguard.placer.http import PlacerServer
+from gpuguard.placer.query import parse_memory, parse_query
+from gpuguard.placer.ranking import NodeView, Policy
+from gpuguard.placer.service import Placer, Settings
+from gpuguard.placer.source import RECORDS_QUERY, views_from_samples
+from gpuguard.stack.process import free_port
+
+GIB = 2**30
+
+
+# --- query ------------------------------------------------------------------------------------
+
+
+def test_query_reads_every_parameter() -> None:
+    q = parse_query("deadline=1500ms&memory=2GiB&runtime=0.5s&gpu_model=NVIDIA+A100&policy=paper-c")
+    assert (q.request.deadline_s, q.request.memory_bytes) == (1.5, 2 * GIB)
+    assert (q.request.runtime_s, q.request.gpu_model, q.policy) == (
+        0.5,
+        "NVIDIA A100",
+        Policy.PAPER_C,
+    )
+    assert parse_memory("1073741824") == GIB and parse_memory("512MiB") == GIB // 2
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("memory=2GiB", "missing parameter deadline"),
+        ("deadline=9s", "missing parameter memory"),
+        ("deadline=9s&memory=2GiB&extra=1", "unknown parameter 'extra'"),
+        ("deadline=9s&deadline=8s&memory=1", "given twice"),
+        ("deadline=&memory=1", "1 to 64 ASCII"),
+        ("deadline=nan&memory=1", "invalid duration"),
+        ("deadline=inf&memory=1", "invalid duration"),
+        ("deadline=1e3&memory=1", "invalid duration"),
+        ("deadline=-1s&memory=1", "invalid duration"),
+        ("deadline=0&memory=1", "greater than zero"),
+        ("deadline=2d&memory=1", "invalid duration"),
+        ("deadline=90000s&memory=1", "at most"),
+        ("deadline=%D9%A3s&memory=1", "ASCII"),  # an Arabic-Indic digit, percent-encoded
+        ("deadline=٣s&memory=1", "ASCII"),
+        ("deadline=9s&memory=-1", "memory"),
+        ("deadline=9s&memory=0", "more than 0"),
+        ("deadline=9s&memory=2PiB", "memory"),
+        ("deadline=9s&memory=99999999999999999", "memory"),
+        ("deadline=9s&memory=1&policy=best", "policy 'best'"),
+        ("deadline=9s&memory=1&gpu_model=%0Aevil", "gpu_model"),
+        ("deadline=9s&memory=1&" + "x" * 1100, "longer than"),
+        ("deadline", "malformed"),
+    ],
+)
+def test_bad_queries_are_one_line_errors(query: str, message: str) -> None:
+    with pytest.raises(BadRequest, match=message):
+        parse_query(query)
+
+
+# --- records from Prometheus' reply -----------------------------------------------------------
+
+
+def series(metric: str, value: str, **labels: str) -> dict[str, Any]:
+    return {"metric": {"__name__": metric, **labels}, "value": [1000.0, value]}
+
+
+def reply(node: str = "a", free: str = "10737418240", state: str = "1", **extra: str) -> list:
+    out = [
+        series("gpuguard_exporter_last_poll_timestamp_seconds", "998.5", node=node),
+        series("gpuguard_gpu_info", "1", node=node, gpu="0", name="NVIDIA A100"),
+        series("gpuguard_gpu_state", state, node=node, gpu="0"),
+        series("gpuguard_gpu_float_time_seconds", extra.get("float", "+Inf"), node=node, gpu="0"),
+        series("gpuguard_gpu_free_memory_bytes", free, node=node, gpu="0"),
+        series("gpuguard_gpu_memory_total_bytes", str(24 * GIB), node=node, gpu="0"),
+        series("gpuguard_gpu_busy_ratio", "0.25", node=node, gpu="0"),
+        series("gpuguard_gpu_running_tasks", "2", node=node, gpu="0"),
+    ]
+    if state == "0":
+        out.append(series("gpuguard_gpu_state_reason", "1", node=node, gpu="0", reason="saturated"))
+    return out
+
+
+def test_views_from_the_records_query() -> None:
+    samples = [
+        *reply("a"),
+        *reply("b", state="0", float="12.5"),
+        series("gpuguard_actuator_node_provisionable", "0", node="b"),
+        series("gpuguard_actuator_node_provisionable", "1", node="c"),  # no exporter: no record
+        series("gpuguard_gpu_state", "1", node="d", gpu="0"),  # no poll time: no record
+        series("gpuguard_gpu_state", "1", gpu="0"),  # no node label
+    ]
+    views = views_from_samples(samples, now=1000.0)
+    assert [v.record.node for v in views] == ["a", "b"]
+    a, b = views
+    assert (a.age_s, a.marked, b.marked) == (1.5, False, True)
+    [ga] = a.record.gpus
+    assert ga == GpuRecord(
+        "0", "NVIDIA A100", 1, (), math.inf, 0, 0, 2, None, 0.25, 10 * GIB, 24 * GIB
+    )
+    [gb] = b.record.gpus
+    assert (gb.state, gb.reasons, gb.float_time_s) == (0, (StateReason.SATURATED,), 12.5)
+
+
+def test_a_gpu_without_its_core_series_is_left_out() -> None:
+    samples = [s for s in reply("a") if s["metric"]["__name__"] != "gpuguard_gpu_free_memory_bytes"]
+    [view] = views_from_samples(samples, now=1000.0)
+    assert view.record.gpus == ()
+
+
+def test_records_query_selects_the_series_and_only_holding_reasons() -> None:
+    assert "gpuguard_gpu_state_reason == 1" in RECORDS_QUERY
+    for name in ("state", "free_memory_bytes", "memory_total_bytes", "running_tasks", "info"):
+        assert name in RECORDS_QUERY
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+class StaticSource:
+    """Node views held in memory (what PrometheusSource returns), or an outage."""
+
+    def __init__(self, views: list[NodeView] | None = None) -> None:
+        self.list = views or []
+        self.down = False
+
+    def views(self) -> list[NodeView]:
+        if self.down:
+            raise RecordsUnavailable("prometheus at http://x: ConnectionError")
+        return self.list
+
+
+def record(name: str, free_gib: float, state: int = 1) -> NodeView:
+    reasons = () if state else (StateReason.MEMORY_FULL,)
+    gpu = GpuRecord(
+        "0", "sim", state, reasons, math.inf, 0, 0, 0, None, 0.0, int(free_gib * GIB), 24 * GIB
+    )
+    return NodeView(NodeRecord(name, 999.0, (gpu,)), 1.0)
+
+
+@pytest.fixture
+def placer() -> Placer:
+    source = StaticSource([record("a", 10), record("b", 20), record("c", 23, state=0)])
+    return Placer(source, Settings(), clock=lambda: 1000.0)
+
+
+def test_placement_answers_node_gpu_and_why_and_reserves(placer: Placer) -> None:
+    first = placer.placement("deadline=9s&memory=8GiB")
+    assert first.code == 200
+    assert (first.doc["node"], first.doc["gpu"]) == ("b", "0")
+    assert first.doc["why"].startswith("gpuguard: state 1, 0 task(s)")
+    assert first.doc["ranked"][-1]["reasons"] == ["memory_full"]
+    # b's record cannot show the first placement yet: it counts 8 GiB and one task there
+    second = placer.placement("deadline=9s&memory=8GiB")
+    assert second.doc["node"] == "a"
+    third = placer.placement("deadline=9s&memory=8GiB")  # b: 20 - 8 GiB still holds 8 + 1.2
+    assert third.doc["node"] == "b" and "1 task(s)" in third.doc["why"]
+    fourth = placer.placement("deadline=9s&memory=8GiB")
+    assert fourth.code == 409 and fourth.doc["eligible"] == 0
+    reasons = {c["node"]: c["reasons"] for c in fourth.doc["ranked"]}
+    assert reasons == {"a": ["memory"], "b": ["memory"], "c": ["memory_full"]}
+
+
+def test_node_list_does_not_reserve(placer: Placer) -> None:
+    for _ in range(3):
+        listed = placer.nodes("deadline=9s&memory=8GiB")
+        assert listed.code == 200 and listed.doc["ranked"][0]["node"] == "b"
+    everything = placer.nodes("")
+    assert everything.doc["candidates"] == 3 and everything.doc["eligible"] == 2
+
+
+def test_bad_input_and_outage_answers(placer: Placer) -> None:
+    assert placer.placement("deadline=soon&memory=1").code == 400
+    assert placer.nodes("bogus=1").code == 400
+    placer.source.down = True  # type: ignore[attr-defined]
+    down = placer.placement("deadline=9s&memory=1GiB")
+    assert down.code == 503 and "prometheus" in down.doc["error"]
+    assert placer.metrics.records_up._value.get() == 0  # type: ignore[attr-defined]
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(placer: Placer) -> Iterator[str]:
+    port = free_port()
+    srv = PlacerServer(("127.0.0.1", port), placer, token="s3cret")
+    srv.serve_in_thread()
+    yield f"http://127.0.0.1:{port}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_http_adapter(server: str) -> None:
+    auth = {"Authorization": "Bearer s3cret"}
+    url = server + "/api/v1/placement"
+    ok = requests.get(url, params={"deadline": "9s", "memory": "1GiB"}, headers=auth, timeout=5)
+    assert ok.status_code == 200 and ok.json()["node"] == "b"
+    assert requests.get(url + "?deadline=9s&memory=1GiB", timeout=5).status_code == 401
+    wrong = {"Authorization": "Bearer nope"}
+    assert requests.get(url + "?deadline=9s&memory=1", headers=wrong, timeout=5).status_code == 401
+    bad = requests.get(url + "?deadline=9s&memory=lots", headers=auth, timeout=5)
+    assert bad.status_code == 400 and "memory" in bad.json()["error"]
+    assert requests.post(url, headers=auth, timeout=5).status_code == 405
+    assert requests.get(server + "/nope", timeout=5).status_code == 404
+    assert requests.get(server + "/healthz", timeout=5).text == "ok\n"
+    metrics = requests.get(server + "/metrics", timeout=5).text
+    assert 'gpuguard_placer_requests_total{code="401",endpoint="placement"} 2.0' in metrics
+    listed = requests.get(server + "/api/v1/nodes", headers=auth, timeout=5).json()
+    assert [c["node"] for c in listed["ranked"]] == ["a", "b", "c"]  # b has one pending
