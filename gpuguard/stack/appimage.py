@@ -105,8 +105,8 @@ def build_rootfs() -> bytes:
 
 # What deploy/Dockerfile copies into its build stage: the wheel is built from these alone.
 DOCKERFILE_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "gpuguard", "exporter",
-                      "actuator", "gpusim", "rules", "grafana/dashboards", "deploy/prometheus",
-                      "deploy/alertmanager")  # fmt: skip
+                      "actuator", "gpusim", "placer", "rules", "grafana/dashboards",
+                      "deploy/prometheus", "deploy/alertmanager")  # fmt: skip
 
 
 def _install_gpuguard(site: Path) -> None:
