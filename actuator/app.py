@@ -6,48 +6,65 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from pathlib import Path
 
-import docker
-
+from gpuguard import flags
+from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
-from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.executor import DockerExecutor, docker_api
 from gpuguard.actuator.fastpath import FastPath
-from gpuguard.actuator.journal import Journal
+from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalCorrupt, JournalLock, set_aside
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.actuator.server import ActuatorServer
 from gpuguard.actuator.state import ExporterClient
-from gpuguard.actuator.watchdog import spawn as spawn_watchdog
 from gpuguard.contract import TriggerSource
 
 log = logging.getLogger("gpuguard.actuator")
 
 MAINTENANCE_PERIOD_S = 0.5
-DOCKER_TIMEOUT_S = 5
 
 
-def docker_api(url: str | None) -> Any:
-    """A low-level Docker client for ``url``, or for DOCKER_HOST / the local socket."""
-    if url:
-        return docker.APIClient(base_url=url, timeout=DOCKER_TIMEOUT_S)
-    return docker.from_env(timeout=DOCKER_TIMEOUT_S).api
+def claim_journal(state_dir: Path) -> JournalLock:
+    """Become the journal's one writer, waiting while another actuator or the guard is."""
+    lock = JournalLock(state_dir)
+    if not lock.try_acquire():
+        log.warning(
+            "journal in %s is locked by process %s (another actuator, or the guard resuming "
+            "what a dead one paused): waiting for it", state_dir, lock.holder(),
+        )  # fmt: skip
+        lock.acquire()
+    lease.renew(state_dir / lease.ACTUATOR_LEASE)
+    return lock
+
+
+def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
+    """The journal, or a fresh one plus why, when the file on disk cannot be read."""
+    try:
+        return Journal(state_dir), None
+    except JournalCorrupt as exc:
+        kept = set_aside(state_dir / JOURNAL_FILE)
+        log.error(
+            "JOURNAL UNREADABLE: %s. Moved it to %s for inspection. Which containers this "
+            "actuator paused is unknown: every paused container labelled gpuguard.managed=true "
+            "will be resumed as soon as Docker answers.", exc, kept,
+        )  # fmt: skip
+        return Journal(state_dir), f"{exc}; kept as {kept.name}"
 
 
 def run(config: Config) -> int:
     """Start everything, serve until a signal, resume what we paused, exit."""
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for warning in config.warnings:
-        log.warning(warning)
-    journal = Journal(config.state_dir)
-    journal.save()  # claim the journal: a previous actuator's watchdog now leaves it to us
+    flags.start_logging(config.log_level, config.warnings, "gpuguard.actuator")
+    lock = claim_journal(config.state_dir)
+    journal, journal_lost = open_journal(config.state_dir)
+    journal.max_pause_s = config.max_pause_s  # the guard enforces the same limit
+    journal.save()
     audit = AuditLog(config.state_dir / AUDIT_FILE)
+    if journal_lost:
+        audit.write("journal_unreadable", detail=journal_lost)
     local_api = docker_api(config.docker_host)
     manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
     metrics = ActuatorMetrics(config.node_name)
@@ -61,14 +78,16 @@ def run(config: Config) -> int:
         metrics,
         SwarmMarker(local_api, manager_api),
     )
-    watchdog = spawn_watchdog(config.state_dir, config.docker_host)
-    log.info("watchdog %d guards containers this actuator pauses", watchdog.pid)
+    controller.journal_lost = journal_lost
+    _warn_without_guard(config.state_dir)
     _start_up_reconcile(controller)
+    lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
     try:
         server = ActuatorServer((config.listen_host, config.listen_port), controller, config.token)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.listen_host, config.listen_port, exc)
         controller.resume_all("start-up failed", TriggerSource.RECONCILE)
+        lock.release()
         return 1
     server.serve_in_thread()
     fast = None
@@ -86,6 +105,8 @@ def run(config: Config) -> int:
         signal.signal(sig, lambda *_: stop.set())
     while not stop.is_set():
         started = time.monotonic()
+        # The guard takes over when this lease is not renewed: a stuck loop counts as dead.
+        lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
         try:
             controller.maintain()
         except Exception:  # maintenance must go on
@@ -98,7 +119,18 @@ def run(config: Config) -> int:
     controller.resume_all("actuator stopping", TriggerSource.RECONCILE)
     audit.write("stop")
     audit.close()
+    lock.release()
     return 0
+
+
+def _warn_without_guard(state_dir: Path) -> None:
+    seen = lease.read(state_dir / lease.GUARD_LEASE)
+    if seen is None or seen.age() > 10.0:
+        log.warning(
+            "no gpuguard guard renews %s: if this actuator dies, what it paused stays paused "
+            "until it restarts. Run `gpuguard guard --state.dir=%s` beside it.",
+            state_dir / lease.GUARD_LEASE, state_dir,
+        )  # fmt: skip
 
 
 def _start_up_reconcile(controller: Controller) -> None:

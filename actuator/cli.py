@@ -1,13 +1,15 @@
-"""``gpuguard actuator`` and ``gpuguard nodes``."""
+"""``gpuguard actuator``, ``gpuguard guard`` and ``gpuguard nodes``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
 
+from gpuguard.actuator import guard
 from gpuguard.actuator.config import add_flags, load_config
 from gpuguard.actuator.errors import ConfigError
 from gpuguard.placer.cli import add_nodes_flags, show_ranked
@@ -23,13 +25,17 @@ def register(subparsers: Any) -> None:
     )
     add_flags(run_parser)
     run_parser.set_defaults(func=run_actuator)
+    guard.register(subparsers)
 
     nodes_parser = subparsers.add_parser(
         "nodes",
         help="show the actuator's node list, or with --placer.url the placer's ranked list",
     )
     nodes_parser.add_argument(
-        "--actuator.url", dest="actuator_url", default="http://127.0.0.1:10836"
+        "--actuator.url",
+        dest="actuator_url",
+        default=os.environ.get("GPUGUARD_ACTUATOR_URL", "http://127.0.0.1:10836"),
+        help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
     )
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     add_nodes_flags(nodes_parser)

@@ -128,13 +128,9 @@ def validate(values: Mapping[str, Any]) -> Config:
         )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
-    state_dir = Path(str(values["state.dir"]))
-    try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--state.dir {state_dir}: cannot create: {exc.strerror}") from None
-    if not os.access(state_dir, os.W_OK):
-        raise ConfigError(f"--state.dir {state_dir}: not writable")
+    state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
+    if token is not None:
+        warnings += flags.token_file_warnings(values["web.token-file"])
     return Config(
         listen_host=host,
         listen_port=port,
@@ -142,8 +138,8 @@ def validate(values: Mapping[str, Any]) -> Config:
         insecure=insecure,
         exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
         exporter_timeout_s=exporter_timeout,
-        docker_host=_engine_url(values, "docker.host"),
-        swarm_manager=_engine_url(values, "swarm.manager"),
+        docker_host=engine_url(values, "docker.host"),
+        swarm_manager=engine_url(values, "swarm.manager"),
         node_name=str(values["node.name"] or socket.gethostname()),
         mode=flags.choice(values, "mode", MODES),
         policy=policy,
@@ -205,6 +201,24 @@ def rule_alert_names(rules_glob: str) -> set[str]:
     return names
 
 
+def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
+    """Create ``--state.dir`` with mode 0700 (or narrow it to 0700): the journal and audit
+    log name every tenant container. Shared by the actuator and the guard."""
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--state.dir {state_dir}: cannot create: {exc.strerror}") from None
+    if not os.access(state_dir, os.W_OK):
+        raise ConfigError(f"--state.dir {state_dir}: not writable")
+    mode = state_dir.stat().st_mode & 0o777
+    if mode & 0o077:
+        try:
+            state_dir.chmod(0o700)
+        except OSError as exc:
+            warnings.append(f"--state.dir {state_dir}: mode {mode:o}, cannot make it 0700: {exc}")
+    return state_dir
+
+
 def _token(path: Any, insecure: bool) -> str | None:
     if not path:
         if insecure:
@@ -213,7 +227,7 @@ def _token(path: Any, insecure: bool) -> str | None:
     return flags.read_token(path)
 
 
-def _engine_url(values: Mapping[str, Any], name: str) -> str | None:
+def engine_url(values: Mapping[str, Any], name: str) -> str | None:
     value = values[name]
     if value in (None, ""):
         return None

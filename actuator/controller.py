@@ -3,10 +3,18 @@
 Webhooks, the fast path and the maintenance loop all come through here, so decisions never
 interleave. Safety lives here too: the ``--max-pause`` limit, failing open when the exporter
 cannot be seen, reconciling the journal with Docker, and resuming everything on shutdown.
+
+Failing open on an alert (``resume_all``, e.g. ``GpuguardExporterDown`` for this node) is a
+state, not a one-off: while such an alert fires for this node, everything this actuator
+paused is resumed once and nothing is paused again, so Alertmanager's duplicates and repeats
+change nothing. The state ends when the alert resolves, or when no repeat renewed it within
+``--node.mark-ttl`` (like a node mark). Each alert's deliveries are put in order first
+(``AlertOrder``): a late duplicate from a clustered Alertmanager is dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -15,16 +23,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.errors import DockerUnavailable, ExporterUnavailable, StateError
-from gpuguard.actuator.executor import DockerExecutor, Outcome
+from gpuguard.actuator.executor import DockerExecutor, Outcome, resume_managed_paused
 from gpuguard.actuator.journal import Journal, plan_reconcile
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import NodeList, SwarmMarker
-from gpuguard.actuator.policy import UNPAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip, Trigger, decide
 from gpuguard.actuator.state import ExporterClient, ExporterState
-from gpuguard.actuator.webhook import WebhookMessage
+from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import (
     ActionKind,
     ActionReason,
@@ -96,6 +105,30 @@ class Controller:
         self._node_id_lock = threading.Lock()
         self._node_id: str | None = None
         self._node_id_at: float | None = None
+        self.order = AlertOrder()
+        #: fingerprint -> last delivery, of resume_all alerts firing for this node
+        self._fail_open_alerts: dict[str, float] = {}
+        self.docker_error: str | None = None
+        #: set when the journal was unreadable: undo every managed pause once Docker answers
+        self.journal_lost: str | None = None
+
+    @property
+    def holding_open(self) -> bool:
+        """True while a resume_all alert fires for this node: admission pauses nothing."""
+        return bool(self._fail_open_alerts)
+
+    def health(self) -> str:
+        """``ok``, or ``degraded: <why>`` (the /healthz body)."""
+        problems = []
+        if self.docker_error:
+            problems.append(f"docker engine unreachable, retrying ({self.docker_error})")
+        if self.journal_lost:
+            problems.append(f"journal unreadable, pauses not yet undone ({self.journal_lost})")
+        if self.holding_open:
+            problems.append("failing open: a resume_all alert fires for this node")
+        if time.monotonic() - self._last_exporter_ok > self.config.exporter_timeout_s:
+            problems.append("exporter unreachable: failing open")
+        return "degraded: " + "; ".join(problems) if problems else "ok"
 
     # --- decisions -------------------------------------------------------------------
 
@@ -117,6 +150,8 @@ class Controller:
             t_state = time.monotonic()
             trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
             decision = decide(state, trigger, self.config.policy, self.journal.ledger())
+            if self.holding_open:
+                decision = _without_pauses(decision)
             t_decided = time.monotonic()
             report = self._execute(decision, source)
             done = time.monotonic()
@@ -169,10 +204,11 @@ class Controller:
         for action, outcome in zip(actions, outcomes, strict=True):
             self._count(outcome)
             report.docker_down |= outcome.docker_down
+            if outcome.docker_down:
+                self.docker_error = outcome.detail
             report.actions.append(_action_doc(action, outcome))
         for skip in decision.skips:
-            self.metrics.skip(skip.reason)
-            self._audit_skip(skip, source)
+            self._audit_skip(skip, source)  # counts it too, once per audit interval
             report.skips.append(
                 {"reason": skip.reason, "detail": skip.detail, "task_id": skip.task_id}
             )
@@ -211,7 +247,18 @@ class Controller:
     def handle_webhook(self, message: WebhookMessage) -> Report:
         """Act on one Alertmanager POST (see the module doc of ``actuator.server``)."""
         report = Report()
-        by_action: dict[str, list[Any]] = {}
+        now = time.time()
+        fresh = []
+        with self._lock:
+            for alert in message.alerts:
+                if self.order.fresh(alert, now):
+                    fresh.append(alert)
+                else:
+                    self.metrics.skip(SkipReason.STALE_ALERT)
+                    report.skips.append({"reason": SkipReason.STALE_ALERT, "alert": alert.name})
+        partial = len(fresh) < len(message.alerts)
+        message = dataclasses.replace(message, alerts=tuple(fresh))
+        by_action: dict[str, list[Alert]] = {}
         for alert in message.alerts:
             action = self.config.actions.get(alert.name)
             if action is None:
@@ -227,15 +274,34 @@ class Controller:
             AlertAction.MARK_NODE in by_action
             or self._applied_provisionable != self.nodes.provisionable
         ):
-            report.merge(self._update_nodes(message))
-        if any(a.firing for a in by_action.get(AlertAction.RESUME_ALL, [])):
-            report.merge(
-                self.resume_all(
-                    "alert " + by_action[AlertAction.RESUME_ALL][0].name, TriggerSource.WEBHOOK
-                )
-            )
+            report.merge(self._update_nodes(message, partial))
+        report.merge(self._fail_open_alert(by_action.get(AlertAction.RESUME_ALL, []), now))
         report.merge(self._admission(by_action.get(AlertAction.ADMISSION, [])))
         return report
+
+    def _fail_open_alert(self, alerts: list[Alert], now: float) -> Report:
+        """Enter, renew or leave the fail-open state for this node's resume_all alerts."""
+        ours = [a for a in alerts if self._for_this_node(a)]
+        with self._lock:
+            was_open = self.holding_open
+            for alert in ours:
+                if alert.firing:
+                    self._fail_open_alerts[alert.fingerprint] = now
+                else:
+                    self._fail_open_alerts.pop(alert.fingerprint, None)
+            if was_open and not self.holding_open:
+                log.info("resume_all alerts resolved: admission control resumes")
+                self.audit.write("fail_open_end", alerts=[a.name for a in ours])
+            if not self.holding_open or (was_open and not self.journal.paused):
+                return Report()  # nothing fires, or already open with nothing held
+            names = sorted({a.name for a in ours if a.firing})
+            return self.resume_all("alert " + ", ".join(names), TriggerSource.WEBHOOK)
+
+    def _for_this_node(self, alert: Alert) -> bool:
+        """An alert names this node, or no node at all (a single-host Prometheus whose
+        exporter target carries no ``node`` label): failing open is the safe reading."""
+        node = alert.labels.get("node")
+        return node is None or node == self.config.node_name
 
     def _admission(self, alerts: list[Any]) -> Report:
         report = Report()
@@ -256,10 +322,10 @@ class Controller:
                 report.exporter_down = True
         return report
 
-    def _update_nodes(self, message: WebhookMessage) -> Report:
+    def _update_nodes(self, message: WebhookMessage, partial: bool = False) -> Report:
         with self._lock:
             changed = self.nodes.apply(
-                message, self.config.alerts_for(AlertAction.MARK_NODE), time.time()
+                message, self.config.alerts_for(AlertAction.MARK_NODE), time.time(), partial
             )
             if changed:
                 state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
@@ -366,9 +432,19 @@ class Controller:
             if self.nodes.expire(time.time(), self.config.node_mark_ttl_s):
                 log.warning("node mark expired: no webhook renewed it within the mark TTL")
                 self.journal.set_nodes(self.nodes.to_doc())
+            self._expire_fail_open(time.time())
             if self._applied_provisionable != self.nodes.provisionable:
                 self.apply_node_mark()
             self.metrics.paused_containers.set(len(self.journal.paused))
+
+    def _expire_fail_open(self, now: float) -> None:
+        ttl = self.config.node_mark_ttl_s
+        stale = [fp for fp, seen in self._fail_open_alerts.items() if now - seen > ttl]
+        for fingerprint in stale:
+            del self._fail_open_alerts[fingerprint]
+        if stale and not self._fail_open_alerts:
+            log.warning("fail-open alert not renewed within the mark TTL: admission resumes")
+            self.audit.write("fail_open_end", why="not renewed within --node.mark-ttl")
 
     def _maybe_fail_open(self, why: str) -> None:
         down_for = time.monotonic() - self._last_exporter_ok
@@ -401,10 +477,18 @@ class Controller:
         """Settle the journal against Docker: forget what is gone, resume what must go."""
         with self._lock:
             try:
+                self.executor.check()
                 docker_view = self.executor.paused_states(list(self.journal.paused))
+                if self.journal_lost:
+                    self._undo_managed_pauses()
             except DockerUnavailable as exc:
-                log.warning("reconcile: docker unavailable: %s", exc)
+                if self.docker_error is None:
+                    log.warning("docker engine unreachable, retrying: %s", exc)
+                self.docker_error = str(exc)
                 return
+            if self.docker_error is not None:
+                log.info("docker engine answers again")
+                self.docker_error = None
             with_tasks = (
                 None if state is None else {t.container_id for t in state.tasks if t.container_id}
             )
@@ -432,6 +516,18 @@ class Controller:
                 self.journal.prune(
                     {t.task_id for t in state.tasks}, {c.id for c in state.containers}
                 )
+
+    def _undo_managed_pauses(self) -> None:
+        """The journal was unreadable: resume every managed container Docker shows paused
+        (``resume_managed_paused`` says why that is the safe reading)."""
+        resumed = resume_managed_paused(
+            self.executor.api, self.audit, f"journal unreadable: {self.journal_lost}"
+        )
+        log.warning(
+            "journal was unreadable: resumed %d paused managed container(s): %s",
+            len(resumed), ", ".join(c[:12] for c in resumed) or "none",
+        )  # fmt: skip
+        self.journal_lost = None
 
     def node_doc(self) -> dict[str, Any]:
         """The ``/api/v1/nodes`` document (the swarm node id is at most a few seconds old)."""
@@ -467,6 +563,17 @@ def admission_targets(
         for node, wanted in gpus.items()
     ]
     return targets[:max_nodes], max(0, len(targets) - max_nodes)
+
+
+def _without_pauses(decision: Decision) -> Decision:
+    """While failing open: the decision's unpauses stand, its pauses become skips."""
+    held = tuple(
+        Skip(SkipReason.FAIL_OPEN, "failing open", a.container_id, a.task_id, a.gpu)
+        for a in decision.actions
+        if a.kind == PAUSE
+    )
+    kept = tuple(a for a in decision.actions if a.kind != PAUSE)
+    return Decision(kept, decision.skips + held)
 
 
 def _action_doc(action: Action, outcome: Outcome) -> dict[str, Any]:

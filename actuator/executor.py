@@ -4,13 +4,14 @@
   in the wanted state is ``already``, and the ``gpuguard.managed`` / ``gpuguard.role`` labels
   are re-checked on the live container before any pause (the exporter's view may be stale).
 * A pause is written to the journal before it is taken, so a crash in between still leaves a
-  record the watchdog and the next start can undo.
+  record the guard and the next start can undo.
 * Connection errors are retried a few times, then the action fails with ``docker_down`` set
   (the webhook answers 503 so Alertmanager retries).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, TypeVar
 
+import docker
 import docker.errors
 import requests
 
@@ -30,12 +32,29 @@ from gpuguard.contract import (
     ADMITTING_REASONS,
     COMPONENT_ROLES,
     ActionKind,
+    ActionReason,
     Result,
     SkipReason,
 )
 
 T = TypeVar("T")
 _SOMEONE_ELSES = "already paused, not by us"
+DOCKER_TIMEOUT_S = 5
+# A fixed API version: docker-py would otherwise ask the engine for its version when the
+# client is made, and fail the actuator's (or guard's) start while Docker is down. 1.41 is
+# Docker 20.10; newer engines answer it too.
+DOCKER_API_VERSION = "1.41"
+
+
+def docker_api(url: str | None) -> Any:
+    """A low-level Docker client for ``url``, or for DOCKER_HOST / the local socket.
+
+    Making it never contacts the engine: the actuator and the guard start while Docker is
+    down and act once it answers.
+    """
+    if url:
+        return docker.APIClient(base_url=url, version=DOCKER_API_VERSION, timeout=DOCKER_TIMEOUT_S)
+    return docker.from_env(version=DOCKER_API_VERSION, timeout=DOCKER_TIMEOUT_S).api
 
 
 @dataclass(frozen=True)
@@ -187,16 +206,12 @@ class DockerExecutor:
 
     def _unpause(self, action: Action, started: float) -> Outcome:
         cid = action.container_id
-        admitted_on = action.gpu if action.reason in ADMITTING_REASONS else None
+        admitted = action.reason in ADMITTING_REASONS
         if self.dry_run:
             return self._done(action, started, Result.DRY_RUN, None, "dry run: not unpaused")
         try:
-            info = self._call(lambda: self.api.inspect_container(cid))
-            if info["State"].get("Paused"):
-                self._call(lambda: self.api.unpause(cid))
-                result, detail = Result.OK, ""
-            else:
-                result, detail = Result.ALREADY, "not paused"
+            unpaused = self._call(lambda: unpause_if_paused(self.api, cid))
+            result, detail = (Result.OK, "") if unpaused else (Result.ALREADY, "not paused")
         except docker.errors.NotFound:
             self.journal.released(cid)
             return self._done(
@@ -209,7 +224,7 @@ class DockerExecutor:
             if now is None or now.get("Paused"):
                 return self._done(action, started, Result.FAILED, None, _explain(exc))
             result, detail = Result.ALREADY, "not paused"
-        self.journal.released(cid, admitted_on=admitted_on, at=time.time())
+        self.journal.released(cid, admitted_at=time.time() if admitted else None)
         return self._done(action, started, result, None, detail)
 
     def paused_states(self, container_ids: list[str]) -> dict[str, bool | None]:
@@ -241,15 +256,11 @@ class DockerExecutor:
         return dict(info.get("State") or {})
 
     def _call(self, fn: Callable[[], T]) -> T:
-        """Run a Docker call, retrying connection failures; raises DockerUnavailable."""
-        last: Exception | None = None
-        for attempt in range(self.retries):
-            try:
-                return fn()
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last = exc
-                time.sleep(self.retry_delay_s * (attempt + 1))
-        raise DockerUnavailable(f"docker engine unreachable: {last}")
+        return docker_call(fn, self.retries, self.retry_delay_s)
+
+    def check(self) -> None:
+        """Raise ``DockerUnavailable`` unless the engine answers a ping."""
+        self._call(self.api.ping)
 
     @staticmethod
     def _done(
@@ -270,6 +281,66 @@ class DockerExecutor:
             finished=time.time(),
             docker_down=docker_down,
         )
+
+
+def docker_call(fn: Callable[[], T], retries: int = 3, delay_s: float = 0.05) -> T:
+    """Run a Docker call, retrying connection failures; raises ``DockerUnavailable``."""
+    last: Exception | None = None
+    for attempt in range(retries):
+        try:
+            return fn()
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            last = exc
+            time.sleep(delay_s * (attempt + 1))
+    raise DockerUnavailable(f"docker engine unreachable: {last}")
+
+
+def unpause_if_paused(api: Any, container_id: str) -> bool:
+    """Unpause the container if Docker shows it paused; True when it did. Raises docker's
+    and requests' errors (``NotFound`` for a container that is gone)."""
+    if not api.inspect_container(container_id)["State"].get("Paused"):
+        return False
+    api.unpause(container_id)
+    return True
+
+
+def resume_managed_paused(api: Any, audit: AuditLog, why: str) -> list[str]:
+    """Unpause every container labelled ``gpuguard.managed=true`` that Docker shows paused.
+
+    The fallback when the journal cannot be read: it no longer says which pauses were ours,
+    and a tenant left frozen is the one outcome gpuguard must never cause, so every managed
+    pause is undone (audited with the reason). Managed containers are by contract under
+    gpuguard's admission control; the cost is undoing a manual ``docker pause`` of one.
+    Containers not labelled managed, and gpuguard's own, are never touched. Raises
+    ``DockerUnavailable`` (retry later).
+    """
+    listed = docker_call(
+        lambda: api.containers(filters={"status": "paused", "label": labels.MANAGED})
+    )
+    resumed = []
+    for summary in listed:
+        container_labels = summary.get("Labels") or {}
+        if not labels.parse_managed(container_labels.get(labels.MANAGED)):
+            continue
+        if container_labels.get(labels.ROLE) in COMPONENT_ROLES:
+            continue
+        cid: str = summary["Id"]
+        try:
+            unpaused = docker_call(functools.partial(unpause_if_paused, api, cid))
+            result, detail = (Result.OK if unpaused else Result.ALREADY), why
+        except docker.errors.APIError as exc:  # gone or changed meanwhile: nothing frozen
+            result, detail = Result.FAILED, _explain(exc)
+        audit.write(
+            "action",
+            action=ActionKind.UNPAUSE,
+            result=result,
+            container_id=cid,
+            reason=ActionReason.JOURNAL_LOST,
+            detail=detail,
+        )
+        if result == Result.OK:
+            resumed.append(cid)
+    return resumed
 
 
 def _refuse_pause(info: dict[str, Any]) -> tuple[SkipReason, str] | None:

@@ -2,17 +2,27 @@
 
 Every change is written before the action it describes is taken (write a temporary file,
 fsync it, ``os.replace`` it over the journal, fsync the directory), so after a ``kill -9``
-the journal names every container the actuator may have frozen. The watchdog
-(``actuator.watchdog``) and the next start (``plan_reconcile``) read it to resume them.
+the journal names every container the actuator may have frozen. The guard
+(``actuator.guard``) and the next start (``plan_reconcile``) read it to resume them.
+
+One owner writes it: whoever holds the ``flock`` on ``journal.lock`` in the state directory
+(``JournalLock``). A running actuator holds it for its whole life; the kernel drops it when
+the process dies, however it dies, so the guard can both tell that the actuator is gone and
+write the journal without ever overwriting the one of an actuator that replaced it.
+
+A journal that cannot be read (empty, truncated, garbage: ``JournalCorrupt``) is moved
+aside for the operator (``set_aside``) rather than crash-looping whoever reads it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +31,12 @@ from typing import Any
 from gpuguard.actuator.policy import Ledger
 
 JOURNAL_FILE = "journal.json"
+LOCK_FILE = "journal.lock"
 FORMAT_VERSION = 1
+
+
+class JournalCorrupt(ValueError):
+    """The journal exists but is not a whole gpuguard journal."""
 
 
 @dataclass(frozen=True)
@@ -44,18 +59,21 @@ class Journal:
         self._lock = threading.RLock()
         self.paused: dict[str, PausedEntry] = {}
         self.admitted: dict[str, float] = {}
-        self.last_admitted: dict[int, str] = {}
         self.exempt_tasks: dict[str, float] = {}
         self.nodes: dict[str, Any] = {}
+        #: the owner's --max-pause, recorded so the guard enforces the same limit
+        self.max_pause_s: float | None = None
         self._load()
 
     def _load(self) -> None:
         doc = read_journal(self.path)
-        self.paused = {cid: PausedEntry(**entry) for cid, entry in doc.get("paused", {}).items()}
-        self.admitted = {k: float(v) for k, v in doc.get("admitted", {}).items()}
-        self.last_admitted = {int(k): v for k, v in doc.get("last_admitted", {}).items()}
-        self.exempt_tasks = {k: float(v) for k, v in doc.get("exempt_tasks", {}).items()}
-        self.nodes = dict(doc.get("nodes", {}))
+        try:
+            self.paused = paused_entries(doc)
+            self.admitted = {k: float(v) for k, v in doc.get("admitted", {}).items()}
+            self.exempt_tasks = {k: float(v) for k, v in doc.get("exempt_tasks", {}).items()}
+            self.nodes = dict(doc.get("nodes", {}))
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise JournalCorrupt(f"{self.path}: malformed journal: {exc}") from None
 
     def to_doc(self) -> dict[str, Any]:
         with self._lock:
@@ -64,9 +82,9 @@ class Journal:
                 "pid": os.getpid(),
                 "paused": {cid: asdict(entry) for cid, entry in self.paused.items()},
                 "admitted": dict(self.admitted),
-                "last_admitted": {str(k): v for k, v in self.last_admitted.items()},
                 "exempt_tasks": dict(self.exempt_tasks),
                 "nodes": self.nodes,
+                "max_pause_s": self.max_pause_s,
             }
 
     def save(self) -> None:
@@ -78,7 +96,6 @@ class Journal:
             return Ledger(
                 paused={cid: e.paused_at for cid, e in self.paused.items()},
                 admitted=dict(self.admitted),
-                last_admitted=dict(self.last_admitted),
                 exempt_tasks=frozenset(self.exempt_tasks),
             )
 
@@ -97,13 +114,12 @@ class Journal:
                 self.admitted.pop(entry.container_id, None)
             self.save()
 
-    def released(self, container_id: str, admitted_on: int | None = None, at: float = 0.0) -> None:
+    def released(self, container_id: str, admitted_at: float | None = None) -> None:
         """Forget a container once it is running again (or gone); remember admissions."""
         with self._lock:
             self.paused.pop(container_id, None)
-            if admitted_on is not None:
-                self.admitted[container_id] = at
-                self.last_admitted[admitted_on] = container_id
+            if admitted_at is not None:
+                self.admitted[container_id] = admitted_at
             self.save()
 
     def exempt(self, task_id: str, at: float) -> None:
@@ -131,14 +147,87 @@ class Journal:
 
 
 def read_journal(path: Path) -> dict[str, Any]:
-    """The journal document, or an empty one when there is none yet."""
+    """The journal document, or an empty one when there is none yet; ``JournalCorrupt``."""
     try:
-        doc = json.loads(path.read_text())
+        text = path.read_bytes()
     except FileNotFoundError:
         return {}
+    try:
+        doc = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JournalCorrupt(f"{path}: unreadable ({len(text)} bytes): {exc}") from None
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: not a gpuguard actuator journal (version {FORMAT_VERSION})")
+        raise JournalCorrupt(f"{path}: not a gpuguard actuator journal (version {FORMAT_VERSION})")
     return doc
+
+
+def paused_entries(doc: Mapping[str, Any]) -> dict[str, PausedEntry]:
+    """The ``paused`` records of a journal document; ``JournalCorrupt`` when malformed."""
+    try:
+        return {cid: PausedEntry(**entry) for cid, entry in doc.get("paused", {}).items()}
+    except (AttributeError, TypeError) as exc:
+        raise JournalCorrupt(f"malformed paused entry: {exc}") from None
+
+
+def set_aside(path: Path) -> Path:
+    """Move an unreadable journal out of the way, keeping it for the operator."""
+    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    os.replace(path, target)
+    return target
+
+
+class JournalLock:
+    """The journal's single writer: an exclusive ``flock`` on ``journal.lock``.
+
+    The lock belongs to the open file: it is dropped when the holder releases it or when its
+    process ends, ``kill -9`` included, and it works between containers sharing the state
+    directory (same host, same file), where a PID cannot be waited on.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def try_acquire(self) -> bool:
+        """Take the lock if nobody holds it; True when we hold it now."""
+        return self._take(blocking=False)
+
+    def acquire(self) -> None:
+        """Wait for the lock, however long its holder keeps it."""
+        self._take(blocking=True)
+
+    def _take(self, blocking: bool) -> bool:
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for people: who holds it
+        self._fd = fd
+        return True
+
+    def holder(self) -> str:
+        """The PID the holder wrote (as seen in its PID namespace), for log lines."""
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the only descriptor drops the flock
+            self._fd = None
 
 
 def atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:

@@ -4,6 +4,10 @@
 alert absent from, or resolved in, the group's latest payload no longer holds the node; the
 node is provisionable again when no group holds a reason. When Alertmanager truncated the
 group (``truncatedAlerts`` > 0) absence proves nothing, so only explicit resolutions clear.
+Nor does it in a snapshot older than one already applied: a late duplicate from a clustered
+Alertmanager. A snapshot's age is the newest moment it reports (an alert's ``startsAt``, or
+``endsAt`` once resolved); the caller drops stale alerts themselves (``AlertOrder``) and says
+so with ``partial``.
 
 Marks are leases: Alertmanager repeats a firing group's notification every
 ``repeat_interval`` (1m on the node-list route), and each repeat renews its reasons. A reason
@@ -50,6 +54,8 @@ class NodeList:
     node: str
     since: float = field(default_factory=time.time)
     groups: dict[str, dict[str, Reason]] = field(default_factory=dict)
+    #: group key -> the newest moment (epoch seconds) any applied snapshot of it reported
+    newest: dict[str, float] = field(default_factory=dict)
 
     @property
     def provisionable(self) -> bool:
@@ -61,11 +67,27 @@ class NodeList:
             key=lambda r: (r.since, r.fingerprint),
         )
 
-    def apply(self, message: WebhookMessage, mark_alerts: Collection[str], now: float) -> bool:
-        """Take one webhook snapshot; returns True when ``provisionable`` changed."""
+    def apply(
+        self,
+        message: WebhookMessage,
+        mark_alerts: Collection[str],
+        now: float,
+        partial: bool = False,
+    ) -> bool:
+        """Take one webhook snapshot; returns True when ``provisionable`` changed.
+
+        ``partial``: some of the message's alerts were left out (stale duplicates), so an
+        alert missing from it does not mean resolved.
+        """
         before = self.provisionable
         old = self.groups.get(message.group_key, {})
-        new: dict[str, Reason] = {} if message.truncated_alerts == 0 else dict(old)
+        reported = _newest_moment(message)
+        known = self.newest.get(message.group_key)
+        older = reported is not None and known is not None and reported < known
+        if reported is not None:
+            self.newest[message.group_key] = max(reported, known or reported)
+        whole = message.truncated_alerts == 0 and not partial and not older
+        new: dict[str, Reason] = {} if whole else dict(old)
         for alert in message.alerts:
             if alert.name not in mark_alerts or alert.labels.get("node") != self.node:
                 continue
@@ -81,6 +103,7 @@ class NodeList:
             self.groups[message.group_key] = new
         else:
             self.groups.pop(message.group_key, None)
+            self.newest.pop(message.group_key, None)
         changed = before != self.provisionable
         if changed:
             self.since = now
@@ -119,6 +142,13 @@ class NodeList:
             reason = Reason(**item)
             nodes.groups.setdefault(reason.group_key, {})[reason.fingerprint] = reason
         return nodes
+
+
+def _newest_moment(message: WebhookMessage) -> float | None:
+    """The newest moment a snapshot reports: its latest ``startsAt``, or ``endsAt`` of a
+    resolved alert; None for a snapshot without alerts (nothing to date it by)."""
+    moments = [_epoch(a.starts_at if a.firing else a.ends_at, 0.0) for a in message.alerts]
+    return max(moments, default=None)
 
 
 def _epoch(moment: Any, fallback: float) -> float:

@@ -112,14 +112,11 @@ class Ledger:
     ``admitted``: container id -> wall time this actuator last unpaused it to run (an
     admission, or a best-effort container's share); the container admitted last on a device
     is the one with the newest time there.
-    ``last_admitted``: per GPU index, kept by the journal; ``decide`` no longer reads it
-    (MIG instances of one GPU are separate queues).
     ``exempt_tasks``: tasks released after ``--max-pause``; never paused again.
     """
 
     paused: Mapping[str, float] = field(default_factory=dict)
     admitted: Mapping[str, float] = field(default_factory=dict)
-    last_admitted: Mapping[int, str] = field(default_factory=dict)
     exempt_tasks: frozenset[str] = frozenset()
 
 

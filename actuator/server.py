@@ -60,7 +60,7 @@ def actuator_router(controller: Controller, token: str | None) -> Router:
         return json_response(doc, code)
 
     router.get("/", lambda request: page)
-    router.get("/healthz", lambda request: text_response("ok\n"))
+    router.get("/healthz", lambda request: text_response(controller.health() + "\n"))
     router.get("/api/v1/nodes", lambda request: json_response(controller.node_doc()), compress=True)
     metrics = SharedRender(lambda: generate_latest(controller.metrics.registry))
     router.get(

@@ -36,7 +36,12 @@ def register(sub: Any) -> None:
     exporter.set_defaults(func=cmd_exporter)
 
     ps = sub.add_parser("ps", help="containers with their deadlines and GPU tasks")
-    ps.add_argument("--exporter.url", dest="exporter_url", default=DEFAULT_EXPORTER_URL)
+    ps.add_argument(
+        "--exporter.url",
+        dest="exporter_url",
+        default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
+        help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
+    )
     ps.add_argument("--json", action="store_true", help="print the rows as JSON")
     ps.add_argument("--all", "-a", action="store_true", help="also stopped containers")
     ps.set_defaults(func=cmd_ps)

@@ -198,9 +198,10 @@ class LabelSet:
     The render's hot loop then only formats values: 17,000 series at 1,000 containers.
     """
 
-    __slots__ = ("text", "values")
+    __slots__ = ("key", "text", "values")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
+        self.key = (id(names), values)  # names are the constant tuples of _SPECS
         self.values = values
         self.text = ",".join(
             f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True)
@@ -208,21 +209,27 @@ class LabelSet:
 
 
 class LabelCache:
-    """LabelSets by (label names, values), kept across polls; bounded."""
+    """LabelSets by (label names, values), kept across scrapes while their series live.
 
-    def __init__(self, limit: int = 200_000) -> None:
+    Containers come and go; after a scrape, once the cache holds more than twice what that
+    scrape used (plus ``slack``), it keeps only what the scrape used. Memory stays about
+    twice the live series, and the trim costs one pass over them each time the cache has
+    doubled (amortised O(1) per new label set).
+    """
+
+    def __init__(self, slack: int = 256) -> None:
         self._sets: dict[tuple[int, tuple[str, ...]], LabelSet] = {}
         self._phases: dict[tuple[str, ...], tuple[LabelSet, ...]] = {}
-        self._limit = limit
+        self._slack = slack
+
+    def __len__(self) -> int:
+        return len(self._sets) + len(self._phases) * len(PHASES)
 
     def get(self, names: tuple[str, ...], values: tuple[str, ...]) -> LabelSet:
-        key = (id(names), values)  # names are the constant tuples of _SPECS
-        found = self._sets.get(key)
+        found = self._sets.get((id(names), values))
         if found is None:
-            if len(self._sets) >= self._limit:  # containers come and go
-                self._sets.clear()
-                self._phases.clear()
-            found = self._sets[key] = LabelSet(names, values)
+            found = LabelSet(names, values)
+            self._sets[found.key] = found
         return found
 
     def phases(self, values: tuple[str, ...]) -> tuple[LabelSet, ...]:
@@ -232,6 +239,30 @@ class LabelCache:
             found = tuple(LabelSet(_PHASE_LABELS, (*values, p)) for p in PHASES)
             self._phases[values] = found
         return found
+
+    def retain(self, rows: Rows) -> None:
+        """Forget label sets the scrape in ``rows`` did not use, once there are many."""
+        used = sum(len(r) for r in rows.gauges.values()) + sum(
+            len(r) for r in rows.histograms.values()
+        )
+        if len(self) <= 2 * used + self._slack:
+            return
+        phase_key = _PHASE_LABELS
+        sets: dict[tuple[int, tuple[str, ...]], LabelSet] = {}
+        phases: dict[tuple[str, ...], tuple[LabelSet, ...]] = {}
+        for name, gauge_rows in rows.gauges.items():
+            if _SPECS[name][2] is phase_key:
+                for label_set, _ in gauge_rows:
+                    values = label_set.values[:-1]
+                    if values in self._phases:
+                        phases[values] = self._phases[values]
+                continue
+            for label_set, _ in gauge_rows:
+                sets[label_set.key] = label_set
+        for hist_rows in rows.histograms.values():
+            for label_set, _, _ in hist_rows:
+                sets[label_set.key] = label_set
+        self._sets, self._phases = sets, phases
 
 
 Row = tuple[LabelSet, float]
@@ -257,13 +288,14 @@ class Rows:
 
 def build_rows(snap: PollSnapshot | None, cache: LabelCache | None = None) -> Rows:
     """Every series for ``snap`` (none but the families' headers when there is no poll yet)."""
-    rows = Rows(cache or LabelCache())
+    rows = Rows(cache if cache is not None else LabelCache())
     if snap is not None:
         _add_gpus(rows, snap)
         _add_containers(rows, snap)
         _add_tasks(rows, snap)
         _add_record(rows, snap)
         _add_exporter(rows, snap)
+    rows.cache.retain(rows)
     return rows
 
 

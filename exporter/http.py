@@ -195,7 +195,8 @@ def exporter_router(poller: Poller, events: EventLog) -> Router:
 
     def health_handler(request: Request) -> Response:
         why = poller.health()
-        return Response(200 if why is None else 503, f"{why or 'ok'}\n".encode())
+        detail = why or poller.degraded() or "ok"  # 200 with a reason: degraded, not down
+        return Response(200 if why is None else 503, f"{detail}\n".encode())
 
     def state_handler(request: Request) -> Response:
         if poller.snapshot is None:

@@ -36,6 +36,7 @@ class ContainerSource(Protocol):
     connected: bool
     errors: int
     resync_duration_s: float
+    last_error: str | None
 
     def snapshot(self) -> Mapping[str, ContainerInfo]: ...
 
@@ -71,6 +72,10 @@ class PollSnapshot:
     record: NodeRecord | None = None  # paper C's node record (exporter/record.py)
     default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
     demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
+
+
+def _not_connected(error: str | None) -> str:
+    return f"not connected to the docker engine ({error or 'no answer yet'})"
 
 
 class Poller:
@@ -109,6 +114,23 @@ class Poller:
             None if self._ever_sampled else f"no successful GPU sample yet: {self._last_gpu_error}"
         )
 
+    def degraded(self) -> str | None:
+        """What fails while the exporter still serves (for /healthz), or None.
+
+        A failing source does not make the exporter unhealthy (a restart would not cure a
+        socket it may not open), but it must not look fine either: without Docker no GPU
+        process is attributed to a container, and the actuator can act on none.
+        """
+        snap = self.snapshot
+        if snap is None:
+            return None
+        failing = [
+            f"{source} source failing: {status.error or 'no answer'}"
+            for source, status in snap.sources.items()
+            if not status.success
+        ]
+        return "degraded: " + "; ".join(failing) if failing else None
+
     def poll_once(self) -> PollSnapshot:
         started = time.perf_counter()
         sample, gpu_status = self._sample_gpu()
@@ -130,7 +152,7 @@ class Poller:
             self.containers.connected,
             self.containers.resync_duration_s,
             self.containers.errors,
-            None if self.containers.connected else "docker engine not connected",
+            None if self.containers.connected else _not_connected(self.containers.last_error),
         )
         timestamp = sample.timestamp if sample is not None else self._clock()
         tasks = self.tracker.running()

@@ -64,6 +64,7 @@ class Role(StrEnum):
 
     EXPORTER = "exporter"
     ACTUATOR = "actuator"
+    GUARD = "guard"
 
 
 COMPONENT_ROLES: frozenset[str] = frozenset(Role)
@@ -97,6 +98,7 @@ class ActionReason(StrEnum):
     RESUME_ALL = "resume_all"  # fail open, or the actuator stops
     MAX_PAUSE = "max_pause"  # paused longer than --max-pause
     RECONCILE = "reconcile"  # the journal's record has no reason left
+    JOURNAL_LOST = "journal_lost"  # the journal was unreadable: every managed pause undone
     GANG = "gang"  # uses several GPUs and is not admitted on every one of them
     BEST_EFFORT = "best_effort"  # best-effort, and a real-time task runs or waits on its GPU
     REALTIME_IDLE = "realtime_idle"  # best-effort, and no real-time task needs its GPUs now
@@ -133,6 +135,8 @@ class SkipReason(StrEnum):
     MEMORY_PRESSURE = "memory_pressure"
     RUNS_ELSEWHERE = "runs_elsewhere"
     MAX_PAUSE_EXEMPT = "max_pause_exempt"
+    FAIL_OPEN = "fail_open"  # a resume_all alert fires for this node: no pauses meanwhile
+    STALE_ALERT = "stale_alert"  # a late duplicate of an alert already resolved (HA peers)
 
 
 class TriggerSource(StrEnum):

@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         from gpuguard import demo_scenario
 
         report = demo_scenario.run_both(stack, args.containers, args.size)
+        print("  importing gpuguard/workload:local for your own containers ...", flush=True)
+        stack.prepare_user_workloads()
     except (ServiceError, TimeoutError) as exc:
         print(f"gpuguard demo: {exc}", file=sys.stderr)
         stack.stop()

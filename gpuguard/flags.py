@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import ipaddress
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,15 @@ from gpuguard.labels import LabelError, parse_duration
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+def start_logging(level: str, warnings: Iterable[str] = (), name: str = "gpuguard") -> None:
+    """Configure logging for a component once at start-up, then log its config warnings."""
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for warning in warnings:
+        logging.getLogger(name).warning(warning)
 
 
 class ConfigError(ValueError):
@@ -236,3 +246,17 @@ def read_token(path: Any, name: str = "web.token-file") -> str:
     if not token:
         raise ConfigError(f"--{name} {path}: is empty")
     return token
+
+
+def token_file_warnings(path: Any, name: str = "web.token-file") -> list[str]:
+    """A warning when every user of the host can read the token file (group is fine)."""
+    try:
+        mode = Path(str(path)).stat().st_mode & 0o777
+    except OSError:
+        return []
+    if mode & 0o004:
+        return [
+            f"--{name} {path}: mode {mode:o}, every user of this host can read the token "
+            "(make it 0600, or 0640 for a group that needs it)"
+        ]
+    return []

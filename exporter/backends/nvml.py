@@ -7,6 +7,9 @@ Semantics respected (DESIGN.md "Decisions"):
   newest timestamp seen on that device, so each sample is counted once. Its
   ``NVML_ERROR_NOT_FOUND`` means "no samples since then", not a failure.
 - ``usedGpuMemory`` may be ``None`` (pynvml maps NVML_VALUE_NOT_AVAILABLE to None).
+- Handles are fresh ctypes pointers on every call (and a dead one's ``id`` is soon reused),
+  so what is cached per device is keyed by its index (``"0"``, ``"0:1"`` on MIG), never by
+  the handle.
 - With MIG on, processes are listed per MIG device (not on the parent, which would count
   them twice); MIG devices have no utilization counters, so theirs are ``None``.
 Every ``NVMLError`` becomes a ``BackendError`` in ``_translate`` and nowhere else.
@@ -46,7 +49,7 @@ class NvmlBackend:
                 raise BackendUnavailable(f"pynvml not importable: {exc}") from exc
         self._nvml = nvml
         self._last_seen_us: dict[str, int] = {}  # device key -> newest sample timestamp
-        self._static: dict[int, tuple[str, str]] = {}  # handle id -> (uuid, name)
+        self._static: dict[str, tuple[str, str]] = {}  # device key -> (uuid, name)
         try:
             self._call(nvml.nvmlInit)
         except BackendError as exc:
@@ -106,10 +109,10 @@ class NvmlBackend:
         self, index: int, mig_index: int | None, handle: Any, with_processes: bool
     ) -> DeviceSample:
         nv = self._nvml
-        uuid, name = self._identity(handle)
+        key = str(index) if mig_index is None else f"{index}:{mig_index}"
+        uuid, name = self._identity(key, handle)
         memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
         rates = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
-        key = str(index) if mig_index is None else f"{index}:{mig_index}"
         processes: tuple[GpuProcess, ...] = ()
         samples: tuple[ProcessUtilization, ...] = ()
         if with_processes:
@@ -130,9 +133,8 @@ class NvmlBackend:
             mig_index=mig_index,
         )
 
-    def _identity(self, handle: Any) -> tuple[str, str]:
-        key = id(handle)
-        if key not in self._static:  # UUID and name never change: ask once
+    def _identity(self, key: str, handle: Any) -> tuple[str, str]:
+        if key not in self._static:  # a device's UUID and name never change: ask once
             nv = self._nvml
             uuid = _text(self._call(nv.nvmlDeviceGetUUID, handle))
             self._static[key] = (uuid, _text(self._call(nv.nvmlDeviceGetName, handle)))

@@ -65,8 +65,16 @@ def _add_node_routes(config: dict[str, Any], node_webhooks: Mapping[str, str]) -
         for webhook in receiver["webhook_configs"]:
             webhook["url"] = url
         config["receivers"].append(receiver)
+        # The actuator's sub-routes go to this node's actuator; others (the operators'
+        # receiver) stay as they are.
         sub_routes = [
-            {**copy.deepcopy(sub), "receiver": receiver["name"]} for sub in route.get("routes", [])
+            {
+                **copy.deepcopy(sub),
+                "receiver": receiver["name"]
+                if sub.get("receiver", template["name"]) == template["name"]
+                else sub["receiver"],
+            }
+            for sub in route.get("routes", [])
         ]
         # json.dumps quotes the node name the way Alertmanager's matcher syntax expects.
         node_route: dict[str, Any] = {

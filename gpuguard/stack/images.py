@@ -23,37 +23,42 @@ REPO_ROOT = resources.IMPORT_ROOT
 def _rootfs_tar() -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-
-        def add_dir(name: str) -> None:
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o1777 if name == "tmp" else 0o755
-            tar.addfile(info)
-
-        def add_link(name: str, target: str) -> None:
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.SYMTYPE
-            info.linkname = target
-            tar.addfile(info)
-
-        for name in ("bin", "dev", "etc", "proc", "sys", "tmp", "usr", "root", "run", "var"):
-            add_dir(name)
-        add_link("lib", "usr/lib")
-        add_link("lib64", "usr/lib64")
-        busybox = shutil.which("busybox") or "/bin/busybox"
-        if os.path.exists(busybox):
-            tar.add(busybox, arcname="bin/busybox")
-            for applet in ("sh", "sleep", "cat", "ls", "true"):
-                add_link(f"bin/{applet}", "busybox")
-        for name, text in (
-            ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
-            ("etc/group", "root:x:0:\n"),
-        ):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+        add_base_layout(tar)
     return buf.getvalue()
+
+
+def add_base_layout(tar: tarfile.TarFile, passwd: str = "") -> None:
+    """Top-level directories, busybox and its applets, ``/etc/passwd`` (plus ``passwd``)."""
+
+    def add_dir(name: str) -> None:
+        info = tarfile.TarInfo(name)
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o1777 if name == "tmp" else 0o755
+        tar.addfile(info)
+
+    def add_link(name: str, target: str) -> None:
+        info = tarfile.TarInfo(name)
+        info.type = tarfile.SYMTYPE
+        info.linkname = target
+        tar.addfile(info)
+
+    for name in ("bin", "dev", "etc", "proc", "sys", "tmp", "usr", "root", "run", "var"):
+        add_dir(name)
+    add_link("lib", "usr/lib")
+    add_link("lib64", "usr/lib64")
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    if os.path.exists(busybox):
+        tar.add(busybox, arcname="bin/busybox")
+        for applet in ("sh", "sleep", "cat", "ls", "true"):
+            add_link(f"bin/{applet}", "busybox")
+    for name, text in (
+        ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n" + passwd),
+        ("etc/group", "root:x:0:\n"),
+    ):
+        data = text.encode()
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
 
 
 def ensure_base_image(client: Any) -> str:

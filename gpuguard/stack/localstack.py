@@ -1,8 +1,9 @@
 """The whole gpuguard stack on loopback: one or more nodes, Prometheus and Alertmanager.
 
-A node is a private dockerd, a gpusim daemon, an exporter and an actuator. Every process
-is recorded in ``<dir>/stack.json`` so that another invocation (``gpuguard demo --stop``)
-can stop each by its PID and remove every container.
+A node is a private dockerd, a gpusim daemon, an exporter, an actuator and its guard (a
+process of its own, as in every deployment, sharing the actuator's state directory). Every
+process is recorded in ``<dir>/stack.json`` so that another invocation (``gpuguard demo
+--stop``) can stop each by its PID and remove every container.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.watchdog import WATCHDOG_PID_FILE
+from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.stack.alertmanager import AlertmanagerService
+from gpuguard.stack.appimage import ensure_app_image
 from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
 from gpuguard.stack.gpusim import GpusimService
 from gpuguard.stack.images import ensure_base_image
@@ -28,14 +30,20 @@ from gpuguard.stack.swarm import form_swarm, leave_swarm, name_nodes
 
 RECORD = "stack.json"
 STACK_PARTS = (
-    "prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "placer.log",
+    "prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "placer.log", "env",
 )  # fmt: skip
+ENV_FILE = "env"
 # The usual ports when they are free (the first node's exporter and actuator), else any.
 DEFAULT_PORTS = {
     "exporter": 10835, "actuator": 10836, "placer": 10837, "prometheus": 9090,
     "alertmanager": 9093,
 }  # fmt: skip
 Progress = Callable[[str], None]
+# What README's demo section shows a new user (tests/integration/test_readme_demo.py runs it).
+USER_RUN_EXAMPLE = (
+    'gpuguard run --deadline 9s --managed -d --name rt-1 -v "$GPUSIM_DIR:/run/gpusim" '
+    "gpuguard/workload:local --size 13312 --repeat 3"
+)
 
 
 def gpuguard_argv(command: str, *flags: str) -> list[str]:
@@ -62,6 +70,7 @@ class NodeStack:
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
     actuator: ManagedProcess | None = None
+    guard: ManagedProcess | None = None
 
     token_file: Path | None = None
 
@@ -93,6 +102,7 @@ class NodeStack:
         progress(f"[{self.node_name}] gpusim (kernel time scale {self.time_scale})")
         self.start_exporter()
         progress(f"[{self.node_name}] exporter at {self.exporter_url}")
+        self.start_guard()
         self.start_actuator()
         progress(f"[{self.node_name}] actuator at {self.actuator_url}")
         return self
@@ -113,6 +123,21 @@ class NodeStack:
         self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
         self.exporter.wait_ready(lambda: http_ok(self.exporter_url + "/healthz"))
 
+    @property
+    def state_dir(self) -> Path:
+        """The actuator's --state.dir, which its guard shares."""
+        return self.base_dir / "actuator"
+
+    def start_guard(self) -> None:
+        """``gpuguard guard`` on the actuator's state directory (before the actuator)."""
+        assert self.engine is not None
+        argv = gpuguard_argv(
+            "guard", f"--state.dir={self.state_dir}", f"--docker.host={self.engine.url}"
+        )
+        self.guard = ManagedProcess("guard", argv, self.base_dir / "guard.log").start()
+        lease_path = self.state_dir / GUARD_LEASE
+        self.guard.wait_ready(lease_path.exists)
+
     def start_actuator(self) -> None:
         assert self.engine is not None
         self.token_file = self.token_file or make_token_file(self.base_dir / "webhook.token")
@@ -126,7 +151,7 @@ class NodeStack:
             f"--node.name={self.node_name}",
             f"--policy.order={self.order}",
             f"--mode={self.actuator_mode}",
-            f"--state.dir={self.base_dir / 'actuator'}",
+            f"--state.dir={self.state_dir}",
             *self.extra_actuator_flags,
         )
         argv = [*self.launcher, *argv]
@@ -141,12 +166,10 @@ class NodeStack:
         """What ``stop_recorded`` needs to stop this node from another process."""
         out: list[dict[str, Any]] = []
         gpusim = self.gpusim.process if self.gpusim is not None else None
-        for proc in (self.actuator, self.exporter, gpusim):
+        # In stopping order: the actuator (it resumes what it paused), then its guard.
+        for proc in (self.actuator, self.guard, self.exporter, gpusim):
             if proc is not None:
                 out.append({"kind": "process", "name": proc.name, "pid": proc.pid})
-        watchdog = self.watchdog_pid
-        if watchdog is not None:
-            out.append({"kind": "process", "name": "watchdog", "pid": watchdog})
         if self.engine is not None and self.engine.process is not None:
             out.append(
                 {
@@ -159,27 +182,19 @@ class NodeStack:
             )
         return out
 
-    @property
-    def watchdog_pid(self) -> int | None:
-        """The actuator's watchdog (its lease against ``kill -9``), if it wrote its pidfile."""
-        path = self.base_dir / "actuator" / WATCHDOG_PID_FILE
-        try:
-            return int(path.read_text())
-        except (OSError, ValueError):
-            return None
-
     def stop_actuator(self) -> None:
-        """SIGTERM (it resumes what it paused), then its watchdog, by their PIDs."""
+        """SIGTERM by its PID: it resumes what it paused. Its guard stays, as deployed."""
         if self.actuator is not None:
             self.actuator.stop()
             self.actuator = None
-        watchdog = self.watchdog_pid
-        if watchdog is not None and _is_ours(watchdog, "watchdog"):
-            stop_pid(watchdog, timeout=10)  # it exits by itself once the actuator is gone
 
     def stop(self) -> None:
-        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up.
+        # Actuator first: on SIGTERM it resumes what it paused, while Docker is still up;
+        # then its guard, which would resume whatever the actuator could not.
         self.stop_actuator()
+        if self.guard is not None:
+            self.guard.stop()
+            self.guard = None
         if self.exporter is not None:
             self.exporter.stop()
             self.exporter = None
@@ -212,9 +227,12 @@ class LocalStack:
         swarm: bool = False,
         placer_flags: list[str] | None = None,
         exporter_flags: list[str] | None = None,
+        default_ports: bool = True,
     ) -> None:
+        """``default_ports``: the usual ports when they are free (the demo); else any."""
         self.dir = directory
         self.swarm = swarm
+        self.ports = DEFAULT_PORTS if default_ports else dict.fromkeys(DEFAULT_PORTS, 0)
         # None: no placer; a list (maybe empty): start one with these extra flags
         self.placer_flags = placer_flags
         self.placer: ManagedProcess | None = None
@@ -226,8 +244,8 @@ class LocalStack:
             NodeStack(
                 directory / f"node-{i}",
                 name,
-                exporter_port=DEFAULT_PORTS["exporter"] if i == 0 else 0,
-                actuator_port=DEFAULT_PORTS["actuator"] if i == 0 else 0,
+                exporter_port=self.ports["exporter"] if i == 0 else 0,
+                actuator_port=self.ports["actuator"] if i == 0 else 0,
                 time_scale=time_scale,
                 order=order,
                 poll_interval=poll_interval,
@@ -260,14 +278,14 @@ class LocalStack:
                 self.dir / "alertmanager",
                 first.actuator_url + "/api/v1/alerts",
                 self.token_file,
-                port=free_port(DEFAULT_PORTS["alertmanager"]),
+                port=free_port(self.ports["alertmanager"]),
                 node_webhooks={n.node_name: n.actuator_url + "/api/v1/alerts" for n in self.nodes},
             ).start()
             progress(f"alertmanager at {self.alertmanager.url}")
             self._record()
             self.prometheus = PrometheusService(
                 self.dir / "prometheus",
-                port=free_port(DEFAULT_PORTS["prometheus"]),
+                port=free_port(self.ports["prometheus"]),
                 profile="fast",
                 exporters={f"127.0.0.1:{n.exporter_port}": n.node_name for n in self.nodes},
                 actuators=[f"127.0.0.1:{n.actuator_port}" for n in self.nodes],
@@ -291,7 +309,7 @@ class LocalStack:
     def start_placer(self) -> None:
         """``gpuguard placer`` on loopback, reading the records from this stack's Prometheus."""
         assert self.prometheus is not None
-        self.placer_port = free_port(DEFAULT_PORTS["placer"])
+        self.placer_port = free_port(self.ports["placer"])
         argv = gpuguard_argv(
             "placer",
             f"--web.listen-address=127.0.0.1:{self.placer_port}",
@@ -314,6 +332,31 @@ class LocalStack:
             entries += node.record()
         write_record(self.dir, entries)
 
+    def prepare_user_workloads(self) -> Path:
+        """Import the workload image into the first node's engine and write ``<dir>/env``.
+
+        ``. <dir>/env`` points the docker CLI, ``gpuguard run``, ``gpuguard ps`` and
+        ``gpuguard nodes`` at that node, and names its gpusim directory (``GPUSIM_DIR``) to
+        mount at ``/run/gpusim`` in a container running ``gpuguard/workload:local``.
+        """
+        node = self.nodes[0]
+        assert node.engine is not None and node.gpusim is not None
+        client = node.engine.client()
+        try:
+            ensure_app_image(client)
+        finally:
+            client.close()
+        lines = [
+            f"export DOCKER_HOST={node.engine.url}",
+            f"export GPUSIM_DIR={node.gpusim.dir}",
+            f"export GPUGUARD_EXPORTER_URL={node.exporter_url}",
+            f"export GPUGUARD_ACTUATOR_URL={node.actuator_url}",
+        ]
+        path = self.dir / ENV_FILE
+        path.write_text("# . this file: the demo's first node for docker and gpuguard\n"
+                        + "\n".join(lines) + "\n")  # fmt: skip
+        return path
+
     def urls_text(self) -> str:
         lines = ["The stack is up on 127.0.0.1:"]
         if self.prometheus is not None:
@@ -332,6 +375,13 @@ class LocalStack:
             lines.append(f"  [{node.node_name}] actuator {node.actuator_url}/api/v1/nodes")
             if node.engine is not None:
                 lines.append(f"  [{node.node_name}] docker   DOCKER_HOST={node.engine.url}")
+        if (self.dir / ENV_FILE).exists():
+            lines += [
+                "Run your own managed container with a deadline on it (README, The demo):",
+                f"  . {self.dir / ENV_FILE}",
+                f"  {USER_RUN_EXAMPLE}",
+                "  gpuguard ps",
+            ]
         return "\n".join(lines)
 
     def stop(self) -> None:
@@ -395,7 +445,7 @@ def _is_ours(pid: int, name: str) -> bool:
         "actuator": "actuator",
         "prometheus": "prometheus",
         "alertmanager": "alertmanager",
-        "watchdog": "gpuguard.actuator.watchdog",
+        "guard": " guard ",
         "placer": "placer",
     }
     return markers.get(name, name) in cmdline

@@ -37,17 +37,21 @@ def render_prometheus_config(
     actuators: Targets = ("127.0.0.1:10836",),
     alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
     rule_files: Sequence[Path] | None = None,
+    external_labels: Mapping[str, str] | None = None,
     deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
 ) -> str:
     """The profile's config file with these targets; rule file paths made absolute.
 
     An empty target list drops that job (or, for ``alertmanagers``, the alerting section).
+    ``external_labels`` (e.g. ``grafana_url``, which the alerts' links use) are added.
     """
     try:
         source = deploy_dir / PROFILES[profile]
     except KeyError:
         raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}") from None
     config: dict[str, Any] = yaml.safe_load(source.read_text())
+    if external_labels:
+        config["global"]["external_labels"] = dict(external_labels)
     if rule_files is None:
         config["rule_files"] = [
             str((source.parent / pattern).resolve()) for pattern in config.get("rule_files", [])
@@ -107,6 +111,7 @@ class PrometheusService(ConfiguredHttpService):
         actuators: Targets = ("127.0.0.1:10836",),
         alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
         rule_files: Sequence[Path] | None = None,
+        external_labels: Mapping[str, str] | None = None,
     ) -> None:
         if config_text is None:
             config_text = render_prometheus_config(
@@ -115,6 +120,7 @@ class PrometheusService(ConfiguredHttpService):
                 actuators=actuators,
                 alertmanagers=alertmanagers,
                 rule_files=rule_files,
+                external_labels=external_labels,
             )
         super().__init__(directory, config_text, port)
 

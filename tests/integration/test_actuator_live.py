@@ -1,7 +1,8 @@
 """The actuator against a real private dockerd, gpusim, workload containers and exporter.
 
-Every service is a real subprocess stopped by its PID; the actuator's watchdog is found
-through its pidfile and stopped too; every container is removed by the fixtures.
+Every service is a real subprocess stopped by its PID: each actuator, and one guard
+(``gpuguard guard``, its own process as deployed) per state directory; every container is
+removed by the fixtures.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,11 @@ from exporter_support import ExporterProcess, sim_mounts, workload_args, workloa
 from gpuguard.actuator.audit import AuditLog, read_audit
 from gpuguard.actuator.executor import DockerExecutor
 from gpuguard.actuator.journal import Journal
+from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.actuator.policy import PAUSE, Action
-from gpuguard.actuator.watchdog import WATCHDOG_PID_FILE
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import ManagedProcess, free_port, stop_pid
+from gpuguard.stack.process import ManagedProcess, free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -38,8 +40,23 @@ TOKEN = "integration-token"
 MANAGED = {"gpuguard.managed": "true"}
 
 
+class GuardProcess:
+    """``python -m gpuguard.cli guard`` on a state directory, stopped by its PID."""
+
+    def __init__(self, state_dir: Path, docker_url: str, *extra: str) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "gpuguard.cli", "guard", f"--state.dir={state_dir}",
+                f"--docker.host={docker_url}", *extra]  # fmt: skip
+        self.state_dir = state_dir
+        self.process = ManagedProcess("guard", argv, state_dir / "guard.log").start()
+        self.process.wait_ready((state_dir / GUARD_LEASE).exists, 30)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
 class ActuatorProcess:
-    """``python -m gpuguard.cli actuator`` on a free port; stop() also stops its watchdog."""
+    """``python -m gpuguard.cli actuator`` on a free port, stopped by its PID."""
 
     def __init__(self, state_dir: Path, exporter_url: str, docker_url: str, *extra: str) -> None:
         self.port = free_port()
@@ -60,13 +77,11 @@ class ActuatorProcess:
             *extra,
         ]  # fmt: skip
         self.process: ManagedProcess | None = None
-        self.watchdogs: list[int] = []
 
     def start(self) -> ActuatorProcess:
         log = self.state_dir / f"actuator-{self.port}.log"
         self.process = ManagedProcess("actuator", self.argv, log).start()
         self.process.wait_ready(lambda: requests.get(self.url + "/healthz", timeout=1).ok, 30)
-        self.watchdogs.append(int((self.state_dir / WATCHDOG_PID_FILE).read_text()))
         return self
 
     @property
@@ -77,8 +92,6 @@ class ActuatorProcess:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
-        for pid in self.watchdogs:  # they exit on their own once the actuator is gone
-            stop_pid(pid, timeout=10)
 
     def post(self, body: bytes, token: str | None = TOKEN) -> requests.Response:
         headers = {"Content-Type": "application/json"}
@@ -108,18 +121,23 @@ def exporter_flags() -> tuple[str, ...]:
 def actuator_factory(
     dockerd: PrivateDockerd, exporter: ExporterProcess, tmp_path: Path
 ) -> Iterator[Callable[..., ActuatorProcess]]:
+    """Start an actuator, and a guard on its state directory unless one runs there."""
     made: list[ActuatorProcess] = []
+    guards: dict[Path, GuardProcess] = {}
 
     def start(*extra: str, state_dir: Path | None = None) -> ActuatorProcess:
-        proc = ActuatorProcess(
-            state_dir or tmp_path / "actuator", exporter.url, dockerd.url, *extra
-        )
+        state_dir = state_dir or tmp_path / "actuator"
+        if state_dir not in guards:
+            guards[state_dir] = GuardProcess(state_dir, dockerd.url)
+        proc = ActuatorProcess(state_dir, exporter.url, dockerd.url, *extra)
         made.append(proc)
         return proc.start()
 
     yield start
-    for proc in made:
+    for proc in made:  # actuators first: on SIGTERM they resume what they paused
         proc.stop()
+    for guard in guards.values():
+        guard.stop()
 
 
 def kernel_intervals(sim: GpusimService, names: list[str]) -> dict[str, list[tuple[float, float]]]:
@@ -213,7 +231,7 @@ def _workload_with_waiters(
     ]  # fmt: skip
 
 
-def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
+def test_kill_9_guard_resumes_and_restart_respects_max_pause(
     sim: GpusimService,
     docker_client: Any,
     run_python_container: Callable[..., Any],
@@ -230,23 +248,30 @@ def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
         what="two containers paused by the actuator",
         interval=0.05,
     )
+    held = {c.id for c in workers if paused(docker_client, c)}
     os.kill(first.pid, signal.SIGKILL)
     wait_for(
         lambda: not any(paused(docker_client, c) for c in workers),
         timeout=10,
-        what="the watchdog resumed every container",
+        what="the guard resumed every container",
         interval=0.05,
     )
-    watchdog_records = [r for r in first.audit() if r["event"] == "watchdog_resume"]
-    assert len(watchdog_records) >= 2
+
+    # The guard writes its audit line after the unpause: wait for it, do not race it.
+    def guard_resumed() -> set[str]:
+        return {
+            r["container_id"]
+            for r in first.audit()
+            if r["event"] == "guard_resume" and r["result"] == "ok"
+        }
+
+    wait_for(lambda: held <= guard_resumed(), 10, "the guard's audit records", interval=0.05)
     wait_for(
-        lambda: not _alive(first.watchdogs[0]),
+        lambda: json.loads((state_dir / "journal.json").read_text())["paused"] == {},
         timeout=10,
-        what="the watchdog exited",
+        what="the guard emptied the dead actuator's journal",
         interval=0.05,
     )
-    journal = json.loads((state_dir / "journal.json").read_text())
-    assert journal["paused"] == {}
 
     # Restart with a short --max-pause: it admits again, but never holds anyone longer.
     second = actuator_factory("--mode=fast", "--max-pause=2s", state_dir=state_dir)
@@ -265,14 +290,6 @@ def test_kill_9_watchdog_resumes_and_restart_respects_max_pause(
         time.sleep(0.05)
     assert max(longest.values(), default=0.0) <= 2.0 + 1.5, longest
     assert all(c.wait(timeout=5)["StatusCode"] == 0 for c in workers)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_bad_requests_and_unknown_targets_change_nothing(
@@ -328,3 +345,62 @@ def test_bad_requests_and_unknown_targets_change_nothing(
     finally:
         for container in idle:
             container.remove(force=True)
+
+
+def _exporter_down(node: str, status: str = "firing", ends: str = "0001-01-01T00:00:00Z") -> bytes:
+    doc = json.loads((REPO / "tests" / "fixtures" / "alertmanager" / "firing.json").read_text())
+    labels = {"alertname": "GpuguardExporterDown", "node": node, "severity": "critical",
+              "job": "gpuguard-exporter", "instance": "127.0.0.1:10835"}  # fmt: skip
+    doc.update(groupKey=f'{{}}:{{alertname="GpuguardExporterDown",node="{node}"}}', status=status)
+    doc["alerts"] = [
+        {"status": status, "labels": labels, "annotations": {},
+         "startsAt": "2025-11-22T01:00:00Z", "endsAt": ends, "generatorURL": "",
+         "fingerprint": f"down-{node}"}
+    ]  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+def test_resume_all_is_node_scoped_and_idempotent(
+    sim: GpusimService,
+    docker_client: Any,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+) -> None:
+    actuator = actuator_factory("--mode=both")
+    workers = _workload_with_waiters(sim, run_python_container, "hold", 2, "80")
+    held = wait_for(
+        lambda: next((c for c in workers if paused(docker_client, c)), None),
+        timeout=20,
+        what="one tenant waiting paused",
+        interval=0.05,
+    )
+
+    def actions(kind: str) -> list[dict[str, Any]]:
+        return [r for r in actuator.audit() if r["event"] == "action" and r.get("action") == kind
+                and r.get("container_id") == held.id and r["result"] == "ok"]  # fmt: skip
+
+    # GpuguardExporterDown for another node: nothing happens here.
+    assert actuator.post(_exporter_down("elsewhere")).status_code == 200
+    time.sleep(1.0)
+    assert paused(docker_client, held) and actions("unpause") == []
+
+    # 100 duplicate deliveries for this node (at least once, from two Alertmanagers).
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        codes = list(pool.map(lambda _: actuator.post(_exporter_down("itest")).status_code,
+                              range(100)))  # fmt: skip
+    assert codes == [200] * 100
+    wait_for(lambda: not paused(docker_client, held), 5, "the held tenant resumed", 0.05)
+    time.sleep(2.0)  # the fast path keeps deciding meanwhile
+    unpauses, pauses = len(actions("unpause")), len(actions("pause"))
+    print(f"\n100 duplicate resume_all deliveries: {unpauses} unpause(s), {pauses} pause(s) "
+          "of the held tenant (1 pause before the alert)")  # fmt: skip
+    assert (unpauses, pauses) == (1, 1)
+    assert not paused(docker_client, held)
+    health = requests.get(actuator.url + "/healthz", timeout=5).text
+    assert "failing open" in health, health
+
+    resolved = _exporter_down("itest", "resolved", "2025-11-22T01:10:00Z")
+    assert actuator.post(resolved).status_code == 200
+    assert "failing open" not in requests.get(actuator.url + "/healthz", timeout=5).text
+    assert actuator.post(_exporter_down("itest")).status_code == 200  # a late duplicate
+    assert "failing open" not in requests.get(actuator.url + "/healthz", timeout=5).text

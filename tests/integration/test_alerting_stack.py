@@ -27,6 +27,8 @@ pytestmark = pytest.mark.integration
 
 NODE = "it-node"
 TOKEN = "it-secret-token"
+GRAFANA = "https://grafana.example.test"
+RUNBOOKS = "https://docs.example.test/gpuguard/runbooks.md"
 
 
 def exposition(utilization: float) -> str:
@@ -177,6 +179,7 @@ def test_saturation_alert_reaches_the_actuator_webhook(
         exporters={f"127.0.0.1:{metrics_endpoint.port}": NODE},
         actuators=[],
         alertmanagers=[alertmanager.address],
+        external_labels={"grafana_url": GRAFANA, "runbook_url": RUNBOOKS},
     )
 
     # The rules run on scraped data: two active tasks, GPU not saturated, no alert yet.
@@ -200,8 +203,10 @@ def test_saturation_alert_reaches_the_actuator_webhook(
     [alert] = [a for a in payload["alerts"] if a["labels"]["alertname"] == "GpuSaturatedContention"]
     assert alert["labels"]["node"] == NODE
     assert alert["labels"]["gpu"] == "0"
-    assert alert["labels"]["severity"] == "warning"
-    assert alert["annotations"]["dashboard"].startswith("/d/gpuguard-node/")
+    assert alert["labels"]["severity"] == "info"  # a trigger for the actuator, not a page
+    # Absolute links from the Prometheus external labels.
+    assert alert["annotations"]["dashboard"].startswith(f"{GRAFANA}/d/gpuguard-node/")
+    assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#gpusaturatedcontention"
     group = {"alertname": "GpuSaturatedContention", "node": NODE, "gpu": "0"}
     assert payload["groupLabels"] == group
     assert latency < 10.0

@@ -90,8 +90,9 @@ def test_alertmanager_routes() -> None:
     ]
     assert set(node_list["matchers"][0].split('"')[1].split("|")) == NODE_LIST_ALERTS
     assert (node_list["group_wait"], node_list["group_interval"]) == ("0s", "1s")
-    [receiver] = config["receivers"]
-    [webhook] = receiver["webhook_configs"]
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert set(receivers) == {"gpuguard-actuator", "gpuguard-operators"}
+    [webhook] = receivers["gpuguard-actuator"]["webhook_configs"]
     assert webhook["url"] == "http://127.0.0.1:10836/api/v1/alerts"
     assert webhook["send_resolved"] is True
     assert webhook["http_config"]["authorization"]["type"] == "Bearer"
@@ -102,7 +103,8 @@ def test_rendered_alertmanager_config_is_valid(tmp_path: Path) -> None:
     token.write_text("secret\n")
     text = render_alertmanager_config("http://127.0.0.1:19836/api/v1/alerts", token)
     config = yaml.safe_load(text)
-    [webhook] = config["receivers"][0]["webhook_configs"]
+    [actuator] = [r for r in config["receivers"] if r["name"] == "gpuguard-actuator"]
+    [webhook] = actuator["webhook_configs"]
     assert webhook["url"] == "http://127.0.0.1:19836/api/v1/alerts"
     assert webhook["http_config"]["authorization"] == {
         "type": "Bearer",
@@ -148,20 +150,44 @@ def test_per_node_routing(tmp_path: Path) -> None:
     )
     assert route_receiver(path, "alertname=GpuguardExporterDown") == "gpuguard-actuator"
     config = yaml.safe_load(text)
+    assert route_receiver(
+        path, "alertname=GpuguardExporterDown", "node=node-b", "severity=critical"
+    ) == ("gpuguard-actuator-node-b,gpuguard-operators")
+    config = yaml.safe_load(text)
     node_b = next(r for r in config["route"]["routes"] if r.get("receiver", "").endswith("node-b"))
     assert node_b["routes"], "the node route lost the deployed sub-routes"
-    for sub in node_b["routes"]:
-        assert (sub["group_wait"], sub["group_interval"]) == ("0s", "1s")
-    urls = {r["name"]: r["webhook_configs"][0]["url"] for r in config["receivers"]}
+    deployed = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["route"]["routes"]
+    for sub, shipped in zip(node_b["routes"], deployed, strict=True):
+        assert {k: v for k, v in sub.items() if k != "receiver"} == {
+            k: v for k, v in shipped.items() if k != "receiver"
+        }
+    webhooks = [r for r in config["receivers"] if r.get("webhook_configs")]
+    urls = {r["name"]: r["webhook_configs"][0]["url"] for r in webhooks}
     assert urls["gpuguard-actuator-node-b"] == "http://127.0.0.1:29836/api/v1/alerts"
     assert all(
         r["webhook_configs"][0]["http_config"]["authorization"]["credentials_file"]
         == str(token.resolve())
-        for r in config["receivers"]
+        for r in webhooks
     )
+
+
+def alert_severities() -> dict[str, str]:
+    return {
+        rule["alert"]: rule["labels"]["severity"]
+        for path in sorted((Path(__file__).resolve().parents[2] / "rules").glob("*.rules.yml"))
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
 
 
 def test_shipped_routing() -> None:
-    assert route_receiver(ALERTMANAGER_CONFIG, "alertname=GpuMemoryPressure", "node=a") == (
-        "gpuguard-actuator"
-    )
+    # Controller triggers (severity info) reach the actuator and nobody else; the others
+    # reach the operators too. Every gpuguard alert reaches the actuator.
+    for alert, severity in alert_severities().items():
+        labels = [f"alertname={alert}", "node=a", f"severity={severity}"]
+        receivers = route_receiver(ALERTMANAGER_CONFIG, *labels).split(",")
+        if severity == "info":
+            assert receivers == ["gpuguard-actuator"], alert
+        else:
+            assert receivers == ["gpuguard-actuator", "gpuguard-operators"], alert

@@ -130,6 +130,7 @@ class StaticContainers:
         self.connected = True
         self.errors = 0
         self.resync_duration_s = 0.001
+        self.last_error: str | None = None
         self.set(*infos)
 
     def set(self, *infos: ContainerInfo) -> None:

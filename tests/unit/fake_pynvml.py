@@ -3,6 +3,8 @@
 Everything but the NVML calls is the real pynvml: its constants, its ``NVMLError`` (whose
 constructor returns the per-code subclass, with ``.value``), and its ctypes structures
 (``c_nvmlMemory_t``, ``c_nvmlUtilization_t``, ``c_nvmlProcessUtilizationSample_t``).
+Handles are fresh objects on every call, as pynvml's ``c_nvmlDevice_t`` pointers are: two
+handles of one device are not the same object, and a dead handle's ``id`` is soon another's.
 Compute processes are pynvml's "friendly objects" with ``pid``, ``usedGpuMemory`` (None
 when NVML cannot tell), ``gpuInstanceId`` and ``computeInstanceId``. The functions keep
 pynvml's names and signatures and raise the codes the real driver raises.
@@ -43,6 +45,15 @@ class FakeDevice:
     lost: bool = False
 
 
+class FakeHandle:
+    """A device handle: like a ctypes pointer, compared by identity and made anew each call."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: FakeDevice) -> None:
+        self.device = device
+
+
 class FakeNvml:
     """Module-like object: pass it as ``NvmlBackend(nvml=FakeNvml(...))``."""
 
@@ -65,11 +76,11 @@ class FakeNvml:
 
     def _dev(self, handle: Any) -> FakeDevice:
         self._check()
-        if not isinstance(handle, FakeDevice):
+        if not isinstance(handle, FakeHandle):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        if handle.lost:
+        if handle.device.lost:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
-        return handle
+        return handle.device
 
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -84,11 +95,11 @@ class FakeNvml:
         self._check()
         return len(self.devices)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDevice:
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
         self._check()
         if not 0 <= index < len(self.devices):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        return self.devices[index]
+        return FakeHandle(self.devices[index])
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         return self._dev(handle).uuid
@@ -102,7 +113,9 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         dev = self._dev(handle)
-        if dev.mig_mode == NVML_DEVICE_MIG_ENABLE or dev in _mig_children(self.devices):
+        if dev.mig_mode == NVML_DEVICE_MIG_ENABLE or any(
+            dev is child for child in _mig_children(self.devices)
+        ):
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return _real.c_nvmlUtilization_t(gpu=dev.gpu_util, memory=0)
 
@@ -141,14 +154,14 @@ class FakeNvml:
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
         return len(self._dev(handle).mig_slots)
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> FakeDevice:
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> FakeHandle:
         slots = self._dev(handle).mig_slots
         if not 0 <= index < len(slots):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         child = slots[index]
         if child is None:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
-        return child
+        return FakeHandle(child)
 
 
 def _mig_children(devices: list[FakeDevice]) -> list[FakeDevice]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpuguard import flags
 from gpuguard.actuator.config import add_flags, load_actions, load_config
 from gpuguard.actuator.errors import ConfigError
 
@@ -88,8 +89,9 @@ def test_flags_override_the_config_file(files: dict[str, str], tmp_path: Path) -
 
 def test_best_effort_window_longer_than_max_pause_warns(files: dict[str, str]) -> None:
     config = load_config(parse([*base(files), "--policy.best-effort-window=5m"]))
-    assert "released for good before its share" in config.warnings[-1]
-    assert not load_config(parse([*base(files), "--max-pause=10s"])).warnings
+    assert any("released for good before its share" in w for w in config.warnings)
+    shorter = load_config(parse([*base(files), "--max-pause=10s"])).warnings
+    assert not any("released for good" in w for w in shorter)
 
 
 def test_best_effort_guard_can_be_off(files: dict[str, str]) -> None:
@@ -189,3 +191,48 @@ def test_cli_prints_one_line_and_exits_2(files: dict[str, str], capsys: Any) -> 
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and err.startswith("gpuguard actuator: --policy.order")
+
+
+def test_state_dir_audit_log_and_token_permissions(tmp_path: Path) -> None:
+    from gpuguard.actuator.audit import AuditLog
+    from tests.unit.actuator_support import actuator_config
+
+    state = tmp_path / "state"
+    config = actuator_config(tmp_path)
+    assert state.stat().st_mode & 0o777 == 0o700  # the journal names every tenant
+    assert not any("token" in w for w in config.warnings)
+    state.chmod(0o755)  # made by hand, or by an image, wider than it should be
+    (tmp_path / "token").write_text("t0ken")
+    (tmp_path / "token").chmod(0o644)
+    config = actuator_config(tmp_path)
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert any("every user of this host can read the token" in w for w in config.warnings)
+    (tmp_path / "token").chmod(0o640)  # a group that needs it (Alertmanager) is fine
+    assert not any("token" in w for w in actuator_config(tmp_path).warnings)
+    audit = AuditLog(state / "audit.jsonl")
+    audit.write("start")
+    audit.close()
+    assert (state / "audit.jsonl").stat().st_mode & 0o777 == 0o600
+    (state / "audit.jsonl").chmod(0o644)
+    AuditLog(state / "audit.jsonl").close()
+    assert (state / "audit.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_guard_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuguard.actuator import guard
+    from gpuguard.cli import build_parser
+
+    def config(*argv: str) -> guard.GuardConfig:
+        args = build_parser().parse_args(["guard", *argv])
+        return guard.validate(flags.merge(args, guard.FLAGS))
+
+    made = config(f"--state.dir={tmp_path / 'g'}", "--max-pause=30s")
+    assert (made.max_pause_s, made.lease_timeout_s) == (30.0, 15.0)
+    assert (tmp_path / "g").stat().st_mode & 0o777 == 0o700
+    for bad in ("--max-pause=soon", "--lease.timeout=-1s", "--docker.host=ftp://x"):
+        with pytest.raises(ConfigError):
+            config(f"--state.dir={tmp_path / 'bad'}", bad)
+        assert not (tmp_path / "bad").exists()  # a bad flag changes nothing
+    args = build_parser().parse_args(["guard", "--max-pause=soon"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("gpuguard guard: --max-pause")

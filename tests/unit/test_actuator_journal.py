@@ -1,25 +1,31 @@
-"""The journal: atomic, durable writes; reconcile planning; the watchdog's wait."""
+"""The journal: atomic, durable writes; one owner (flock); unreadable files set aside;
+reconcile planning; leases."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from gpuguard.actuator import lease
+from gpuguard.actuator.app import open_journal
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
     Journal,
+    JournalCorrupt,
+    JournalLock,
     PausedEntry,
     atomic_write_json,
     plan_reconcile,
     read_journal,
 )
-from gpuguard.actuator.watchdog import proc_start_ticks, wait_for_exit
+from tests.waiting import wait_for
 
 
 def entry(cid: str, paused_at: float = 100.0) -> PausedEntry:
@@ -38,18 +44,18 @@ def test_pause_is_on_disk_before_it_is_taken(tmp_path: Path) -> None:
 def test_release_records_the_admission(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     journal.will_pause(entry("c1"))
-    journal.released("c1", admitted_on=0, at=123.0)
+    journal.released("c1", admitted_at=123.0)
     again = Journal(tmp_path)
     assert again.paused == {}
     ledger = again.ledger()
-    assert ledger.admitted == {"c1": 123.0} and ledger.last_admitted == {0: "c1"}
+    assert ledger.admitted == {"c1": 123.0}
 
 
 def test_exempt_and_prune(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     journal.exempt("t1", 5.0)
     journal.exempt("t2", 6.0)
-    journal.released("c9", admitted_on=0, at=1.0)
+    journal.released("c9", admitted_at=1.0)
     journal.prune({"t2"}, set())
     again = Journal(tmp_path)
     assert set(again.exempt_tasks) == {"t2"} and again.admitted == {}
@@ -111,29 +117,87 @@ def test_reconcile_leaves_containers_paused_by_someone_else() -> None:
     assert plan_reconcile({}, {"other": True}, set(), 110.0, 60.0) == []
 
 
-def test_wait_for_exit_returns_when_the_process_dies() -> None:
-    proc = subprocess.Popen(["sleep", "30"])
-    ticks = proc_start_ticks(proc.pid)
-    assert ticks is not None
-    done = threading.Event()
-
-    def watch() -> None:
-        wait_for_exit(proc.pid, ticks)
-        done.set()
-
-    thread = threading.Thread(target=watch)
-    thread.start()
-    time.sleep(0.2)
-    assert not done.is_set()
-    proc.kill()
-    proc.wait()
-    thread.join(timeout=5)
-    assert done.is_set()
+GOOD = {"version": 1, "paused": {"c1": {"container_id": "c1", "name": "n", "task_id": None,
+        "gpu": 0, "paused_at": 1.0, "reason": "newcomer"}}}  # fmt: skip
 
 
-def test_wait_for_exit_with_a_recycled_pid_returns_at_once() -> None:
-    ticks = proc_start_ticks(os.getpid())
-    assert ticks is not None
-    started = time.monotonic()
-    wait_for_exit(os.getpid(), ticks + 1)  # same PID, other start time: not our actuator
-    assert time.monotonic() - started < 1
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",  # empty (a full disk, an editor, a copy gone wrong)
+        json.dumps(GOOD).encode()[:40],  # truncated
+        b"\x00\xff garbage \x89PNG",  # garbage, not even UTF-8
+        b"[1, 2, 3]",  # JSON, not a journal
+        json.dumps({"version": 1, "paused": {"c1": {"container_id": "c1"}}}).encode(),
+        json.dumps({"version": 1, "paused": [1]}).encode(),
+        json.dumps({"version": 1, "admitted": {"c1": "soon"}}).encode(),
+    ],
+    ids=["empty", "truncated", "garbage", "not-a-journal", "entry", "paused-list", "admitted"],
+)
+def test_unreadable_journal_is_set_aside_not_a_crash(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / JOURNAL_FILE).write_bytes(content)
+    with pytest.raises(JournalCorrupt):
+        Journal(tmp_path)
+    journal, lost = open_journal(tmp_path)
+    assert journal.paused == {} and lost is not None
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(f"{JOURNAL_FILE}.corrupt-")]
+    assert len(kept) == 1 and kept[0].read_bytes() == content  # kept for the operator
+    assert not (tmp_path / JOURNAL_FILE).exists()
+    assert kept[0].name in lost
+
+
+def test_a_readable_journal_opens_as_is(tmp_path: Path) -> None:
+    (tmp_path / JOURNAL_FILE).write_text(json.dumps(GOOD))
+    journal, lost = open_journal(tmp_path)
+    assert lost is None and list(journal.paused) == ["c1"]
+
+
+def test_the_journal_lock_has_one_holder(tmp_path: Path) -> None:
+    first, second = JournalLock(tmp_path), JournalLock(tmp_path)
+    assert first.try_acquire()
+    assert first.held and first.holder() == str(os.getpid())
+    assert not second.try_acquire() and not second.held
+    first.release()
+    assert second.try_acquire()
+    second.release()
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from gpuguard.actuator.journal import JournalLock
+lock = JournalLock(Path(sys.argv[1]))
+lock.acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_holder_drops_the_lock(tmp_path: Path) -> None:
+    # What the guard relies on: kill -9 of the actuator frees the journal at once.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        waiter = JournalLock(tmp_path)
+        assert not waiter.try_acquire()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+        wait_for(waiter.try_acquire, 5, "the lock to be free", interval=0.01)
+        waiter.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_lease_renewal_and_age(tmp_path: Path) -> None:
+    path = tmp_path / lease.ACTUATOR_LEASE
+    assert lease.read(path) is None
+    lease.renew(path)
+    seen = lease.read(path)
+    assert seen is not None and seen.pid == os.getpid()
+    assert 0 <= seen.age() < 5
+    assert seen.age(now=seen.renewed + 20) == pytest.approx(20)
+    path.write_text("{not json")
+    assert lease.read(path) is None

@@ -139,3 +139,45 @@ def test_a_mark_no_webhook_renews_expires() -> None:
     assert not nodes.provisionable
     assert nodes.expire(now=401.0, ttl=300.0)
     assert nodes.provisionable and nodes.since == 401.0
+
+
+def test_a_late_older_snapshot_does_not_drop_a_newer_reason() -> None:
+    # HA peers: the snapshot [f1] arrives after the newer [f1, f2] of the same group.
+    nodes = NodeList("host-a")
+    first = alert("TaskDeadlineAtRisk", "f1")
+    second = alert("TaskDeadlineAtRisk", "f2")
+    second["startsAt"] = "2025-11-22T01:00:30Z"
+    nodes.apply(payload("g1", [first, second]), MARK, 2)
+    assert not nodes.apply(payload("g1", [first]), MARK, 3)
+    assert [r.fingerprint for r in nodes.reasons()] == ["f1", "f2"]
+    # An explicit resolution still clears, and a partial message never drops by absence.
+    resolved = alert("TaskDeadlineAtRisk", "f2", "resolved")
+    resolved["startsAt"], resolved["endsAt"] = second["startsAt"], "2025-11-22T01:01:00Z"
+    nodes.apply(payload("g1", [first, resolved]), MARK, 4)
+    assert [r.fingerprint for r in nodes.reasons()] == ["f1"]
+    nodes.apply(payload("g1", []), MARK, 5, partial=True)
+    assert [r.fingerprint for r in nodes.reasons()] == ["f1"]
+
+
+def test_alert_order_drops_stale_deliveries() -> None:
+    from gpuguard.actuator.alertorder import AlertOrder
+
+    def one(status: str, starts: str, ends: str = "0001-01-01T00:00:00Z") -> Any:
+        raw = alert("TaskDeadlineAtRisk", "f1", status)
+        raw.update(startsAt=starts, endsAt=ends)
+        return payload("g", [raw]).alerts[0]
+
+    order = AlertOrder()
+    episode = "2025-11-22T01:00:00Z"
+    assert order.fresh(one("firing", episode), 1)
+    assert order.fresh(one("firing", episode), 2)  # a repeat
+    assert order.fresh(one("resolved", episode, "2025-11-22T01:05:00Z"), 3)
+    assert not order.fresh(one("firing", episode), 4)  # the late duplicate
+    assert order.fresh(one("resolved", episode, "2025-11-22T01:05:00Z"), 5)
+    assert order.fresh(one("firing", "2025-11-22T02:00:00Z"), 6)  # a new episode
+    assert not order.fresh(one("resolved", episode, "2025-11-22T01:05:00Z"), 7)  # old one
+    small = AlertOrder(keep_s=10, limit=4)
+    for i in range(100):
+        raw = alert("TaskDeadlineAtRisk", f"fp{i}")
+        small.fresh(payload("g", [raw]).alerts[0], float(i))
+    assert len(small) <= 4

@@ -312,7 +312,7 @@ def test_task_exempted_after_max_pause_is_not_paused_again() -> None:
 def test_admitted_task_stays_the_holder_when_an_older_one_reenters_input() -> None:
     cs = [container("a"), container("b")]
     ts = [task("a", "input", 1), task("b", "input", 2)]
-    ledger = Ledger(admitted={cid("b"): NOW - 0.5}, last_admitted={0: cid("b")})
+    ledger = Ledger(admitted={cid("b"): NOW - 0.5})
     assert acts(run(state(cs, ts), ledger)) == [(PAUSE, "a")]
 
 
@@ -321,9 +321,7 @@ def test_stale_docker_view_of_a_just_admitted_container_is_overridden() -> None:
     # look free, or c would be admitted too.
     cs = [container("b", paused=True), container("c", paused=True)]
     ts = [task("b", "input", 2, paused=True), task("c", "input", 3, paused=True)]
-    ledger = Ledger(
-        paused={cid("c"): NOW - 5}, admitted={cid("b"): NOW - 0.2}, last_admitted={0: cid("b")}
-    )
+    ledger = Ledger(paused={cid("c"): NOW - 5}, admitted={cid("b"): NOW - 0.2})
     assert acts(run(state(cs, ts, timestamp=NOW - 0.1), ledger)) == []
 
 
@@ -348,7 +346,7 @@ def test_memory_above_threshold_blocks_admission() -> None:
 def test_memory_above_threshold_pauses_the_last_admitted_before_its_kernel() -> None:
     cs = [container("a"), container("b")]
     ts = [task("a", "draining", 1), task("b", "input", 2)]
-    ledger = Ledger(admitted={cid("b"): NOW - 0.3}, last_admitted={0: cid("b")})
+    ledger = Ledger(admitted={cid("b"): NOW - 0.3})
     d = run(state(cs, ts, mem_used=int(23.5 * GIB)), ledger)
     assert acts(d) == [(PAUSE, "b")]
     assert d.actions[0].reason == "memory_pressure"
@@ -357,7 +355,7 @@ def test_memory_above_threshold_pauses_the_last_admitted_before_its_kernel() -> 
 def test_memory_rule_leaves_a_last_admitted_task_that_computes() -> None:
     cs = [container("b")]
     ts = [task("b", "computing", 2)]
-    ledger = Ledger(admitted={cid("b"): NOW - 3}, last_admitted={0: cid("b")})
+    ledger = Ledger(admitted={cid("b"): NOW - 3})
     assert acts(run(state(cs, ts, util=1.0, mem_used=int(23.5 * GIB)), ledger)) == []
 
 

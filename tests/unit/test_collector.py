@@ -94,6 +94,23 @@ def test_failing_gpu_backend_keeps_tasks_and_answers(setup) -> None:
                                    "name": "gpusim"}) is None  # fmt: skip
     assert [t.pid for t in snap.tasks] == [100]  # not ended because a sample is missing
     assert poller.health() is None  # it did sample once
+    assert poller.degraded() == "degraded: gpu source failing: gpusim at /x: cannot connect"
+
+
+def test_a_docker_source_that_fails_is_said_not_hidden(setup) -> None:
+    backend, containers, poller, registry = setup
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    assert poller.degraded() is None
+    containers.connected = False
+    containers.last_error = "Error while fetching server API version: Permission denied"
+    poller.poll_once()
+    v = registry.get_sample_value
+    assert v("gpuguard_exporter_collector_success", {"node": "node-a", "source": "docker"}) == 0
+    assert poller.health() is None  # still serving: a restart would not mend the socket
+    detail = poller.degraded()
+    assert detail is not None and detail.startswith("degraded: docker source failing")
+    assert "Permission denied" in detail
 
 
 def test_text_renderer_matches_the_collector(setup) -> None:
@@ -153,3 +170,20 @@ def test_task_mode_class_invalid_labels_and_demand(setup) -> None:
     assert v("gpuguard_container_label_invalid", {**c1, "label": "gpuguard.task"}) is None
     assert v("gpuguard_container_demand_sm_ratio", c1) == pytest.approx(0.4)
     assert v("gpuguard_container_demand_sm_ratio", c2) is None
+
+
+def test_label_cache_stays_bounded_with_container_churn(tmp_path: Path) -> None:
+    # Containers come and go: the label text of removed ones must not stay behind.
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
+    backend.next = sample(1.0)
+    renderer = TextRenderer()
+    sizes = []
+    for round_ in range(300):
+        containers.set(*(container(1000 + 10 * round_ + k) for k in range(10)))
+        poller.poll_once()
+        body = renderer.render_snapshot(poller.snapshot)
+        assert f"rt-{1000 + 10 * round_}" in body.decode()
+        sizes.append(len(renderer.cache))
+    # It may grow to a few times the live label sets before it trims, but no further.
+    assert sizes[0] > 20  # two label sets per container, plus the node's and the GPU's
+    assert max(sizes[-100:]) <= max(sizes[:100]) <= 20 * sizes[0], (sizes[0], max(sizes))

@@ -33,7 +33,7 @@ COMPOSE = DEPLOY / "compose.yaml"
 KUBERNETES = DEPLOY / "kubernetes"
 SYSTEMD = DEPLOY / "systemd"
 
-SERVICES = {"exporter", "actuator", "prometheus", "alertmanager", "grafana"}
+SERVICES = {"exporter", "actuator", "guard", "prometheus", "alertmanager", "grafana"}
 # Host paths the compose services may bind besides files of this repository.
 HOST_PATHS = {"/proc", "/var/run/docker.sock", "/run/gpusim"}
 # Written by the operator per host and ignored by git (deploy/compose/.gitignore).
@@ -119,6 +119,42 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
     assert ("ENTRYPOINT", '["gpuguard"]') in final
 
 
+def test_the_test_image_is_built_from_what_the_dockerfile_copies() -> None:
+    # gpuguard.stack.appimage stands in for the Dockerfile where nothing can be pulled.
+    from gpuguard.stack.appimage import DOCKERFILE_SOURCES
+
+    copied = [
+        source.rstrip("/")
+        for keyword, rest in dockerfile_instructions()
+        if keyword == "COPY" and not rest.startswith("--from")
+        for source in rest.split()[:-1]
+    ]
+    assert sorted(copied) == sorted(DOCKERFILE_SOURCES)
+
+
+def test_dockerfile_copies_every_folder_linked_into_the_package() -> None:
+    # gpuguard/<part> -> ../<part>: a part the build stage lacks is missing from the wheel,
+    # and the image's `gpuguard` then fails on its first import.
+    copied = {
+        source.rstrip("/")
+        for keyword, rest in dockerfile_instructions()
+        if keyword == "COPY" and not rest.startswith("--from")
+        for source in rest.split()[:-1]
+    }
+    package = ROOT / "gpuguard"
+    linked = {
+        str((package / os.readlink(p)).resolve().relative_to(ROOT))
+        for p in package.iterdir()
+        if p.is_symlink()
+    }
+    for target in linked:
+        assert (
+            target in copied
+            or any(target.startswith(c + "/") for c in copied)
+            or any(c.startswith(target + "/") for c in copied)
+        ), f"deploy/Dockerfile does not copy {target}/"
+
+
 def test_dockerfile_copies_existing_paths() -> None:
     for keyword, rest in dockerfile_instructions():
         if keyword != "COPY" or rest.startswith("--from"):
@@ -141,13 +177,16 @@ def test_compose_services() -> None:
     assert images["prometheus"].startswith("prom/prometheus:")
     assert images["alertmanager"].startswith("prom/alertmanager:")
     assert images["grafana"].startswith("grafana/grafana:")
-    for name in ("exporter", "actuator"):
+    for name in ("exporter", "actuator", "guard"):
         assert services[name]["build"]["dockerfile"] == "deploy/Dockerfile"
         assert services[name]["labels"]["gpuguard.role"] == name
 
 
 def test_compose_listens_on_loopback_only() -> None:
     for name, service in compose()["services"].items():
+        if name == "guard":  # Docker's socket and a volume: no network at all
+            assert service["network_mode"] == "none"
+            continue
         # Host networking and no published ports: each service binds 127.0.0.1 itself.
         assert service.get("network_mode") == "host", name
         for port in service.get("ports", []):
@@ -199,12 +238,27 @@ def test_compose_exporter_and_actuator_privileges() -> None:
     assert "pid" not in actuator
     hosts = {split_volume(v)[0] for v in actuator["volumes"]} & HOST_PATHS
     assert hosts == {"/var/run/docker.sock"}
-    for service in (exporter, actuator):
+    for service in (exporter, actuator, services["guard"]):
         assert service["cap_drop"] == ["ALL"]
         assert service["read_only"] is True
 
 
-@pytest.mark.parametrize("name", ["exporter", "actuator"])
+def test_compose_guard_outlives_the_actuator() -> None:
+    """Its own container on the actuator's state volume: the actuator's PID 1 dying (or
+    `docker compose stop actuator`) does not end it, and compose stops it last."""
+    services = compose()["services"]
+    guard, actuator = services["guard"], services["actuator"]
+    state = {split_volume(v)[0]: split_volume(v)[1] for v in actuator["volumes"]}
+    guard_state = {split_volume(v)[0]: split_volume(v)[1] for v in guard["volumes"]}
+    assert state["actuator-state"] == guard_state["actuator-state"]
+    argv = [expand(a) for a in guard["command"]]
+    assert flag(argv, "state.dir") == state["actuator-state"]
+    assert flag(argv, "state.dir") == flag([expand(a) for a in actuator["command"]], "state.dir")
+    assert {split_volume(v)[0] for v in guard["volumes"]} & HOST_PATHS == {"/var/run/docker.sock"}
+    assert "guard" in actuator["depends_on"]
+
+
+@pytest.mark.parametrize("name", ["exporter", "actuator", "guard"])
 def test_compose_commands_parse(name: str) -> None:
     argv = [expand(a) for a in compose()["services"][name]["command"]]
     assert argv[0] == name
@@ -391,7 +445,7 @@ def test_actuator_daemonset() -> None:
     assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
 
 
-@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator"])
+@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"])
 def test_kubernetes_containers_are_not_privileged(name: str) -> None:
     spec = pod_spec(name)
     assert spec["securityContext"]["runAsNonRoot"] is True
@@ -403,25 +457,46 @@ def test_kubernetes_containers_are_not_privileged(name: str) -> None:
         assert set(context["capabilities"].get("add", [])) <= {"CHOWN"}
 
 
-@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator"])
+@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"])
 def test_kubernetes_args_parse(name: str) -> None:
     args = [re.sub(r"\$\((\w+)\)", "10.0.0.1", a) for a in container(name)["args"]]
     assert_parses(args, f"DaemonSet {name}")
 
 
-def test_rbac_is_least_privilege() -> None:
-    roles = {**by_kind("ClusterRole"), **by_kind("Role")}
-    assert set(roles) == {"gpuguard-actuator"}
-    for role in roles.values():
-        for rule in role["rules"]:
-            for key in ("apiGroups", "resources", "verbs"):
-                assert "*" not in rule[key], f"wildcard in {key}"
-            assert rule["resources"] == ["nodes"]
-            assert set(rule["verbs"]) <= {"get", "patch"}
-    (binding,) = by_kind("ClusterRoleBinding").values()
-    assert binding["roleRef"]["name"] == "gpuguard-actuator"
-    assert [s["name"] for s in binding["subjects"]] == ["gpuguard-actuator"]
-    assert pod_spec("gpuguard-actuator")["serviceAccountName"] == "gpuguard-actuator"
+def test_no_kubernetes_api_access() -> None:
+    # Nothing in gpuguard calls the Kubernetes API (no taint, no Node label is set), so no
+    # role, binding or mounted ServiceAccount token.
+    assert {**by_kind("ClusterRole"), **by_kind("Role")} == {}
+    assert {**by_kind("ClusterRoleBinding"), **by_kind("RoleBinding")} == {}
+    for name in ("gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"):
+        assert pod_spec(name)["automountServiceAccountToken"] is False, name
+    text = "\n".join(p.read_text() for p in KUBERNETES.glob("*.yaml"))
+    assert "gpuguard.io/unprovisionable" not in text, "a taint no code sets"
+
+
+def test_guard_daemonset_shares_the_actuator_state() -> None:
+    guard, actuator = pod_spec("gpuguard-guard"), pod_spec("gpuguard-actuator")
+    main = container("gpuguard-guard")
+    assert main["args"][0] == "guard"
+    state = flag(container("gpuguard-actuator")["args"], "state.dir")
+    assert flag(main["args"], "state.dir") == state
+    paths = {v["hostPath"]["path"] for v in guard["volumes"] if "hostPath" in v}
+    assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
+    assert guard["nodeSelector"] == actuator["nodeSelector"]
+    assert "hostNetwork" not in guard and "ports" not in main
+
+
+def test_service_monitors_label_targets_with_their_node() -> None:
+    # GpuguardExporterDown comes from `up`, which has only target labels: without `node`
+    # Alertmanager cannot route it to the node's actuator.
+    for name, monitor in by_kind("ServiceMonitor").items():
+        for endpoint in monitor["spec"]["endpoints"]:
+            relabel = endpoint.get("relabelings", [])
+            assert {
+                "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+                "targetLabel": "node",
+            } in relabel, name
+            assert endpoint.get("honorLabels") is True, name
 
 
 def load_generator() -> ModuleType:
@@ -480,6 +555,7 @@ def unit_defaults(name: str) -> dict[str, str]:
     [
         ("gpuguard-exporter.service", "exporter"),
         ("gpuguard-actuator.service", "actuator"),
+        ("gpuguard-guard.service", "guard"),
         ("gpuguard-placer.service", "placer"),
     ],
 )
@@ -494,7 +570,8 @@ def test_systemd_exec_start(name: str, subcommand: str) -> None:
         if re.fullmatch(r"\$\w+", arg):  # $VAR: split into words, empty when unset
             continue
         resolved.append(re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], arg))
-    assert is_loopback_listen(flag(resolved, "web.listen-address") or "")
+    if subcommand != "guard":  # the guard listens nowhere
+        assert is_loopback_listen(flag(resolved, "web.listen-address") or "")
     assert_parses(resolved, name)
 
 
@@ -502,11 +579,14 @@ def test_systemd_units_restart_and_harden() -> None:
     for name in (
         "gpuguard-exporter.service",
         "gpuguard-actuator.service",
+        "gpuguard-guard.service",
         "gpuguard-placer.service",
         "gpusim.service",
     ):
         service = unit(name)["Service"]
-        assert service["Restart"] == "on-failure", name
+        # The guard comes back even after a clean exit: it must always be there.
+        restart = "always" if name == "gpuguard-guard.service" else "on-failure"
+        assert service["Restart"] == restart, name
         assert service["NoNewPrivileges"] == "yes", name
         assert service["ProtectSystem"] == "strict", name
         assert service.get("CapabilityBoundingSet") == "", name
@@ -521,6 +601,19 @@ def test_systemd_units_restart_and_harden() -> None:
     assert "ExecStopPost" not in actuator  # SIGTERM itself resumes (unit comment)
     gpusim = exec_start("gpusim.service")
     assert gpusim[0].endswith("/gpusim") and gpusim[1] == "serve"
+
+
+def test_systemd_guard_is_its_own_unit_on_the_actuator_state() -> None:
+    actuator, guard = unit("gpuguard-actuator.service"), unit("gpuguard-guard.service")
+    for part in (actuator, guard):
+        assert part["Service"]["User"] == "gpuguard"  # one dynamic UID for both
+        assert part["Service"]["StateDirectory"] == "gpuguard/actuator"
+        assert part["Service"]["StateDirectoryMode"] == "0700"
+    assert "gpuguard-guard.service" in actuator["Unit"]["Wants"]
+    assert "gpuguard-actuator.service" in guard["Unit"]["Before"]  # stopped after it
+    assert "PartOf" not in guard["Unit"] and "BindsTo" not in guard["Unit"]
+    assert guard["Service"]["PrivateNetwork"] == "yes"
+    assert flag(exec_start("gpuguard-guard.service"), "state.dir") == "${STATE_DIRECTORY}"
 
 
 def test_systemd_env_example_sets_only_known_variables() -> None:

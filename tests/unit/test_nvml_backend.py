@@ -35,6 +35,20 @@ def test_devices_processes_and_utilization() -> None:
     assert nvml.initialised == 0
 
 
+def test_each_device_keeps_its_own_identity_with_fresh_handles() -> None:
+    # pynvml returns a new handle object on every call; a dead handle's id() is soon reused
+    # by the next one, so identity cached by id(handle) hands one GPU's UUID to another.
+    devices = [FakeDevice(f"GPU-{i}", name=f"gpu model {i}") for i in range(4)]
+    nvml = FakeNvml(devices)
+    backend = NvmlBackend(nvml)
+    assert nvml.nvmlDeviceGetHandleByIndex(0) is not nvml.nvmlDeviceGetHandleByIndex(0)
+    for _ in range(5):
+        sample = backend.sample()
+        assert [(d.uuid, d.name) for d in sample.devices] == [
+            (f"GPU-{i}", f"gpu model {i}") for i in range(4)
+        ]
+
+
 def test_last_seen_timestamp_is_passed_and_not_found_means_no_samples() -> None:
     dev = FakeDevice("GPU-a", processes=[(1, 10)], samples=[(1, 500, 50, 0)])
     nvml = FakeNvml([dev])

@@ -20,7 +20,7 @@ RUNTIME_ENTRY_MODULES = (
     "gpuguard.cli",
     "gpuguard.exporter.app",
     "gpuguard.actuator.app",
-    "gpuguard.actuator.watchdog",
+    "gpuguard.actuator.guard",
     "gpuguard.placer.app",
     "gpuguard.gpusim.daemon",
     "gpuguard.gpusim.workload",

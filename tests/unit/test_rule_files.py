@@ -15,7 +15,18 @@ INTERFACES = REPO / "docs" / "interfaces.md"
 RULE_FILES = sorted((REPO / "rules").glob("*.rules.yml"))
 DASHBOARD_UIDS = {"gpuguard-node", "gpuguard-tasks", "gpuguard-actuator", "gpuguard-cluster"}
 SEVERITIES = {"critical", "warning", "info"}
-REQUIRED_ANNOTATIONS = {"summary", "description", "runbook", "dashboard"}
+REQUIRED_ANNOTATIONS = {"summary", "description", "runbook", "runbook_url", "dashboard"}
+# Triggers for the actuator, not pages (rules/gpuguard-alerts.rules.yml, header).
+CONTROLLER_ALERTS = {
+    "GpuSaturatedContention",
+    "GpuMemoryPressure",
+    "GpuIdleWhileTasksWait",
+    "TaskDeadlineOverrun",
+    "TaskDeadlineAtRisk",
+    "NodeInStateZero",
+}
+GRAFANA = "{{ with $externalLabels.grafana_url }}{{ . }}{{ else }}http://127.0.0.1:3000{{ end }}"
+RUNBOOKS = "{{ with $externalLabels.runbook_url }}{{ . }}{{ else }}docs/runbooks.md{{ end }}"
 
 
 def section(number: int) -> str:
@@ -78,7 +89,7 @@ ALERTS = [rule for rule in rules() if "alert" in rule]
 
 
 def test_contract_parses() -> None:
-    assert len(contract_alerts()) == 9
+    assert len(contract_alerts()) == 10
     assert "gpuguard:container_deadline_hit_ratio:1h" in contract_records()
     assert "gpuguard_gpu_memory_total_bytes" in contract_metrics()
     assert "gpuguard_container_deadline_misses_total" in contract_metrics()
@@ -103,8 +114,15 @@ def test_alert_has_severity_and_annotations(rule: dict[str, Any]) -> None:
     missing = REQUIRED_ANNOTATIONS - set(annotations)
     assert not missing, f"missing annotations {sorted(missing)}"
     assert all(str(annotations[key]).strip() for key in REQUIRED_ANNOTATIONS)
-    dashboard = re.match(r"/d/([a-z-]+)/", annotations["dashboard"])
+    # Absolute links: the Grafana of the external label grafana_url, else compose's.
+    dashboard = re.match(re.escape(GRAFANA) + r"/d/([a-z-]+)/", annotations["dashboard"])
     assert dashboard and dashboard.group(1) in DASHBOARD_UIDS, annotations["dashboard"]
+    anchor = "#" + rule["alert"].lower()
+    assert annotations["runbook_url"] == RUNBOOKS + anchor
+    runbooks = (REPO / "docs" / "runbooks.md").read_text()
+    assert f"\n## {rule['alert']}\n" in runbooks, f"docs/runbooks.md has no {rule['alert']}"
+    expected = {"info"} if rule["alert"] in CONTROLLER_ALERTS else {"warning", "critical"}
+    assert rule["labels"]["severity"] in expected
     # `for:` stays short: these alerts drive a control loop, not a pager
     assert rule.get("for", "0s") in {"0s", "1s", "2s", "3s", "5s", "10s"}
 

@@ -1,0 +1,64 @@
+"""Order each alert's deliveries, so a late duplicate cannot undo a newer one. Pure.
+
+Alertmanager delivers at least once, and clustered Alertmanagers each notify on their own
+schedule: a ``firing`` notification can arrive seconds after the ``resolved`` one it
+preceded. Every delivery of one alert (its ``fingerprint``) carries the episode it belongs
+to (``startsAt``) and, once resolved, when it ended (``endsAt``; Alertmanager sends the zero
+time while it fires). So, per fingerprint:
+
+* an older episode (``startsAt`` before the one already seen) is stale, firing or resolved;
+* a ``firing`` of an episode already seen resolved is stale;
+* anything else is news, or a harmless repeat of what is already known.
+
+A new episode of the same alert has a later ``startsAt`` (Prometheus starts a new one after
+a resolution), so it is never mistaken for a stale duplicate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuguard.actuator.webhook import Alert
+
+KEEP_S = 3600.0  # far longer than HA peers disagree (peer_timeout x peers, group timers)
+LIMIT = 10_000
+
+
+@dataclass
+class _Episode:
+    starts_at: datetime
+    resolved: bool
+    seen: float
+
+
+class AlertOrder:
+    """The newest episode seen per fingerprint; bounded in time and count."""
+
+    def __init__(self, keep_s: float = KEEP_S, limit: int = LIMIT) -> None:
+        self._episodes: dict[str, _Episode] = {}
+        self._keep_s = keep_s
+        self._limit = limit
+
+    def fresh(self, alert: Alert, now: float) -> bool:
+        """Whether this delivery may be acted on (and remember it if so)."""
+        known = self._episodes.get(alert.fingerprint)
+        if known is not None:
+            if alert.starts_at < known.starts_at:
+                return False
+            if alert.starts_at == known.starts_at and known.resolved and alert.firing:
+                return False
+        self._episodes[alert.fingerprint] = _Episode(alert.starts_at, not alert.firing, now)
+        if len(self._episodes) > self._limit:
+            self._forget(now)
+        return True
+
+    def _forget(self, now: float) -> None:
+        kept = {fp: e for fp, e in self._episodes.items() if now - e.seen <= self._keep_s}
+        if len(kept) > self._limit:  # still too many: keep the most recently seen
+            newest = sorted(kept.items(), key=lambda item: item[1].seen)[-self._limit // 2 :]
+            kept = dict(newest)
+        self._episodes = kept
+
+    def __len__(self) -> int:
+        return len(self._episodes)

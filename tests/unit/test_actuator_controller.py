@@ -1,0 +1,140 @@
+"""The controller's bookkeeping: skip counting, node-scoped and idempotent fail-open."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuguard.actuator.audit import read_audit
+from gpuguard.actuator.controller import Controller, _without_pauses
+from gpuguard.actuator.journal import PausedEntry
+from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip
+from gpuguard.actuator.webhook import parse_message
+from gpuguard.contract import ActionReason, SkipReason, TriggerSource
+from tests.unit.actuator_support import make_controller
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
+
+
+def skipped(controller: Controller, reason: str) -> float | None:
+    registry = controller.metrics.registry
+    value: float | None = registry.get_sample_value(
+        "gpuguard_actuator_skipped_total", {"reason": reason}
+    )
+    return value
+
+
+def test_a_policy_skip_is_counted_once(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path)
+    skip = Skip(SkipReason.KERNEL_RUNNING, "kernel already runs", "c" * 64, "t1", 0)
+    controller._execute(Decision(skips=(skip,)), TriggerSource.FAST)
+    assert skipped(controller, "kernel_running") == 1
+    # The same skip again within the audit interval: not counted again.
+    controller._execute(Decision(skips=(skip,)), TriggerSource.FAST)
+    assert skipped(controller, "kernel_running") == 1
+    controller.audit.close()
+
+
+def webhook(name: str, status: str = "firing", node: str | None = "host-a", **kw: Any) -> Any:
+    """A one-alert Alertmanager payload, parsed as the server would."""
+    labels = {"alertname": name}
+    if node is not None:
+        labels["node"] = node
+    alert = {
+        "status": status,
+        "labels": labels,
+        "annotations": {},
+        "startsAt": kw.get("starts", "2025-11-22T01:00:00Z"),
+        "endsAt": kw.get("ends", "0001-01-01T00:00:00Z"),
+        "generatorURL": "",
+        "fingerprint": kw.get("fingerprint", "f" + name.lower()[:15]),
+    }
+    doc = json.loads((FIXTURES / "firing.json").read_text())
+    doc.update(groupKey=kw.get("group", f"{{}}:{{alertname={name!r}}}"), alerts=[alert])
+    doc["status"] = status
+    return parse_message(doc)
+
+
+def test_a_late_firing_duplicate_after_resolved_does_not_mark_again(tmp_path: Path) -> None:
+    # Two clustered Alertmanagers: the second delivers the same firing notification
+    # seconds after the first already delivered the resolution.
+    controller = make_controller(tmp_path)
+    firing = webhook("NodeCannotGuaranteeDeadlines")
+    resolved = webhook("NodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
+    controller.handle_webhook(firing)
+    assert not controller.nodes.provisionable
+    controller.handle_webhook(resolved)
+    assert controller.nodes.provisionable
+    report = controller.handle_webhook(firing)  # the late duplicate
+    assert controller.nodes.provisionable
+    assert report.skips == [{"reason": "stale_alert", "alert": "NodeCannotGuaranteeDeadlines"}]
+    assert skipped(controller, "stale_alert") == 1
+    # A new episode of the same alert (a later startsAt) marks the node again.
+    controller.handle_webhook(
+        webhook("NodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z")
+    )
+    assert not controller.nodes.provisionable
+    controller.audit.close()
+
+
+def audit_events(controller: Controller, event: str) -> list[dict[str, Any]]:
+    return [
+        r for r in read_audit(controller.config.state_dir / "audit.jsonl") if r["event"] == event
+    ]
+
+
+def test_resume_all_for_another_node_resumes_nothing_here(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path)
+    controller.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
+    controller.handle_webhook(webhook("GpuguardExporterDown", node="host-b"))
+    assert not controller.holding_open
+    assert audit_events(controller, "resume_all") == []
+    assert "c" * 64 in controller.journal.paused
+    controller.audit.close()
+
+
+def test_duplicate_resume_all_deliveries_fail_open_once(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path)
+    controller.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
+    for _ in range(100):
+        controller.handle_webhook(webhook("GpuguardExporterDown"))
+    assert controller.holding_open
+    # Docker is unreachable here, so the unpause failed and stays in the journal; the
+    # duplicates retried it, but only while something was still held.
+    assert len(audit_events(controller, "resume_all")) >= 1
+    controller.journal.released("c" * 64)
+    before = len(audit_events(controller, "resume_all"))
+    for _ in range(100):
+        controller.handle_webhook(webhook("GpuguardExporterDown"))
+    assert len(audit_events(controller, "resume_all")) == before
+    assert controller.health().startswith("degraded: ")
+    controller.handle_webhook(
+        webhook("GpuguardExporterDown", "resolved", ends="2025-11-22T01:01:00Z")
+    )
+    assert not controller.holding_open
+    controller.audit.close()
+
+
+def test_pauses_are_held_back_while_failing_open(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path)
+    controller.handle_webhook(webhook("GpuguardExporterDown", node=None))  # no node: ours
+    assert controller.holding_open
+    pause = Action(PAUSE, "c" * 64, "rt-1", ActionReason.NEWCOMER, 0, "t1")
+    unpause = Action(UNPAUSE, "d" * 64, "rt-2", ActionReason.ADMIT, 0, "t2")
+    held = _without_pauses(Decision((pause, unpause)))
+    assert held.actions == (unpause,)
+    assert [(s.reason, s.container_id) for s in held.skips] == [("fail_open", "c" * 64)]
+    controller.audit.close()
+
+
+def test_a_fail_open_no_repeat_renews_expires(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path, **{"node.mark-ttl": "2s"})
+    controller.handle_webhook(webhook("GpuguardExporterDown"))
+    assert controller.holding_open
+    controller._expire_fail_open(time.time() + 1)
+    assert controller.holding_open
+    controller._expire_fail_open(time.time() + 3)
+    assert not controller.holding_open
+    controller.audit.close()
