@@ -77,6 +77,9 @@ def test_training_loop_paused_stops_once_its_queue_drains(
         paused_at = time.time()
         queued = me(observer.status())["kernels_queued"]
         wait_for(lambda: me(observer.status())["kernels_queued"] == 0, timeout=10, interval=0.005)
+        # The sample period the last kernel ended in is reported once it is over: read the
+        # process's newest sample after two periods, not the moment the queue emptied.
+        time.sleep(2 * 0.05)
         (sample,) = observer.sample()["devices"][0]["process_samples"]
         drained_at = sample["timestamp_us"] / 1e6  # when its last kernel ran
         drain_s = drained_at - paused_at
