@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := docker.io prometheus prometheus-alertmanager busybox-static docker-compose
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo stop test lint unit integration rules bench-quick clean
+.PHONY: setup demo stop test lint unit integration rules bench-quick gpu-truth clean
 
 setup: $(STAMP)
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -41,6 +41,11 @@ test: lint
 
 bench-quick: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+
+# On a machine with an NVIDIA GPU, torch and nvidia-ml-py (no Docker, no venv needed): the
+# real-GPU truth kit, results under bench/results/. Without a GPU it runs on gpusim.
+gpu-truth:
+	PYTHONPATH=$(CURDIR) python3 bench/gpu_truth.py --out-dir bench/results
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
