@@ -12,20 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 import requests
 
-from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.config import FLAGS, validate
 from gpuguard.actuator.controller import Controller
-from gpuguard.actuator.executor import DockerExecutor
-from gpuguard.actuator.journal import Journal, PausedEntry
-from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.journal import PausedEntry
 from gpuguard.actuator.server import ActuatorServer
-from gpuguard.actuator.state import ExporterClient
-from gpuguard.stack.process import free_port
+from tests.unit.actuator_support import make_controller
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
 REPO = Path(__file__).resolve().parents[2]
@@ -34,40 +27,14 @@ TOKEN = "t0ken-for-tests"
 
 @pytest.fixture
 def actuator(tmp_path: Path) -> Iterator[tuple[str, Controller]]:
-    (tmp_path / "token").write_text(TOKEN)
-    config = validate(
-        {f.name: f.default for f in FLAGS}
-        | {
-            "web.listen-address": "127.0.0.1:0",
-            "web.token-file": str(tmp_path / "token"),
-            "exporter.url": f"http://127.0.0.1:{free_port()}",
-            "node.name": "host-a",
-            "mode": "webhook",
-            "state.dir": str(tmp_path / "state"),
-            "rules.actions": str(REPO / "rules" / "actions.yml"),
-            "rules.files": str(REPO / "rules" / "*.rules.yml"),
-        }
-    )
-    api = docker.APIClient(base_url="unix:///nonexistent/docker.sock", version="1.41", timeout=1)
-    journal = Journal(config.state_dir)
-    audit = AuditLog(config.state_dir / "audit.jsonl")
-    metrics = ActuatorMetrics(config.node_name)
-    executor = DockerExecutor(api, journal, audit, retry_delay_s=0.001)
-    controller = Controller(
-        config,
-        lambda: ExporterClient(config.exporter_url, timeout_s=0.5),
-        executor,
-        journal,
-        audit,
-        metrics,
-        SwarmMarker(api, api),
-    )
+    controller = make_controller(tmp_path)
+    config = controller.config
     server = ActuatorServer(("127.0.0.1", 0), controller, config.token)
     server.serve_in_thread()
     yield f"http://127.0.0.1:{server.server_address[1]}", controller
     server.shutdown()
     server.server_close()
-    audit.close()
+    controller.audit.close()
 
 
 def post(
