@@ -7,6 +7,7 @@ first (``cgroup.ProcReader``) and hands them in.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gpuguard.exporter.model import (
     AttributedProcess,
@@ -19,20 +20,42 @@ from gpuguard.exporter.model import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Activity:
+    """What a poll's fresh samples say of one process's kernels."""
+
+    since: float | None  # a run of activity began here (in this poll's first sample)
+    until: float  # last active here
+    stopped: bool  # and stopped there
+    edge: bool  # every fresh sample began or ended a run (none is a whole period)
+
+
 def _sm_by_pid(
     samples: tuple[ProcessUtilization, ...],
-) -> tuple[dict[int, float], dict[int, float]]:
-    """Mean SM share per pid over this poll's samples, and when each pid was last active."""
+) -> tuple[dict[int, float], dict[int, _Activity], set[int]]:
+    """Mean SM share per pid over this poll's samples; its activity, from the fresh ones (a
+    held one says the process still counts as computing, not that it did anything new);
+    the pids only held."""
     total: dict[int, float] = {}
     count: dict[int, int] = {}
-    active_us: dict[int, int] = {}
-    for s in samples:
+    active: dict[int, _Activity] = {}
+    held = {s.pid for s in samples if s.held}
+    for s in sorted(samples, key=lambda s: s.timestamp_us):
         total[s.pid] = total.get(s.pid, 0.0) + s.sm_ratio
         count[s.pid] = count.get(s.pid, 0) + 1
-        if s.sm_ratio > 0 and s.timestamp_us > active_us.get(s.pid, 0):
-            active_us[s.pid] = s.timestamp_us
+        if s.sm_ratio <= 0 or s.held:
+            continue
+        before = active.get(s.pid)
+        began = s.began_us / 1e6 if s.began_us is not None else None
+        edge = s.began_us is not None or s.ended_us is not None
+        active[s.pid] = _Activity(
+            since=before.since if before is not None and before.since is not None else began,
+            until=(s.ended_us if s.ended_us is not None else s.timestamp_us) / 1e6,
+            stopped=s.ended_us is not None,
+            edge=edge and (before is None or before.edge),
+        )
     means = {pid: total[pid] / count[pid] for pid in total}
-    return means, {pid: us / 1e6 for pid, us in active_us.items()}
+    return means, active, held
 
 
 def join(
@@ -51,13 +74,14 @@ def join(
     device_sm: dict[str, float] = {}
     for device in sample.devices:
         gpu = device.key
-        sm_by_pid, active_at = _sm_by_pid(device.process_samples)
+        sm_by_pid, active, held = _sm_by_pid(device.process_samples)
         unattributed[gpu] = 0
         device_sm[gpu] = min(1.0, sum(sm_by_pid.values()))
         for proc in device.processes:
             owner = owners.get(proc.pid)
             container_id = owner.container_id if owner is not None else None
             sm = sm_by_pid.get(proc.pid)
+            activity = active.get(proc.pid)
             processes.append(
                 AttributedProcess(
                     gpu=gpu,
@@ -68,7 +92,11 @@ def join(
                     container_id=container_id,
                     used_memory_bytes=proc.used_memory_bytes,
                     sm_ratio=sm,
-                    active_at=active_at.get(proc.pid),
+                    active_at=activity.until if activity else None,
+                    held=proc.pid in held,
+                    active_since=activity.since if activity else None,
+                    stopped=activity.stopped if activity else False,
+                    edge=activity.edge if activity else False,
                 )
             )
             if container_id is None or container_id not in containers:
