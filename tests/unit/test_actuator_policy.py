@@ -188,18 +188,6 @@ def test_newcomer_is_paused_while_a_kernel_runs() -> None:
     assert acts(run(state(cs, ts, util=1.0))) == [(PAUSE, "b")]
 
 
-def test_finished_kernel_frees_the_gpu_before_the_exporter_says_draining() -> None:
-    cs = [container("a"), container("b", paused=True)]
-    done = task("a", "computing", 1)
-    done["sm_ratio"] = 0.0
-    ts = [done, task("b", "input", 2, paused=True)]
-    assert acts(run(state(cs, ts, util=0.7), ours("b"))) == [(UNPAUSE, "b")]
-    # while the device was busy all of the last period, a missing sample proves nothing
-    assert acts(run(state(cs, ts, util=1.0), ours("b"))) == []
-    done["sm_ratio"] = None  # NVML cannot tell: still computing
-    assert acts(run(state(cs, ts, util=0.7), ours("b"))) == []
-
-
 def test_newcomer_whose_kernel_already_runs_is_left_alone() -> None:
     cs = [container("a"), container("b")]
     ts = [task("a", "computing", 1), task("b", "computing", 2)]
@@ -546,10 +534,10 @@ def test_best_effort_is_thawed_when_no_real_time_task_runs_or_waits() -> None:
     assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
 
 
-def test_finished_real_time_kernel_beside_running_best_effort_is_done() -> None:
-    # best-effort work keeps the GPU busy: the real-time task's missing share decides
+def test_draining_real_time_task_beside_running_best_effort_freezes_nothing() -> None:
+    # best-effort work keeps the GPU busy; the real-time task's kernels have stopped
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
-    ts = [task("r", "computing", 1, sm=0.0), task("t", "computing", 2, sm=1.0)]
+    ts = [task("r", "draining", 1, sm=0.0), task("t", "computing", 2, sm=1.0)]
     assert acts(run(state(cs, ts, util=1.0))) == []
 
 
