@@ -58,6 +58,8 @@ class NodeStack:
     extra_exporter_flags: list[str] = field(default_factory=list)
     #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
     launcher: tuple[str, ...] = ()
+    #: more ``gpusim serve`` options (``{"device": ["name=a", "name=b"]}``)
+    gpusim_options: dict[str, object] = field(default_factory=dict)
     engine: PrivateDockerd | None = None
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
@@ -88,7 +90,8 @@ class NodeStack:
 
     def start_services(self, progress: Progress = lambda _: None) -> NodeStack:
         """gpusim, exporter and actuator, once the engine is up (and in a swarm, if any)."""
-        self.gpusim = GpusimService(self.base_dir / "gpusim", {"time_scale": self.time_scale})
+        options = {"time_scale": self.time_scale, **self.gpusim_options}
+        self.gpusim = GpusimService(self.base_dir / "gpusim", options)
         self.gpusim.start()
         progress(f"[{self.node_name}] gpusim (kernel time scale {self.time_scale})")
         self.start_exporter()
