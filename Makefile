@@ -41,6 +41,7 @@ test: lint
 
 bench-quick: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+	echo "== bench/contention.py --light"; $(PY) bench/contention.py --quick --light
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

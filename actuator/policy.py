@@ -22,8 +22,9 @@ pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
   under ``memory_threshold``, and the candidate's expected SM share (its container's learnt
   demand; unknown = 1.0, the whole device) fits beside the shares of what runs. So light
   tasks run together (paper C's Fig. 4), and a task of unknown or full demand runs alone,
-  one at a time as in paper B. The first task that does not fit stops admission (no
-  overtaking: a big task at the head is not starved by small ones behind it).
+  one at a time as in paper B (``one_at_a_time``: always, as paper B). The first task that
+  does not fit stops admission (no overtaking: a big task at the head is not starved by
+  small ones behind it).
 * While occupied, every managed newcomer that is not admitted and not yet computing is
   paused. A task whose kernel already runs is left alone (pausing gains nothing) and
   recorded as a skip.
@@ -90,6 +91,8 @@ class PolicyConfig:
     #: share of each window a frozen best-effort container runs anyway (0: never).
     best_effort_min_share: float = 0.1
     best_effort_window_s: float = 10.0
+    #: paper B's one task per device at a time, whatever the demands (headroom off)
+    one_at_a_time: bool = False
 
 
 @dataclass(frozen=True)
@@ -377,7 +380,9 @@ def _plan_device(
     waiting = [v for v in queue if v.ours and v.blocker is None and v.cid not in gangs.held_back]
     reserving = [v for v in queue if v.cid in gangs.held_back and (v in gang or v.ours)]
     admissible = gangs.not_behind(reserving, [*live, *waiting])
-    keep = _admit(queue, admissible, must, frozen_kernels, last, memory_high or busy)
+    keep = _admit(
+        queue, admissible, must, frozen_kernels, last, memory_high or busy, config.one_at_a_time
+    )
     actions += [_action(UNPAUSE, v, ActionReason.ADMIT) for v in keep if v.paused]
     if waiting and memory_high and not any(a.kind == UNPAUSE for a in actions):
         skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
@@ -400,6 +405,7 @@ def _admit(
     frozen_kernels: list[_View],
     last: _View | None,
     pressure: bool,
+    one_at_a_time: bool = False,
 ) -> list[_View]:
     """What runs on the device: what must, then candidates in order while they fit."""
     keep = list(must)
@@ -411,7 +417,7 @@ def _admit(
         if v.paused and pressure:
             continue  # never admit a waiting task while memory is high or the GPU saturated
         held = bool(keep or frozen_kernels)  # the first task in order always runs
-        if held and (pressure or used + v.share > _FULL):
+        if held and (pressure or one_at_a_time or used + v.share > _FULL):
             break  # FIFO: nothing behind the first task that does not fit overtakes it
         keep.append(v)
         used += v.share

@@ -36,7 +36,7 @@ class WorkloadSpec:
     memory_bytes: int | None = None
     delay_s: float = 0.0  # released this long after the others
     kind: WorkloadKind = WorkloadKind.ONESHOT
-    #: the flags of a ``server`` or ``train`` workload (size and repeat are oneshot's)
+    #: more flags of the workload kind (size and repeat are oneshot's own fields)
     kind_args: tuple[str, ...] = ()
     priority: str | None = None  # label gpuguard.class
     task_mode: str | None = None  # label gpuguard.task
@@ -56,7 +56,7 @@ class WorkloadSpec:
     def workload_args(self, log_path: Path, start_at: float) -> list[str]:
         args = ["gpuguard.gpusim.workload"]
         if self.kind is WorkloadKind.ONESHOT:
-            args += ["--size", str(self.size), "--repeat", str(self.repeat)]
+            args += ["--size", str(self.size), "--repeat", str(self.repeat), *self.kind_args]
         else:
             args += [self.kind.value, *self.kind_args]
         args += ["--log", str(log_path), "--start-at", f"{start_at + self.delay_s:.6f}"]

@@ -468,6 +468,15 @@ def test_light_tasks_are_admitted_together_while_they_fit() -> None:
     assert acts(d) == [(UNPAUSE, "b")]  # 0.4 + 0.4 fit; a third 0.4 would not
 
 
+def test_one_at_a_time_admits_no_light_task_beside_another() -> None:
+    # --policy.one-at-a-time: paper B's admission, whatever the demands
+    cs = [container("a", demand=0.4), container("b", paused=True, demand=0.4)]
+    ts = [task("a", "computing", 1, sm=0.4), task("b", "input", 2, paused=True)]
+    assert acts(run(state(cs, ts, util=0.4), ours("b"), one_at_a_time=True)) == []
+    ts = [task("a", "draining", 1), task("b", "input", 2, paused=True)]
+    assert acts(run(state(cs, ts, util=0.0), ours("b"), one_at_a_time=True)) == [(UNPAUSE, "b")]
+
+
 def test_light_newcomer_is_not_paused_beside_a_light_task() -> None:
     cs = [container("a", demand=0.3), container("b", demand=0.3)]
     ts = [task("a", "computing", 1, sm=0.3), task("b", "starting", 2)]
