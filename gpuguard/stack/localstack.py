@@ -29,6 +29,7 @@ from gpuguard.stack.swarm import form_swarm, leave_swarm, name_nodes
 RECORD = "stack.json"
 STACK_PARTS = (
     "prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "placer.log",
+    "timeline-paper-b.png", "timeline-colocation.png",
 )  # fmt: skip
 # The usual ports when they are free (the first node's exporter and actuator), else any.
 DEFAULT_PORTS = {
