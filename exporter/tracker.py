@@ -62,7 +62,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskMode
@@ -143,6 +143,8 @@ class ContainerStats:
     finished: int = 0
     hits: int = 0
     misses: int = 0
+    paused_s: float = 0.0  # time the container spent paused, at poll resolution
+    resumes: int = 0  # times it was resumed (a best-effort container's thaws)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +296,7 @@ class Tracker:
         self._processes: dict[DeviceKey, _Process] = {}
         self._task_numbers = itertools.count(1)
         self._last_poll: float | None = None
+        self._paused: set[str] = set()  # containers paused at the last poll
         self._containers: Mapping[str, ContainerInfo] = {}
         self.recent: deque[TaskView] = deque(maxlen=history_size)
         self.stats: dict[str, ContainerStats] = {}
@@ -322,7 +325,24 @@ class Tracker:
             if gone.task is not None:
                 self._end(gone.task, change_at)
         self.check_deadlines(now)
+        self._count_pauses(containers, now, prev)
         self._last_poll = now
+
+    def _count_pauses(
+        self, containers: Mapping[str, ContainerInfo], now: float, prev: float | None
+    ) -> None:
+        """Time paused (since the poll before, if paused then) and resumes, per container."""
+        paused = {cid for cid, info in containers.items() if info.paused}
+        for cid in self._paused | paused:
+            was, gone = cid in self._paused, cid not in containers
+            dt = now - prev if was and prev is not None else 0.0
+            resumed = was and cid not in paused and not gone
+            if dt or resumed:
+                old = self.stats.get(cid, ContainerStats())
+                self.stats[cid] = replace(
+                    old, paused_s=old.paused_s + dt, resumes=old.resumes + resumed
+                )
+        self._paused = paused
 
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
@@ -527,8 +547,8 @@ class Tracker:
         if container_id is None:
             return
         old = self.stats.get(container_id, ContainerStats())
-        self.stats[container_id] = ContainerStats(
-            old.finished + finished, old.hits + hits, old.misses + misses
+        self.stats[container_id] = replace(
+            old, finished=old.finished + finished, hits=old.hits + hits, misses=old.misses + misses
         )
 
     def _observe_run(self, gpu: str, run_s: float) -> None:

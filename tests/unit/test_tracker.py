@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpuguard.contract import TaskMode
+from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, ProcessOwner
@@ -551,3 +551,22 @@ def test_tables_stay_bounded_under_process_and_container_churn() -> None:
     sizes = h.tracker.table_sizes()
     assert sizes == {"processes": 0, "stats": 1, "demand": 1, "histograms": 1, "recent": 8}
     assert h.tracker.stats[cid(2999 % 50 + 1)].finished > 0
+
+
+def test_time_paused_and_resumes_per_container() -> None:
+    # what the dashboards show of a best-effort container: how long frozen, how often thawed
+    running, paused = (
+        container(1, class_label=PriorityClass.BEST_EFFORT),
+        container(1, state="paused", class_label=PriorityClass.BEST_EFFORT),
+    )
+    h = Harness(running)
+    for t, info in ((0.0, running), (0.1, paused), (0.2, paused), (0.3, running),
+                    (0.4, paused), (0.5, running), (0.6, running)):  # fmt: skip
+        h.containers = {info.id: info}
+        h.poll(t, {})
+    stats = h.tracker.stats[cid(1)]
+    assert stats.paused_s == pytest.approx(0.3) and stats.resumes == 2
+    h.containers = {}
+    h.poll(0.7, {})
+    h.tracker.forget_containers({})
+    assert cid(1) not in h.tracker.stats
