@@ -7,7 +7,6 @@ first (``cgroup.ProcReader``) and hands them in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gpuguard.exporter.model import (
     AttributedProcess,
@@ -20,14 +19,26 @@ from gpuguard.exporter.model import (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class _Activity:
-    """What a poll's fresh samples say of one process's kernels."""
+    """What a poll's fresh samples say of one process's kernels (times in microseconds)."""
 
-    since: float | None  # a run of activity began here (in this poll's first sample)
-    until: float  # last active here
-    stopped: bool  # and stopped there
-    edge: bool  # every fresh sample began or ended a run (none is a whole period)
+    __slots__ = ("edge", "newest_us", "since_us", "stopped", "until_us")
+
+    def __init__(self) -> None:
+        self.since_us: int | None = None  # a run of activity began here (first such sample)
+        self.until_us = 0  # last active here (where its newest sample says)
+        self.newest_us = -1  # its newest sample's instant
+        self.stopped = False  # and stopped there
+        self.edge = True  # every fresh sample began or ended a run (none a whole period)
+
+    def add(self, s: ProcessUtilization) -> None:
+        if s.began_us is not None and (self.since_us is None or s.began_us < self.since_us):
+            self.since_us = s.began_us
+        self.edge = self.edge and (s.began_us is not None or s.ended_us is not None)
+        if s.timestamp_us > self.newest_us:
+            self.newest_us = s.timestamp_us
+            self.stopped = s.ended_us is not None
+            self.until_us = s.ended_us if s.ended_us is not None else s.timestamp_us
 
 
 def _sm_by_pid(
@@ -39,21 +50,17 @@ def _sm_by_pid(
     total: dict[int, float] = {}
     count: dict[int, int] = {}
     active: dict[int, _Activity] = {}
-    held = {s.pid for s in samples if s.held}
-    for s in sorted(samples, key=lambda s: s.timestamp_us):
+    held = set()
+    for s in samples:
         total[s.pid] = total.get(s.pid, 0.0) + s.sm_ratio
         count[s.pid] = count.get(s.pid, 0) + 1
-        if s.sm_ratio <= 0 or s.held:
-            continue
-        before = active.get(s.pid)
-        began = s.began_us / 1e6 if s.began_us is not None else None
-        edge = s.began_us is not None or s.ended_us is not None
-        active[s.pid] = _Activity(
-            since=before.since if before is not None and before.since is not None else began,
-            until=(s.ended_us if s.ended_us is not None else s.timestamp_us) / 1e6,
-            stopped=s.ended_us is not None,
-            edge=edge and (before is None or before.edge),
-        )
+        if s.held:
+            held.add(s.pid)
+        elif s.sm_ratio > 0:
+            activity = active.get(s.pid)
+            if activity is None:
+                activity = active[s.pid] = _Activity()
+            activity.add(s)
     means = {pid: total[pid] / count[pid] for pid in total}
     return means, active, held
 
@@ -92,9 +99,13 @@ def join(
                     container_id=container_id,
                     used_memory_bytes=proc.used_memory_bytes,
                     sm_ratio=sm,
-                    active_at=activity.until if activity else None,
+                    active_at=activity.until_us / 1e6 if activity else None,
                     held=proc.pid in held,
-                    active_since=activity.since if activity else None,
+                    active_since=(
+                        activity.since_us / 1e6
+                        if activity and activity.since_us is not None
+                        else None
+                    ),
                     stopped=activity.stopped if activity else False,
                     edge=activity.edge if activity else False,
                 )

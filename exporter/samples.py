@@ -64,6 +64,7 @@ class SampleHold:
         self._busy: dict[tuple[str, int], float] = {}  # (device, instant) -> shares added
         self._gaps: dict[str, deque[float]] = {}
         self._newest: dict[str, int] = {}  # the device's newest sample instant so far
+        self._pids: dict[str, frozenset[int]] = {}  # the device's processes, last poll
 
     def period(self, device: str) -> float:
         """The device's sample period as learnt so far."""
@@ -74,7 +75,7 @@ class SampleHold:
         """The sample with fresh samples annotated and held copies added."""
         devices = tuple(self._device(d, sample.timestamp) for d in sample.devices)
         keys = {d.key for d in sample.devices}
-        for table in (self._gaps, self._newest):
+        for table in (self._gaps, self._newest, self._pids):
             for key in [k for k in table if k not in keys]:
                 del table[key]
         return replace(sample, devices=devices)
@@ -86,9 +87,15 @@ class SampleHold:
             self._busy[(key, s.timestamp_us)] = self._busy.get((key, s.timestamp_us), 0.0)
             self._busy[(key, s.timestamp_us)] += s.sm_ratio
         period = self.period(key)
-        fresh = [self._learn(key, s, period) for s in fresh]
-        self._forget_processes(key, {p.pid for p in device.processes})
-        period = self.period(key)
+        gaps: list[float] = []
+        fresh = [self._learn(key, s, period, gaps) for s in fresh]
+        if gaps:  # one gap a poll: the smallest is all the period estimate needs
+            self._gaps.setdefault(key, deque(maxlen=_GAPS_KEPT)).append(min(gaps))
+            period = self.period(key)
+        pids = frozenset(p.pid for p in device.processes)
+        if pids != self._pids.get(key):
+            self._forget_processes(key, pids)
+            self._pids[key] = pids
         if fresh:
             self._newest[key] = max(self._newest.get(key, 0), fresh[-1].timestamp_us)
         newest_us = self._newest.get(key, 0)
@@ -117,15 +124,18 @@ class SampleHold:
                 out.append(s)
         return out
 
-    def _learn(self, key: str, s: ProcessUtilization, period: float) -> ProcessUtilization:
-        """Remember a fresh sample; returns it with where its activity began or ended."""
+    def _learn(
+        self, key: str, s: ProcessUtilization, period: float, gaps: list[float]
+    ) -> ProcessUtilization:
+        """Remember a fresh sample; returns it with where its activity began or ended (and
+        adds its gap from the one before to ``gaps``)."""
         pk = (key, s.pid)
         last = self._last.get(pk)
         run = 1
         if last is not None:
             gap = (s.timestamp_us - last.timestamp_us) / 1e6
             if MIN_PERIOD_S <= gap <= MAX_PERIOD_S:
-                self._gaps.setdefault(key, deque(maxlen=_GAPS_KEPT)).append(gap)
+                gaps.append(gap)
             self._before[pk] = last
             if gap <= 1.5 * period:  # the instant after its last one: the run goes on
                 run = self._run.get(pk, 0) + 1
@@ -151,7 +161,7 @@ class SampleHold:
         """Samples of two instants in a row."""
         return after.timestamp_us - before.timestamp_us <= 1.5e6 * period
 
-    def _forget_processes(self, key: str, on_device: set[int]) -> None:
+    def _forget_processes(self, key: str, on_device: frozenset[int]) -> None:
         for gone in [k for k in self._last if k[0] == key and k[1] not in on_device]:
             for table in (self._last, self._before, self._run):
                 table.pop(gone, None)
