@@ -46,7 +46,7 @@ from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
 from gpuguard.gpusim.workload.server import percentile
 from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
+from gpuguard.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
 
 RUNS = ("alone", "shared", "managed")
 
@@ -79,23 +79,9 @@ def specs(run: str, args: argparse.Namespace) -> list[WorkloadSpec]:
 
 
 def run_one(node: NodeStack, run: str, args: argparse.Namespace) -> ScenarioResult:
-    client = node.client()
-    assert node.gpusim is not None
     # The server's start-up (context, model in) is a real-time task of its own: released
     # late enough that it has ended (the tracker's idle timeout) before the first request.
-    scenario = Scenario(
-        run, client, node.gpusim.dir, node.base_dir / "logs", specs(run, args), args.lead_in
-    )
-    try:
-        scenario.start()
-        scenario.wait(args.duration + args.lead_in + 60)
-        result = scenario.result()
-    finally:
-        scenario.remove()
-        client.close()
-    if result.errors:
-        raise RuntimeError(f"{run}: " + "; ".join(result.errors))
-    return result
+    return run_to_end(node, run, specs(run, args), args.lead_in, args.duration + args.lead_in + 60)
 
 
 def p99_ms(result: ScenarioResult) -> float:

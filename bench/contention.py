@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuguard.actuator.audit import read_audit
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec, parse_workload_log
+from gpuguard.stack.scenario import ScenarioResult, WorkloadSpec, parse_workload_log, run_to_end
 
 OUT = Path(__file__).resolve().parent / "out"
 FULL_CASES = [(13312, range(1, 11)), (19456, range(1, 6)), (8192, range(1, 21))]
@@ -89,21 +89,7 @@ def deadlines(n: int, single_s: float, seed: int) -> list[float]:
 def run_scenario(
     node: NodeStack, name: str, specs: list[WorkloadSpec], timeout: float
 ) -> ScenarioResult:
-    client = node.client()
-    assert node.gpusim is not None
-    scenario = Scenario(
-        name, client, node.gpusim.dir, node.base_dir / "logs", specs, 0.5 + 0.12 * len(specs)
-    )
-    try:
-        scenario.start()
-        scenario.wait(timeout)
-        result = scenario.result()
-    finally:
-        scenario.remove()
-        client.close()
-    if result.errors:
-        raise RuntimeError(f"{name}: " + "; ".join(result.errors))
-    return result
+    return run_to_end(node, name, specs, 0.5 + 0.12 * len(specs), timeout)
 
 
 def restart_actuator(node: NodeStack, order: str) -> None:

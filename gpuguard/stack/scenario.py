@@ -323,3 +323,23 @@ class Scenario:
             except Exception:  # already gone
                 pass
         self.containers = []
+
+
+def run_to_end(
+    node: Any, name: str, specs: list[WorkloadSpec], start_delay: float, timeout: float
+) -> ScenarioResult:
+    """Run a scenario on a ``NodeStack`` to its end, its containers removed after; raises
+    RuntimeError when a workload failed."""
+    assert node.gpusim is not None
+    client = node.client()
+    scenario = Scenario(name, client, node.gpusim.dir, node.base_dir / "logs", specs, start_delay)
+    try:
+        scenario.start()
+        scenario.wait(timeout)
+        result = scenario.result()
+    finally:
+        scenario.remove()
+        client.close()
+    if result.errors:
+        raise RuntimeError(f"{name}: " + "; ".join(result.errors))
+    return result
