@@ -41,6 +41,7 @@ test: lint
 
 bench-quick: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+	echo "== bench/contention.py --light"; $(PY) bench/contention.py --quick --light
 
 # On a machine with an NVIDIA GPU, torch and nvidia-ml-py (no Docker, no venv needed): the
 # real-GPU truth kit, results under bench/results/. Without a GPU it runs on gpusim.

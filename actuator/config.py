@@ -46,6 +46,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.best-effort-min-share", 0.1,
          "share of each window a frozen best-effort container runs anyway (0: none)", "float"),
     Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
+    Flag("policy.one-at-a-time", False,
+         "admit one task per device at a time (paper B), not by headroom", "bool"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
     Flag("node.mark-ttl", "5m",
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
@@ -118,6 +120,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
         best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
+        one_at_a_time=flags.boolean(values, "policy.one-at-a-time"),
     )
     max_pause_s = flags.duration(values, "max-pause")
     frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s

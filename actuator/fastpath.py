@@ -30,7 +30,6 @@ RELEVANT_EVENTS = frozenset(
     }
 )
 LONG_POLL_S = 5.0
-WAITING_POLL_S = 0.02
 
 
 class FastPath:
@@ -60,11 +59,10 @@ class FastPath:
                     self.controller.decide_now(TriggerSource.FAST)
                     assert self.controller.last_state is not None
                     since = self.controller.last_state.seq
-                # While tasks wait, a kernel's end shows only as its SM share dropping (no
-                # event until the exporter calls it draining): then also decide every
-                # WAITING_POLL_S, so the next task's input overlaps this one's output.
-                waiting = bool(self.controller.journal.paused)
-                batch = self.client.events(since, WAITING_POLL_S if waiting else LONG_POLL_S)
+                # Every change the policy acts on comes as an event: a kernel's end too (the
+                # exporter says draining as soon as no SM sample stands for the task), so
+                # nothing is decided between events, however long a container is paused.
+                batch = self.client.events(since, LONG_POLL_S)
                 self.controller.exporter_ok()
                 backoff = 0.1
                 if batch.truncated or batch.next < since:
@@ -80,8 +78,6 @@ class FastPath:
                     self.controller.decide_now(TriggerSource.FAST, event_ts=first)
                     self.latencies_ms.append(1000 * (time.time() - first))
                     del self.latencies_ms[:-1000]
-                elif waiting:
-                    self.controller.decide_now(TriggerSource.FAST)
             except (ExporterUnavailable, StateError) as exc:
                 log.debug("fast path: exporter unavailable: %s", exc)
                 self._stop.wait(backoff)

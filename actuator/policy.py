@@ -8,23 +8,23 @@ pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
 * Queue order: FIFO by the task's own start (process start breaks ties) or EDF by absolute
   deadline; tasks without a deadline come after those with one, FIFO among them.
 * A device is *occupied* while a task that is allowed to run is in ``starting``, ``input`` or
-  ``computing``. A task in ``draining`` (kernel done, copying results out) no longer occupies,
-  nor does a ``computing`` task with no SM share in the latest sample while the device was
-  not busy all of the last sample period, or was busy only with best-effort work (its kernel
-  ended; the exporter says ``draining`` a little later): the next task's memory input then
-  overlaps the previous task's output, which is how a managed run finishes earlier than
-  running the tasks strictly one after another. A task stuck in ``starting``/``input`` for
-  longer than ``input_timeout_s`` (from its start or its admission) stops counting, so an idle
-  context cannot block the queue. A kernel that runs in a paused container still occupies (a
-  frozen process's launched kernel keeps running, paper B). A saturated device with an
-  active, non-draining task is occupied too.
+  ``computing``. A task in ``draining`` (kernel done, copying results out) no longer occupies:
+  the exporter calls a task draining as soon as no SM sample stands for it any more (the
+  driver's next sample is overdue, or came without it), and says so in an event, so the
+  next task's memory input overlaps the previous task's output, which is how a managed run
+  finishes earlier than running the tasks strictly one after another. A task stuck in
+  ``starting``/``input`` for longer than ``input_timeout_s`` (from its start or its
+  admission) stops counting, so an idle context cannot block the queue. A kernel that runs
+  in a paused container still occupies (a frozen process's launched kernel keeps running,
+  paper B). A saturated device with an active, non-draining task is occupied too.
 * Headroom (beyond paper B, which admits while cores are under 100% and memory under 95%):
   tasks are admitted in queue order while each fits: the device is not saturated, memory is
   under ``memory_threshold``, and the candidate's expected SM share (its container's learnt
   demand; unknown = 1.0, the whole device) fits beside the shares of what runs. So light
   tasks run together (paper C's Fig. 4), and a task of unknown or full demand runs alone,
-  one at a time as in paper B. The first task that does not fit stops admission (no
-  overtaking: a big task at the head is not starved by small ones behind it).
+  one at a time as in paper B (``one_at_a_time``: always, as paper B). The first task that
+  does not fit stops admission (no overtaking: a big task at the head is not starved by
+  small ones behind it).
 * While occupied, every managed newcomer that is not admitted and not yet computing is
   paused. A task whose kernel already runs is left alone (pausing gains nothing) and
   recorded as a skip.
@@ -91,6 +91,8 @@ class PolicyConfig:
     #: share of each window a frozen best-effort container runs anyway (0: never).
     best_effort_min_share: float = 0.1
     best_effort_window_s: float = 10.0
+    #: paper B's one task per device at a time, whatever the demands (headroom off)
+    one_at_a_time: bool = False
 
 
 @dataclass(frozen=True)
@@ -349,7 +351,7 @@ def _plan_device(
     """One device: what runs (in queue order, while it fits), what waits, and why."""
     actions: list[Action] = []
     skips: list[Skip] = []
-    counting = [v for v in queue if not v.paused and _counts(v, gpu, now, config, be_busy)]
+    counting = [v for v in queue if not v.paused and _counts(v, now, config)]
     for v in queue:
         if not v.paused and v.task.phase in PRE_KERNEL and v not in counting:
             skips.append(
@@ -375,7 +377,9 @@ def _plan_device(
     waiting = [v for v in queue if v.ours and v.blocker is None and v.cid not in gangs.held_back]
     reserving = [v for v in queue if v.cid in gangs.held_back and (v in gang or v.ours)]
     admissible = gangs.not_behind(reserving, [*live, *waiting])
-    keep = _admit(queue, admissible, must, frozen_kernels, last, memory_high or busy)
+    keep = _admit(
+        queue, admissible, must, frozen_kernels, last, memory_high or busy, config.one_at_a_time
+    )
     actions += [_action(UNPAUSE, v, ActionReason.ADMIT) for v in keep if v.paused]
     if waiting and memory_high and not any(a.kind == UNPAUSE for a in actions):
         skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
@@ -398,6 +402,7 @@ def _admit(
     frozen_kernels: list[_View],
     last: _View | None,
     pressure: bool,
+    one_at_a_time: bool = False,
 ) -> list[_View]:
     """What runs on the device: what must, then candidates in order while they fit."""
     keep = list(must)
@@ -409,7 +414,7 @@ def _admit(
         if v.paused and pressure:
             continue  # never admit a waiting task while memory is high or the GPU saturated
         held = bool(keep or frozen_kernels)  # the first task in order always runs
-        if held and (pressure or used + v.share > _FULL):
+        if held and (pressure or one_at_a_time or used + v.share > _FULL):
             break  # FIFO: nothing behind the first task that does not fit overtakes it
         keep.append(v)
         used += v.share
@@ -440,27 +445,11 @@ def _newcomers(
     return skips
 
 
-def _counts(view: _View, gpu: Gpu, now: float, config: PolicyConfig, be_busy: bool) -> bool:
+def _counts(view: _View, now: float, config: PolicyConfig) -> bool:
     """Does this unpaused task hold the GPU (computing, or before its kernel, not idle)?"""
     if view.task.phase == Phase.COMPUTING:
-        return not _kernel_done(view.task, gpu, config, be_busy)
+        return True
     return view.task.phase in PRE_KERNEL and now - view.since <= config.input_timeout_s
-
-
-def _kernel_done(task: Task, gpu: Gpu, config: PolicyConfig, be_busy: bool) -> bool:
-    """A ``computing`` task whose kernel has ended, before the exporter says ``draining``.
-
-    The exporter waits a while without SM samples before it calls a task draining (NVML's
-    samples are sparse). Paper B admits the next task as soon as GPU core use drops below
-    100%: a task with no SM share in the latest sample while the device was not busy all
-    of the last sample period has finished its kernel, so the next task's input may start
-    while this one copies its results out. Best-effort work keeps the device busy without
-    saying anything about this task, so then its missing share decides alone.
-    """
-    if task.sm_ratio != 0.0:
-        return False
-    ratio = gpu.utilization_ratio
-    return be_busy or (ratio is not None and ratio < config.saturation_ratio)
 
 
 def _saturated(gpu: Gpu, queue: Sequence[_View], be_busy: bool, config: PolicyConfig) -> bool:

@@ -13,10 +13,19 @@ last finish), mean completion time, deadline hit rate; and pause latency = the w
 ``context_created`` (its task appears on the GPU) -> the actuator's audit record of the
 finished ``docker pause`` of that container.
 
+Light tasks (paper C's Fig. 4: light inference tasks run together at little cost): each of
+several containers runs a few tasks of memory input, kernels that keep about 40% of the GPU
+busy (short kernels with host work between them) and output, all released together, run
+unmanaged, managed one at a time (``--policy.one-at-a-time``: paper B) and managed by
+headroom (the default: a task whose container's demand is known is admitted beside others
+while their shares fit). A container's demand is learnt from a task that ran alone, so
+its first task runs alone either way; later ones run two at a time.
+
 Kernels run at ``--time-scale`` (device time x scale); copies keep their real length so the
 memory-input phase the fast path must catch is as long as on paper B's GPU. The exporter
-polls every ``--poll-interval``. ``--quick``: only 10 x 13,312. The last line printed is one
-JSON object for the 10 x 13,312 case.
+polls every ``--poll-interval``. ``--quick``: only 10 x 13,312; ``--light``: only the light
+tasks (``--quick --light``: 4 containers x 2 tasks). The last line printed is one JSON
+object with the figures of the 10 x 13,312 case and of the light tasks, as run.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -37,12 +47,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuguard.actuator.audit import read_audit
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec, parse_workload_log
+from gpuguard.stack.scenario import ScenarioResult, WorkloadSpec, parse_workload_log, run_to_end
 
 OUT = Path(__file__).resolve().parent / "out"
 FULL_CASES = [(13312, range(1, 11)), (19456, range(1, 6)), (8192, range(1, 21))]
 QUICK_CASES = [(13312, range(10, 11))]
 MODES = ("unmanaged", "fifo", "edf")
+#: light tasks: containers, tasks each; 20 ms kernels with 30 ms of host work between
+LIGHT_FULL, LIGHT_QUICK = (6, 3), (4, 2)
+LIGHT_MODES = ("unmanaged", "one_at_a_time", "headroom")
+LIGHT_KERNEL_S, LIGHT_GAP_S, LIGHT_KERNELS = 0.02, 0.03, 16
 
 
 @dataclass
@@ -75,21 +89,7 @@ def deadlines(n: int, single_s: float, seed: int) -> list[float]:
 def run_scenario(
     node: NodeStack, name: str, specs: list[WorkloadSpec], timeout: float
 ) -> ScenarioResult:
-    client = node.client()
-    assert node.gpusim is not None
-    scenario = Scenario(
-        name, client, node.gpusim.dir, node.base_dir / "logs", specs, 0.5 + 0.12 * len(specs)
-    )
-    try:
-        scenario.start()
-        scenario.wait(timeout)
-        result = scenario.result()
-    finally:
-        scenario.remove()
-        client.close()
-    if result.errors:
-        raise RuntimeError(f"{name}: " + "; ".join(result.errors))
-    return result
+    return run_to_end(node, name, specs, 0.5 + 0.12 * len(specs), timeout)
 
 
 def restart_actuator(node: NodeStack, order: str) -> None:
@@ -136,6 +136,63 @@ def run_case(node: NodeStack, size: int, n: int, seed: int) -> CaseResult:
         if mode != "unmanaged":
             pause_ms += pause_latencies(node, runs[mode], since)
     return CaseResult(size, n, single_s, runs, pause_ms)
+
+
+def light_specs(mode: str, n: int, tasks: int, scale: float) -> list[WorkloadSpec]:
+    """``n`` containers of ``tasks`` light tasks each (about 40% of the GPU while computing)."""
+    args = ("--kernels", str(LIGHT_KERNELS), "--host-gap", str(LIGHT_GAP_S))
+    args += ("--sleep-between", "0.6")  # each task its own (longer than the idle gap)
+    work = LIGHT_KERNEL_S * LIGHT_KERNELS / scale
+    return [
+        WorkloadSpec(
+            f"light-{mode}-{i}",
+            size=8192,
+            repeat=tasks,
+            managed=mode != "unmanaged",
+            work_seconds=round(work, 6),
+            memory_bytes=1536 * 2**20,
+            kind_args=args,
+        )
+        for i in range(n)
+    ]
+
+
+def run_light(node: NodeStack, n: int, tasks: int) -> dict[str, ScenarioResult]:
+    """The light tasks unmanaged, one at a time, and by headroom (the actuator restarted)."""
+    runs: dict[str, ScenarioResult] = {}
+    for mode in LIGHT_MODES:
+        flags = ["--policy.one-at-a-time"] if mode == "one_at_a_time" else []
+        if (node.extra_actuator_flags, node.order) != (flags, "fifo"):
+            node.extra_actuator_flags = flags
+            restart_actuator(node, "fifo")
+        specs = light_specs(mode, n, tasks, node.time_scale)
+        runs[mode] = run_scenario(node, f"light-{mode}", specs, 120)
+    return runs
+
+
+def light_table(runs: dict[str, ScenarioResult]) -> str:
+    base = runs["one_at_a_time"]
+    lines = [
+        f"{'light tasks':<14} {'total s':>8} {'mean completion s':>18} "
+        f"{'vs one at a time':>17} {'computed beside another':>24}"
+    ]
+    for mode, run in runs.items():
+        gain = 1 - run.mean_completion_s / base.mean_completion_s
+        lines.append(
+            f"{mode:<14} {run.total_s:8.2f} {run.mean_completion_s:18.2f} {gain:16.0%} "
+            f"{beside_another(run):>16} of {len(run.tasks)}"
+        )
+    return "\n".join(lines)
+
+
+def beside_another(run: ScenarioResult) -> int:
+    """Tasks whose kernels ran while another task's did."""
+    spans = [(t.kernel_start, t.kernel_end) for t in run.tasks]
+    known = [(a, b) for a, b in spans if a is not None and b is not None]
+    return sum(
+        any(a < d and c < b for j, (c, d) in enumerate(known) if j != i)
+        for i, (a, b) in enumerate(known)
+    )
 
 
 def staggered_pause_latency(node: NodeStack, n: int = 5, gap_s: float = 0.25) -> list[float]:
@@ -228,12 +285,12 @@ def plot(results: list[CaseResult], path: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="only 10 x 13,312 (< 1 minute)")
+    parser.add_argument("--light", action="store_true", help="only the light tasks")
     parser.add_argument("--time-scale", type=float, default=None, help="kernel time scale")
     parser.add_argument("--poll-interval", default="20ms", help="exporter poll interval")
     parser.add_argument("--seed", type=int, default=7, help="deadline mix")
     args = parser.parse_args()
     scale = args.time_scale or (0.03 if args.quick else 0.1)
-    cases = QUICK_CASES if args.quick else FULL_CASES
     OUT.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="ggb-"))
     node = NodeStack(base, "bench", time_scale=scale, poll_interval=args.poll_interval)
@@ -243,17 +300,30 @@ def main() -> int:
         f"{args.poll_interval}; actuator fast path",
         flush=True,
     )
-    results: list[CaseResult] = []
+    line: dict[str, Any] = {}
     try:
         node.start(progress=lambda line: print("  " + line, flush=True))
-        for size, ns in cases:
-            for n in ns:
-                results.append(run_case(node, size, n, args.seed))
-                print(table(results[-1:]).splitlines()[1], flush=True)
-        staggered = staggered_pause_latency(node)
+        if not args.light:
+            line |= paper_b(node, QUICK_CASES if args.quick else FULL_CASES, args.seed)
+        if args.light or not args.quick:
+            n, tasks = LIGHT_QUICK if args.quick else LIGHT_FULL
+            line |= light_case(node, n, tasks)
     finally:
         node.stop_actuator()
         node.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps(line))
+    return 0
+
+
+def paper_b(node: NodeStack, cases: list[tuple[int, range]], seed: int) -> dict[str, Any]:
+    """Paper B's cases and the pause latencies; their figures for 10 x 13,312."""
+    results: list[CaseResult] = []
+    for size, ns in cases:
+        for n in ns:
+            results.append(run_case(node, size, n, seed))
+            print(table(results[-1:]).splitlines()[1], flush=True)
+    staggered = staggered_pause_latency(node)
     print(table(results))
     print(plot(results, OUT / "contention.png"))
     (OUT / "contention.json").write_text(
@@ -267,8 +337,19 @@ def main() -> int:
     key = next(r for r in results if (r.size, r.n) == (13312, 10))
     line = summary(key)
     line["pause_latency_staggered_p95_ms"] = round(percentile(staggered, 0.95), 1)
-    print(json.dumps(line))
-    return 0
+    return line
+
+
+def light_case(node: NodeStack, n: int, tasks: int) -> dict[str, Any]:
+    """The light tasks in each mode; their total and mean completion times."""
+    light = run_light(node, n, tasks)
+    print(f"{n} containers x {tasks} light tasks, all released together:")
+    print(light_table(light))
+    line: dict[str, Any] = {}
+    for mode, run in light.items():
+        line[f"light_{mode}_total_s"] = round(run.total_s, 3)
+        line[f"light_{mode}_mean_completion_s"] = round(run.mean_completion_s, 3)
+    return line
 
 
 def summary(r: CaseResult) -> dict[str, Any]:

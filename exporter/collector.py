@@ -124,6 +124,16 @@ _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Tasks that overran the container's deadline.",
         _C,
     ),
+    "gpuguard_container_paused_seconds": (
+        "counter",
+        "Time the container spent paused (a best-effort one: frozen), at poll resolution.",
+        _C,
+    ),
+    "gpuguard_container_resumes": (
+        "counter",
+        "Times the container was resumed (a best-effort one: thawed).",
+        _C,
+    ),
     "gpuguard_task_run_seconds": ("histogram", "Run time of finished GPU tasks.", _G),
     "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
     "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
@@ -432,6 +442,7 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         g["gpuguard_container_deadline_hits"],
         g["gpuguard_container_deadline_misses"],
     )
+    paused_s, resumes = g["gpuguard_container_paused_seconds"], g["gpuguard_container_resumes"]
     no_stats = ContainerStats()
     _add_task_kinds(r, snap)
     for info in snap.containers.values():
@@ -446,6 +457,8 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         finished.append((labels, stats.finished))
         hits.append((labels, stats.hits))
         misses.append((labels, stats.misses))
+        paused_s.append((labels, stats.paused_s))
+        resumes.append((labels, stats.resumes))
     if snap.joined is None:
         return
     memory = g["gpuguard_container_gpu_memory_bytes"]

@@ -23,6 +23,11 @@ class ProcessUtilization:
     timestamp_us: int
     sm_ratio: float
     mem_ratio: float
+    #: an earlier sample standing in until the next is due (``exporter/samples.py``)
+    held: bool = False
+    #: where in its period the activity began (it opens a run) or ended (it stops there)
+    began_us: int | None = None
+    ended_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +116,13 @@ class AttributedProcess:
     container_id: str | None
     used_memory_bytes: int | None
     sm_ratio: float | None  # None: no utilization sample this poll
-    active_at: float | None = None  # wall time of its newest sample with SM activity
+    active_at: float | None = None  # wall time of its newest SM activity
+    held: bool = False  # its SM share is an earlier sample standing in (nothing new)
+    active_since: float | None = None  # where this poll's first run of activity began
+    stopped: bool = False  # its newest sample shows its kernels stopping (at active_at)
+    #: its SM share this poll comes only from samples whose period it began or ended in
+    #: (part of the period idle): no measure of what it takes while it computes
+    edge: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,6 @@
-"""The poll loop: sample -> resolve owners -> join -> track, once per ``--poll.interval``.
+"""The poll loop: sample -> hold -> resolve owners -> join -> track, once per
+``--poll.interval`` (hold: a process's last SM sample stands until the next is due,
+``exporter/samples.py``).
 
 Each poll ends in an immutable ``PollSnapshot`` that /metrics and /api/v1/state read; they
 never call NVML or Docker. A failing source is recorded (success 0, errors + 1) and the
@@ -23,6 +25,7 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
 from gpuguard.exporter.record import NodeRecord, NodeRecorder
+from gpuguard.exporter.samples import SampleHold
 from gpuguard.exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
 
 log = logging.getLogger(__name__)
@@ -102,6 +105,7 @@ class Poller:
         self.interval_s = interval_s
         self._clock = clock
         self.recorder = recorder or NodeRecorder(node)
+        self.hold = SampleHold()
         self._errors = {"gpu": 0, "procfs": 0}
         self._polls = 0
         self._ever_sampled = False
@@ -184,7 +188,7 @@ class Poller:
     def _sample_gpu(self) -> tuple[GpuSample | None, SourceStatus]:
         started = time.perf_counter()
         try:
-            sample = self.backend.sample()
+            sample = self.hold.apply(self.backend.sample())
         except BackendError as exc:
             self._errors["gpu"] += 1
             if self._last_gpu_error != str(exc):

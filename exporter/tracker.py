@@ -4,8 +4,9 @@ A *task* is one stretch of GPU work by one process on one device; what stretch d
 the container's task mode (label ``gpuguard.task``, else ``--task.default-mode``)::
 
     starting -> input -> computing -> draining -> ended
-    (seen)     (memory  (SM samples  (no SM sample for DRAIN_AFTER_S after computing)
-                grew)    > 0)
+    (seen)     (memory  (SM samples  (no SM sample stands any more after computing: the
+                grew)    > 0)         last one is older than a sample period, or the
+                                      driver sampled again without it; exporter/samples.py)
 
 - ``process`` (paper A): from the process's first appearance on the device to its exit.
   An idle process stays a running task: the operator asked for process lifetime.
@@ -61,7 +62,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskMode
@@ -69,10 +70,6 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
 
 PHASES = RUNNING_PHASES
-
-# NVML updates per-process samples about every 1/6 s, so a poll (100 ms) without a sample
-# does not mean the kernels stopped; only this long without one does.
-DRAIN_AFTER_S = 0.25
 
 # A task computes alone when the rest of the device's SM share is below this.
 _ALONE_SLACK = 0.01
@@ -146,6 +143,8 @@ class ContainerStats:
     finished: int = 0
     hits: int = 0
     misses: int = 0
+    paused_s: float = 0.0  # time the container spent paused, at poll resolution
+    resumes: int = 0  # times it was resumed (a best-effort container's thaws)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +171,6 @@ class _Task:
         "gpu",
         "gpu_index",
         "last_active",
-        "last_sm_poll",
         "memory",
         "mig_index",
         "mode",
@@ -207,7 +205,6 @@ class _Task:
         self.computed = False
         self.started_at = order[0]
         self.last_active = order[0]  # newest visible activity (end placement)
-        self.last_sm_poll = order[0]  # poll that last had an SM sample (drain rule)
         self.paused = False
         self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
@@ -282,10 +279,10 @@ class _Seen:
         self.grew = (memory is None and appeared) or _more(memory, before)
         self.dropped = _more(before, memory)
         self.sm = sm = proc.sm_ratio or 0.0
-        # newest SM activity this poll, None without any
-        self.active_at = min(proc.active_at or now, now) if sm > 0 else None
-        # the only process with SM activity on its device
-        self.alone = sm > 0 and device_sm - sm <= _ALONE_SLACK
+        # newest SM activity this poll, None without any (a held sample is nothing new)
+        self.active_at = min(proc.active_at or now, now) if sm > 0 and not proc.held else None
+        # the only process with SM activity on its device, all through a sample period
+        self.alone = sm > 0 and device_sm - sm <= _ALONE_SLACK and not proc.edge
 
 
 class Tracker:
@@ -299,6 +296,7 @@ class Tracker:
         self._processes: dict[DeviceKey, _Process] = {}
         self._task_numbers = itertools.count(1)
         self._last_poll: float | None = None
+        self._paused: set[str] = set()  # containers paused at the last poll
         self._containers: Mapping[str, ContainerInfo] = {}
         self.recent: deque[TaskView] = deque(maxlen=history_size)
         self.stats: dict[str, ContainerStats] = {}
@@ -327,7 +325,24 @@ class Tracker:
             if gone.task is not None:
                 self._end(gone.task, change_at)
         self.check_deadlines(now)
+        self._count_pauses(containers, now, prev)
         self._last_poll = now
+
+    def _count_pauses(
+        self, containers: Mapping[str, ContainerInfo], now: float, prev: float | None
+    ) -> None:
+        """Time paused (since the poll before, if paused then) and resumes, per container."""
+        paused = {cid for cid, info in containers.items() if info.paused}
+        for cid in self._paused | paused:
+            was, gone = cid in self._paused, cid not in containers
+            dt = now - prev if was and prev is not None else 0.0
+            resumed = was and cid not in paused and not gone
+            if dt or resumed:
+                old = self.stats.get(cid, ContainerStats())
+                self.stats[cid] = replace(
+                    old, paused_s=old.paused_s + dt, resumes=old.resumes + resumed
+                )
+        self._paused = paused
 
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
@@ -403,14 +418,23 @@ class Tracker:
                 return
             self._end(task, end_at)
             record.task = None
+            ended_at: float | None = end_at
+        else:
+            ended_at = None
         mode = self._mode(seen.info)
         if mode == TaskMode.PROCESS:
             starts = True  # paper A: being on the device is the task
         else:
-            starts = (seen.grew or seen.sm > 0) and seen.proc.used_memory_bytes != 0
+            # new activity starts a task; a held sample is only the last one standing
+            fresh = seen.active_at is not None
+            starts = (seen.grew or fresh) and seen.proc.used_memory_bytes != 0
         if starts:
             floor = 0 if seen.appeared else record.memory
-            record.task = self._start(seen, mode, floor, change_at)
+            started_at = change_at
+            if mode != TaskMode.PROCESS and not seen.grew and seen.proc.active_since is not None:
+                # started by a kernel: where in its sample period that activity began
+                started_at = max(seen.proc.active_since, ended_at or 0.0)
+            record.task = self._start(seen, mode, floor, started_at)
             self._observe(record.task, seen, now, change_at)
 
     def _end_at(self, task: _Task, seen: _Seen, now: float, change_at: float) -> float | None:
@@ -426,7 +450,7 @@ class Tracker:
         if task.mode == TaskMode.MEMORY:
             if memory is not None and memory <= task.floor < (task.base_memory or 0):
                 return change_at  # it freed all it had allocated
-            if seen.dropped and seen.sm == 0 and task.computed:
+            if seen.dropped and seen.active_at is None and task.computed:
                 return change_at  # freeing after its kernel: paper B's end of a task
             if active and task.phase == Phase.DRAINING:
                 return change_at  # re-allocated or computing again after a visible gap
@@ -442,10 +466,9 @@ class Tracker:
 
     def _observe(self, task: _Task, seen: _Seen, now: float, change_at: float) -> None:
         task.memory = seen.proc.used_memory_bytes
-        task.sm = seen.sm
+        fresh = seen.active_at is not None
         if seen.active_at is not None:
             task.last_active = max(task.last_active, seen.active_at)
-            task.last_sm_poll = now
             task.computed = True
             if seen.alone:
                 task.alone_sm += seen.sm
@@ -455,12 +478,16 @@ class Tracker:
         if task.paused:
             task.last_active = now  # waiting is part of the task, not idleness
         phase = task.phase
-        if seen.sm > 0:
-            phase = Phase.COMPUTING
+        if fresh and seen.proc.stopped:
+            phase = Phase.DRAINING  # its newest sample shows its kernels stopping
+        elif fresh or (seen.sm > 0 and phase == Phase.COMPUTING):
+            phase = Phase.COMPUTING  # new activity, or its last sample still stands
         elif phase == Phase.STARTING and _more(task.memory, task.base_memory):
             phase = Phase.INPUT
-        elif phase == Phase.COMPUTING and now - task.last_sm_poll >= DRAIN_AFTER_S:
-            phase = Phase.DRAINING
+        elif phase == Phase.COMPUTING:
+            phase = Phase.DRAINING  # no sample stands: its kernels have stopped
+        # a sample held over from the process's previous task is not this one's
+        task.sm = seen.sm if phase == Phase.COMPUTING else 0.0
         if phase != task.phase:
             task.phase = phase
             self._emit(EventType.TASK_PHASE, task, now, phase=phase)
@@ -477,7 +504,7 @@ class Tracker:
         task_id = f"{cid12}:{proc.pid}:{proc.start_ticks}:{n}"
         task = _Task(proc, task_id, (started_at, proc.start_ticks, n), mode)
         task.floor = floor or 0
-        if seen.sm > 0:
+        if seen.active_at is not None:
             task.phase = Phase.COMPUTING
         elif seen.grew and not seen.appeared:
             task.phase = Phase.INPUT
@@ -520,8 +547,8 @@ class Tracker:
         if container_id is None:
             return
         old = self.stats.get(container_id, ContainerStats())
-        self.stats[container_id] = ContainerStats(
-            old.finished + finished, old.hits + hits, old.misses + misses
+        self.stats[container_id] = replace(
+            old, finished=old.finished + finished, hits=old.hits + hits, misses=old.misses + misses
         )
 
     def _observe_run(self, gpu: str, run_s: float) -> None:

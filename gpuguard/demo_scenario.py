@@ -1,14 +1,26 @@
-"""The demo's scenario: the same workload unmanaged, then managed, with a live view."""
+"""The demo's two scenes, each unmanaged then managed, with a live view, a report and a
+timeline picture: paper B's equal tasks with mixed deadlines, and an inference server
+beside a best-effort training job."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import requests
 
+from gpuguard.contract import EventType, PriorityClass, WorkloadKind
+from gpuguard.demo_timeline import Panel, draw, lanes, pause_spans
+from gpuguard.gpusim.workload.server import percentile
 from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
+
+#: how long scene 2's server and trainer run, seconds
+COLOCATION_S = 20.0
+PAUSES_LISTED = 20
 
 
 def demo_specs(
@@ -39,44 +51,170 @@ def demo_specs(
     return specs
 
 
+@dataclass
+class Run:
+    """One run of a scene: what the workloads logged and the exporter's pause events."""
+
+    result: ScenarioResult
+    pauses: list[dict[str, Any]]
+
+
 def run_both(stack: Any, count: int, size: int) -> str:
-    """Run the scenario unmanaged, then managed; return the report text."""
+    """Both scenes, each unmanaged then managed; the report text (timelines beside it)."""
     node = stack.nodes[0]
+    lines = ["", "gpuguard demo report", "===================="]
+    first = run_scene(
+        node, stack.dir, "paper-b",
+        lambda name, managed: demo_specs(name, count, size, managed, node.time_scale),
+        f"{count} equal tasks (N={size}) + 1 unmanaged (N={size // 2}, 2 s later)",
+    )  # fmt: skip
+    lines += ["", "Scene 1: paper B, equal tasks with mixed deadlines", ""]
+    lines += paper_b_report(first)
+    second = run_scene(
+        node, stack.dir, "colocation",
+        lambda name, managed: colocation_specs(name, managed, node.time_scale),
+        "an inference server (deadline per request) + a best-effort training job",
+    )  # fmt: skip
+    lines += ["", "Scene 2: an inference server beside a training job", ""]
+    lines += colocation_report(second)
+    lines.append("")
+    for scene, runs, title in (
+        ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),
+        ("colocation", second, "Scene 2: inference server + training job, unmanaged vs managed"),
+    ):
+        lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs))
+    return "\n".join(lines)
+
+
+def run_scene(
+    node: Any,
+    out_dir: Path,
+    scene: str,
+    specs: Callable[[str, bool], list[WorkloadSpec]],
+    what: str,
+) -> dict[str, Run]:
+    """The scene unmanaged, then managed, each with its live view."""
     assert node.gpusim is not None
     client = node.client()
-    results: dict[str, ScenarioResult] = {}
-    pauses: list[dict[str, Any]] = []
+    runs: dict[str, Run] = {}
     try:
         for name, managed in (("unmanaged", False), ("managed", True)):
-            specs = demo_specs(name, count, size, managed, node.time_scale)
             since = requests.get(node.exporter_url + "/api/v1/state", timeout=5).json()["seq"]
-            scenario = Scenario(name, client, node.gpusim.dir, stack.dir / "logs", specs)
-            extra = f"1 unmanaged (N={size // 2}, 2 s later)"
-            print(f"\n== {name}: {count} equal tasks (N={size}) + {extra}", flush=True)
+            title = f"{scene} {name}"
+            run_specs = specs(name, managed)
+            scenario = Scenario(
+                f"{scene}-{name}", client, node.gpusim.dir, out_dir / "logs", run_specs,
+                _lead_in(run_specs),
+            )  # fmt: skip
+            print(f"\n== {title}: {what}", flush=True)
             scenario.start()
             try:
-                live_view(node.exporter_url, scenario, name)
+                live_view(node.exporter_url, scenario, title)
                 scenario.wait(timeout=600)
-                results[name] = scenario.result()
-                if managed:
-                    pauses = pauses_from_events(node.exporter_url, since)
+                runs[name] = Run(scenario.result(), pauses_from_events(node.exporter_url, since))
             finally:
                 scenario.remove()
     finally:
         client.close()
-    lines = ["", "gpuguard demo report", "===================="]
-    for result in results.values():
-        lines += [*format_result(result), ""]
-        lines += [f"  error: {e}" for e in result.errors]
-    lines.append(
+    return runs
+
+
+def _lead_in(specs: list[WorkloadSpec]) -> float:
+    # a server's start-up (context, model in) is a task of its own: let it end first
+    return 3.5 if any(s.kind is WorkloadKind.SERVER for s in specs) else 1.0
+
+
+def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[WorkloadSpec]:
+    """An inference server (0.5 s requests, 0.6 a second: 30% of the GPU, a 3 s deadline
+    each) and a training loop (40 ms steps) that is best-effort, and managed when asked."""
+    server = (
+        "--rate", "0.6", "--request-work", f"{0.5 / time_scale:g}", "--kernels", "5",
+        "--duration", f"{COLOCATION_S:g}", "--seed", "1", "--memory-bytes", "1GiB",
+    )  # fmt: skip
+    trainer = (
+        "--step-work", f"{0.04 / time_scale:g}", "--kernels", "4", "--sync-every", "1",
+        "--duration", f"{COLOCATION_S:g}", "--memory-bytes", "2GiB",
+    )  # fmt: skip
+    return [
+        WorkloadSpec(f"{prefix}-server", kind=WorkloadKind.SERVER, kind_args=server,
+                     deadline="3s"),
+        WorkloadSpec(f"{prefix}-trainer", kind=WorkloadKind.TRAIN, kind_args=trainer,
+                     managed=managed, priority=PriorityClass.BEST_EFFORT),
+    ]  # fmt: skip
+
+
+def paper_b_report(runs: dict[str, Run]) -> list[str]:
+    lines: list[str] = []
+    for run in runs.values():
+        lines += [*format_result(run.result), ""]
+        lines += [f"  error: {e}" for e in run.result.errors]
+    pauses = runs["managed"].pauses
+    lines += pause_lines(pauses)
+    lines += ["", *compare(runs["unmanaged"].result, runs["managed"].result)]
+    return lines
+
+
+def pause_lines(pauses: list[dict[str, Any]]) -> list[str]:
+    lines = [
         f"managed run: {sum(p['type'] == 'container_paused' for p in pauses)} pauses, "
         f"{sum(p['type'] == 'container_resumed' for p in pauses)} resumes"
-    )
+    ]
     first = min((p["ts"] for p in pauses), default=0.0)
-    for event in pauses:
+    for event in pauses[:PAUSES_LISTED]:
         lines.append(f"  {event['ts'] - first:7.2f}s  {event['type']:<18} {event.get('container')}")
-    lines += ["", *compare(results["unmanaged"], results["managed"])]
-    return "\n".join(lines)
+    if len(pauses) > PAUSES_LISTED:
+        lines.append(f"  ... {len(pauses) - PAUSES_LISTED} more (see the timeline)")
+    return lines
+
+
+def colocation_report(runs: dict[str, Run]) -> list[str]:
+    """Requests against their deadline and the trainer's pace, both runs side by side."""
+    rows = {name: _colocation_figures(run.result) for name, run in runs.items()}
+    u, m = rows["unmanaged"], rows["managed"]
+    lines = []
+    for run in runs.values():
+        lines += [f"  error: {e}" for e in run.result.errors]
+    lines += pause_lines(runs["managed"].pauses)
+    lines += [
+        "",
+        "side by side                    unmanaged    managed",
+        f"  requests answered             {u['n']:>9}  {m['n']:>9}",
+        f"  request latency p50           {u['p50']:>8.2f}s  {m['p50']:>8.2f}s",
+        f"  request latency p99           {u['p99']:>8.2f}s  {m['p99']:>8.2f}s",
+        f"  deadline hit rate             {u['hit']:>9}  {m['hit']:>9}",
+        f"  trainer steps per second      {u['steps']:>9.1f}  {m['steps']:>9.1f}",
+    ]
+    return lines
+
+
+def _colocation_figures(result: ScenarioResult) -> dict[str, Any]:
+    latencies = [r.latency_s for r in result.requests]
+    hit = result.hit_rate
+    return {
+        "n": len(latencies),
+        "p50": percentile(latencies, 0.5) or 0.0,
+        "p99": percentile(latencies, 0.99) or 0.0,
+        "hit": "-" if hit is None else f"{hit:.0%}",
+        "steps": result.steps_per_s(result.released_at, result.released_at + COLOCATION_S),
+    }
+
+
+def draw_scene(path: Path, title: str, runs: dict[str, Run]) -> str:
+    """The scene's timeline picture, unmanaged above managed."""
+    panels = []
+    for name, run in runs.items():
+        result = run.result
+        names = sorted({t.container for t in result.tasks} | {r.container for r in result.requests}
+                       | {s.container for s in result.steps})  # fmt: skip
+        ends = [t.end for t in result.tasks] + [r.end for r in result.requests]
+        ends += [s.end for s in result.steps]
+        spans = pause_spans(run.pauses, max(ends, default=result.released_at))
+        panel = lanes(result, names, spans)
+        short = tuple(
+            replace(lane, name=lane.name.removeprefix(f"{name}-")) for lane in panel.lanes
+        )
+        panels.append(Panel(name, panel.origin, short))
+    return draw(path, title, panels)
 
 
 def live_view(exporter_url: str, scenario: Scenario, title: str) -> None:
@@ -137,7 +275,8 @@ def pauses_from_events(exporter_url: str, since: int) -> list[dict[str, Any]]:
     reply = requests.get(
         exporter_url + "/api/v1/events", params={"since": since, "timeout": 0}, timeout=5
     ).json()
-    return [e for e in reply["events"] if e["type"] in ("container_paused", "container_resumed")]
+    kinds = (EventType.CONTAINER_PAUSED, EventType.CONTAINER_RESUMED)
+    return [e for e in reply["events"] if e["type"] in kinds]
 
 
 def format_result(result: ScenarioResult) -> list[str]:

@@ -1,8 +1,13 @@
 """What NVML would report about the simulated devices (the ``sample`` and ``status`` ops).
 
 NVML's rules, followed here (docs/interfaces.md section 1):
-- Utilization is the share of the last sample period in which any kernel ran; per-process
-  samples give each process's share of SM time, for processes that ran since ``since_us``.
+- Utilization is the share of the last sample period in which any kernel ran.
+- Per-process samples are taken by the driver at its own instants, one sample period
+  apart (``k x sample_period_s`` on the daemon's clock), not when asked: at each instant,
+  one sample for every process that ran a kernel in the period it closes, with that
+  instant's timestamp and the process's share of SM time over the period. A query returns
+  the samples of the instants after ``since_us`` (NVML's ``lastSeenTimeStamp``), so a poll
+  between two instants gets none, whether or not the kernels still run.
 - A GPU in MIG mode is listed, then each of its MIG devices. Utilization is not available
   on MIG-enabled GPUs, neither for the GPU nor for its MIG devices (``null``), and neither
   are per-process samples (none). Each MIG device has its own memory and compute-process
@@ -12,6 +17,7 @@ NVML's rules, followed here (docs/interfaces.md section 1):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -61,20 +67,22 @@ def _engine(
     usage = engine.usage
     busy = usage.utilization(now - period, now)
     mig = engine.mig_index is not None
-    samples = []
+    samples: list[dict[str, Any]] = []
     if not mig:
-        # Like NVML's samples: each process's share over the period ending when it last
-        # ran a kernel (now, for one still running).
         since = since_us / 1e6 - wall_offset
-        samples = [
-            {
-                "pid": pid,
-                "timestamp_us": int((last + wall_offset) * 1e6),
-                "sm_ratio": usage.sm_ratio(pid, last - period, last),
-                "mem_ratio": usage.copy_ratio(pid, last - period, last),
-            }
-            for pid, last in usage.kernel_pids_since(since).items()
-        ]
+        for instant in sample_instants(period, since, now, usage.horizon):
+            start = instant - period
+            for pid in usage.kernel_pids_since(start):
+                share = usage.sm_ratio(pid, start, instant)
+                if share > 0:
+                    samples.append(
+                        {
+                            "pid": pid,
+                            "timestamp_us": int((instant + wall_offset) * 1e6),
+                            "sm_ratio": share,
+                            "mem_ratio": usage.copy_ratio(pid, start, instant),
+                        }
+                    )
     device: dict[str, Any] = {
         "index": engine.index,
         "mig_index": engine.mig_index,
@@ -109,3 +117,15 @@ def _processes(contexts: Iterable[Context], detailed: bool) -> list[dict[str, An
             entry["kernels_running"] += int(running is not None and running.kind is OpKind.KERNEL)
             entry["kernels_queued"] += ctx.kernels_queued
     return list(by_pid.values())
+
+
+#: At most this many sample instants per query (NVML's buffer is bounded too).
+MAX_INSTANTS = 16
+
+
+def sample_instants(period: float, since: float, now: float, horizon: float) -> list[float]:
+    """The driver's sample instants after ``since`` and up to ``now`` (oldest first)."""
+    newest = math.floor(now / period)
+    oldest = max(math.floor(since / period) + 1, math.ceil((now - horizon) / period))
+    oldest = max(oldest, newest - MAX_INSTANTS + 1)
+    return [k * period for k in range(oldest, newest + 1)]

@@ -525,6 +525,25 @@ def node_dashboard() -> Json:
             minimum=0,
         ),
         table(
+            "GPUs and MIG devices",
+            [
+                target(
+                    "max by (node, gpu, name, uuid) "
+                    f"(gpuguard_gpu_memory_total_bytes{{{NODE_GPU}}} * on (node, gpu) "
+                    f"group_left (name, uuid) gpuguard_gpu_info{{{NODE_GPU}}})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            description=(
+                "Every device and its memory. A MIG device is gpu <gpu>:<mig>, its own "
+                "admission queue; NVML gives it no utilization and no per-process samples, so "
+                "its tasks run from memory in use to memory freed."
+            ),
+            unit="bytes",
+            width=24,
+        ),
+        table(
             "Containers sharing each GPU",
             [
                 target(
@@ -553,6 +572,101 @@ def phase_expr() -> str:
         for code, name in enumerate(PHASES, start=1)
     ]
     return "max by (node, gpu, container) (" + " or ".join(parts) + ")"
+
+
+def by_class(expr: str) -> str:
+    """``expr`` per container with the container's priority class as a label."""
+    return (
+        f"sum by (node, container, class) ({expr} * on (node, container_id) group_left (class) "
+        f"gpuguard_container_task_info{{{NODE_CONTAINER}}})"
+    )
+
+
+def class_panels() -> list[Json]:
+    """What each container's tasks are, its class and demand; best-effort freezes and thaws."""
+    return [
+        table(
+            "Task mode and class per container",
+            [
+                target(
+                    "max by (node, container, task_mode, class) "
+                    f"(gpuguard_container_task_info{{{NODE_CONTAINER}}})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            description=(
+                "What a task of each container is (gpuguard.task: process, memory, burst) and "
+                "its class (gpuguard.class; real-time with a deadline, else normal): "
+                "best-effort containers are frozen while real-time work needs their GPU."
+            ),
+            width=12,
+        ),
+        timeseries(
+            "Demand (expected SM share)",
+            [
+                target(
+                    "max by (node, container) "
+                    f"(gpuguard_container_demand_sm_ratio{{{NODE_CONTAINER}}})",
+                    "{{container}} ({{node}})",
+                )
+            ],
+            description=(
+                "The SM share each container's tasks take while computing, learnt from tasks "
+                "that ran alone: admission by headroom runs tasks together while their shares "
+                "fit (unknown: the whole GPU)."
+            ),
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=12,
+        ),
+        stat(
+            "Best-effort containers frozen",
+            f"sum(gpuguard_container_paused{{{NODE_CONTAINER}}} * on (node, container_id) "
+            "group_left () gpuguard_container_task_info"
+            f'{{{NODE_CONTAINER}, class="best-effort"}}) or vector(0)',
+            description="Best-effort containers paused right now (real-time work has their GPU).",
+            width=4,
+        ),
+        timeseries(
+            "Time paused by class (best-effort: frozen)",
+            [
+                target(
+                    by_class(
+                        "rate(gpuguard_container_paused_seconds_total"
+                        f"{{{NODE_CONTAINER}}}[$__rate_interval])"
+                    ),
+                    "{{container}} ({{class}})",
+                )
+            ],
+            description=(
+                "Share of time each container was paused. A best-effort one is frozen while a "
+                "real-time task on its GPU runs or waits, and keeps at least "
+                "--policy.best-effort-min-share of each window."
+            ),
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=10,
+        ),
+        timeseries(
+            "Resumes by class (best-effort: thaws)",
+            [
+                target(
+                    by_class(
+                        "increase(gpuguard_container_resumes_total"
+                        f"{{{NODE_CONTAINER}}}[$__rate_interval])"
+                    ),
+                    "{{container}} ({{class}})",
+                )
+            ],
+            description="Times each container was resumed; for a best-effort one, its thaws.",
+            bars=True,
+            minimum=0,
+            width=10,
+        ),
+    ]
 
 
 def tasks_dashboard() -> Json:
@@ -677,6 +791,7 @@ def tasks_dashboard() -> Json:
             unit="s",
             minimum=0,
         ),
+        *class_panels(),
         table(
             "Container deadlines",
             [

@@ -31,6 +31,7 @@ from gpuguard.stack.swarm import form_swarm, leave_swarm, name_nodes
 RECORD = "stack.json"
 STACK_PARTS = (
     "prometheus", "alertmanager", "logs", "report.txt", "webhook.token", "placer.log", "env",
+    "timeline-paper-b.png", "timeline-colocation.png",
 )  # fmt: skip
 ENV_FILE = "env"
 # The usual ports when they are free (the first node's exporter and actuator), else any.
@@ -66,6 +67,8 @@ class NodeStack:
     extra_exporter_flags: list[str] = field(default_factory=list)
     #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
     launcher: tuple[str, ...] = ()
+    #: more ``gpusim serve`` options (``{"device": ["name=a", "name=b"]}``)
+    gpusim_options: dict[str, object] = field(default_factory=dict)
     engine: PrivateDockerd | None = None
     gpusim: GpusimService | None = None
     exporter: ManagedProcess | None = None
@@ -97,7 +100,8 @@ class NodeStack:
 
     def start_services(self, progress: Progress = lambda _: None) -> NodeStack:
         """gpusim, exporter and actuator, once the engine is up (and in a swarm, if any)."""
-        self.gpusim = GpusimService(self.base_dir / "gpusim", {"time_scale": self.time_scale})
+        options = {"time_scale": self.time_scale, **self.gpusim_options}
+        self.gpusim = GpusimService(self.base_dir / "gpusim", options)
         self.gpusim.start()
         progress(f"[{self.node_name}] gpusim (kernel time scale {self.time_scale})")
         self.start_exporter()

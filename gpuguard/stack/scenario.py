@@ -1,7 +1,9 @@
-"""Paper B's scenario: several containers run the matmul workload, all starting together.
+"""Scenarios of workload containers on gpusim, all released together.
 
-Shared by the demo and the benchmarks: launch workload containers on gpusim, wait for them,
-and read their own JSON-lines logs (the ground truth) into per-task results.
+Paper B's (several containers run the matmul workload), and mixes of the other workload
+kinds (an inference server beside a training loop). Shared by the demo and the benchmarks:
+launch workload containers, wait for them, and read their own JSON-lines logs (the ground
+truth) into per-task, per-request and per-step results.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import labels
+from gpuguard.contract import WorkloadEvent, WorkloadKind
 from gpuguard.stack.images import python_container_kwargs
 
 SCENARIO_LABEL = "gpuguard.scenario"
@@ -32,6 +35,11 @@ class WorkloadSpec:
     work_seconds: float | None = None
     memory_bytes: int | None = None
     delay_s: float = 0.0  # released this long after the others
+    kind: WorkloadKind = WorkloadKind.ONESHOT
+    #: more flags of the workload kind (size and repeat are oneshot's own fields)
+    kind_args: tuple[str, ...] = ()
+    priority: str | None = None  # label gpuguard.class
+    task_mode: str | None = None  # label gpuguard.task
 
     def labels(self, scenario: str) -> dict[str, str]:
         out = {SCENARIO_LABEL: scenario}
@@ -39,10 +47,18 @@ class WorkloadSpec:
             out[labels.DEADLINE] = self.deadline
         if self.managed:
             out[labels.MANAGED] = "true"
+        if self.priority is not None:
+            out[labels.CLASS] = self.priority
+        if self.task_mode is not None:
+            out[labels.TASK] = self.task_mode
         return out
 
     def workload_args(self, log_path: Path, start_at: float) -> list[str]:
-        args = ["gpuguard.gpusim.workload", "--size", str(self.size), "--repeat", str(self.repeat)]
+        args = ["gpuguard.gpusim.workload"]
+        if self.kind is WorkloadKind.ONESHOT:
+            args += ["--size", str(self.size), "--repeat", str(self.repeat), *self.kind_args]
+        else:
+            args += [self.kind.value, *self.kind_args]
         args += ["--log", str(log_path), "--start-at", f"{start_at + self.delay_s:.6f}"]
         if self.work_seconds is not None:
             args += ["--work-seconds", str(self.work_seconds)]
@@ -75,13 +91,48 @@ class TaskResult:
 
 
 @dataclass(frozen=True)
+class RequestResult:
+    """One request a ``server`` workload answered, as it logged it."""
+
+    container: str
+    id: int
+    arrival: float
+    start: float
+    end: float
+    gpu_start: float | None
+    gpu_end: float | None
+    deadline_s: float | None
+
+    @property
+    def latency_s(self) -> float:
+        """Arrival to answer: what its client waited."""
+        return self.end - self.arrival
+
+    @property
+    def met_deadline(self) -> bool | None:
+        return None if self.deadline_s is None else self.latency_s <= self.deadline_s
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step of a ``train`` workload: when it was launched and when the device ended it."""
+
+    container: str
+    step: int
+    launched: float
+    end: float
+
+
+@dataclass(frozen=True)
 class ScenarioResult:
-    """All tasks of one scenario run, and the figures paper B reports."""
+    """All tasks, requests and steps of one scenario run, and the figures paper B reports."""
 
     name: str
     released_at: float
     tasks: tuple[TaskResult, ...]
     errors: tuple[str, ...] = field(default=())
+    requests: tuple[RequestResult, ...] = field(default=())
+    steps: tuple[StepResult, ...] = field(default=())
 
     @property
     def total_s(self) -> float:
@@ -99,8 +150,15 @@ class ScenarioResult:
 
     @property
     def hit_rate(self) -> float | None:
-        judged = [t.met_deadline for t in self.tasks if t.met_deadline is not None]
+        """Share of the tasks with a deadline that met it (a server's requests count)."""
+        outcomes = [*(t.met_deadline for t in self.tasks), *(r.met_deadline for r in self.requests)]
+        judged = [met for met in outcomes if met is not None]
         return sum(judged) / len(judged) if judged else None
+
+    def steps_per_s(self, start: float, end: float) -> float:
+        """Training steps the device ended per second within ``[start, end]``."""
+        done = sum(start <= s.end <= end for s in self.steps)
+        return done / (end - start) if end > start else 0.0
 
 
 def parse_workload_log(
@@ -137,6 +195,44 @@ def parse_workload_log(
             )
         )
     return tasks
+
+
+def parse_requests(
+    container: str, lines: Iterable[str], deadline_s: float | None
+) -> list[RequestResult]:
+    """A ``server`` workload's answered requests (pure)."""
+    return [
+        RequestResult(
+            container,
+            int(r["id"]),
+            float(r["arrival"]),
+            float(r["start"]),
+            float(r["end"]),
+            _maybe(r.get("gpu_start")),
+            _maybe(r.get("gpu_end")),
+            deadline_s,
+        )
+        for r in _records(lines)
+        if r.get("event") == WorkloadEvent.REQUEST
+    ]
+
+
+def parse_steps(container: str, lines: Iterable[str]) -> list[StepResult]:
+    """A ``train`` workload's steps, as the device ended them (pure)."""
+    return [
+        StepResult(container, int(r["step"]), float(r["launched"]), float(r["t"]))
+        for r in _records(lines)
+        if r.get("event") == WorkloadEvent.STEP
+    ]
+
+
+def _records(lines: Iterable[str]) -> list[dict[str, Any]]:
+    # A line cut short by a container's end is left out.
+    return [json.loads(line) for line in lines if line.strip().endswith("}")]
+
+
+def _maybe(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 class Scenario:
@@ -196,18 +292,29 @@ class Scenario:
 
     def result(self) -> ScenarioResult:
         tasks: list[TaskResult] = []
+        requests: list[RequestResult] = []
+        steps: list[StepResult] = []
         errors: list[str] = []
         for spec, container in zip(self.specs, self.containers, strict=True):
             deadline = labels.parse_duration(spec.deadline) if spec.deadline else None
             path = self.log_dir / f"{spec.name}.jsonl"
             lines = path.read_text().splitlines() if path.exists() else []
             tasks += parse_workload_log(spec.name, lines, deadline)
+            requests += parse_requests(spec.name, lines, deadline)
+            steps += parse_steps(spec.name, lines)
             container.reload()
             code = container.attrs["State"]["ExitCode"]
             if code != 0:
                 errors.append(f"{spec.name} exited {code}: {container.logs(tail=5).decode()}")
         tasks.sort(key=lambda t: (t.start, t.container))
-        return ScenarioResult(self.name, self.released_at, tuple(tasks), tuple(errors))
+        return ScenarioResult(
+            self.name,
+            self.released_at,
+            tuple(tasks),
+            tuple(errors),
+            tuple(sorted(requests, key=lambda r: r.arrival)),
+            tuple(sorted(steps, key=lambda s: s.end)),
+        )
 
     def remove(self) -> None:
         for container in self.containers:
@@ -216,3 +323,23 @@ class Scenario:
             except Exception:  # already gone
                 pass
         self.containers = []
+
+
+def run_to_end(
+    node: Any, name: str, specs: list[WorkloadSpec], start_delay: float, timeout: float
+) -> ScenarioResult:
+    """Run a scenario on a ``NodeStack`` to its end, its containers removed after; raises
+    RuntimeError when a workload failed."""
+    assert node.gpusim is not None
+    client = node.client()
+    scenario = Scenario(name, client, node.gpusim.dir, node.base_dir / "logs", specs, start_delay)
+    try:
+        scenario.start()
+        scenario.wait(timeout)
+        result = scenario.result()
+    finally:
+        scenario.remove()
+        client.close()
+    if result.errors:
+        raise RuntimeError(f"{name}: " + "; ".join(result.errors))
+    return result

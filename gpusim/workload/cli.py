@@ -88,6 +88,10 @@ def _oneshot_parser() -> _Parser:
     parser.add_argument("--sleep-between", type=NON_NEGATIVE, default=0.0, help="seconds")
     parser.add_argument("--work-seconds", type=SECONDS, default=None, help="kernel work")
     parser.add_argument("--chunk-bytes", type=SIZE, default=DEFAULT_CHUNK, help="per copy")
+    parser.add_argument("--kernels", type=POSITIVE_INT, default=1, help="kernels per task")
+    parser.add_argument(
+        "--host-gap", type=NON_NEGATIVE, default=0.0, help="host seconds between kernels"
+    )
     parser.add_argument(
         "--keep-context", action="store_true", help="one context and cached memory for all runs"
     )

@@ -1,11 +1,14 @@
 """``oneshot``: paper B's GPU task, a matmul with its input and output, once per run.
 
 Each run: context (unless kept), allocate A, B and C, copy A and B in, one kernel, copy C
-out, free, context gone. Every phase boundary is logged. Copies go in chunks (64 MiB) so
-that a frozen process (``docker pause``) really stops its input: it cannot issue its next
-chunk. With ``--keep-context`` the process keeps its context and cached memory between
-runs, as PyTorch programs do. On a real GPU (``--backend cuda``) a run without
-``--keep-context`` is a child process, since a CUDA context lives until its process exits.
+out, free, context gone. With ``--kernels K --host-gap S`` the kernel work is K kernels
+with S seconds of host work after each but the last (a light inference task: its share of
+the GPU while it computes is the kernels' part of that time). Every phase boundary is
+logged. Copies go in chunks (64 MiB) so that a frozen process (``docker pause``) really
+stops its input: it cannot issue its next chunk. With ``--keep-context`` the process keeps
+its context and cached memory between runs, as PyTorch programs do. On a real GPU
+(``--backend cuda``) a run without ``--keep-context`` is a child process, since a CUDA
+context lives until its process exits.
 """
 
 from __future__ import annotations
@@ -41,19 +44,33 @@ def run_task(args: argparse.Namespace, devices: Devices, log: EventLog, run: int
     else:
         size_of = {"flops": matmul_flops(args.size)}
         log.event(Ev.KERNEL_START, run=run, flops=size_of["flops"])
-    before = devices.mark()
-    devices.launch(**size_of)
-    after = devices.mark()
-    reached = devices.synchronize()
-    log.event(
-        Ev.KERNEL_END, run=run, device_started=reached.get(before), device_ended=reached.get(after)
-    )
+    first, last = _kernels(devices, args, size_of)
+    log.event(Ev.KERNEL_END, run=run, device_started=first, device_ended=last)
     log.event(Ev.OUTPUT_START, run=run, bytes=matrix)
     for size in _chunks(matrix, args.chunk_bytes):
         devices.copy_out(size)
     log.event(Ev.OUTPUT_END, run=run)
     for buffer in buffers:
         devices.free(buffer)
+
+
+def _kernels(
+    devices: Devices, args: argparse.Namespace, size_of: dict[str, float]
+) -> tuple[float | None, float | None]:
+    """The task's kernels; when the device started the first and ended the last."""
+    each = {name: amount / args.kernels for name, amount in size_of.items()}
+    first: float | None = None
+    last: float | None = None
+    for k in range(args.kernels):
+        if k and args.host_gap:
+            time.sleep(args.host_gap)  # host work between two kernels
+        before = devices.mark()
+        devices.launch(**each)
+        after = devices.mark()
+        reached = devices.synchronize()
+        first = reached.get(before) if first is None else first
+        last = reached.get(after)
+    return first, last
 
 
 def run_oneshot(

@@ -1,8 +1,9 @@
 """Fixtures for the integration tests: the exporter on gpusim, and the alerting stack (real
 Prometheus and Alertmanager on 127.0.0.1).
 
-``sim`` and ``exporter`` run at ``exporter_support.SCALE`` with default flags; a module
-changes that by overriding ``sim_time_scale`` or ``exporter_flags``.
+``sim`` and ``exporter`` run at ``exporter_support.SCALE`` with default flags on one GPU; a
+module changes that by overriding ``sim_time_scale`` or ``exporter_flags``, a test its
+devices by parametrizing ``sim_options``.
 
 Each factory starts a service in its own temporary directory and stops every service it
 started by PID at teardown, even when the test failed. A missing binary or a service that
@@ -39,8 +40,18 @@ def exporter_flags() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def sim(gpusim_daemon: Callable[..., GpusimService], sim_time_scale: float) -> GpusimService:
-    return gpusim_daemon(time_scale=sim_time_scale)
+def sim_options() -> dict[str, object]:
+    """More ``gpusim serve`` flags for ``sim`` (a test parametrizes it: devices, MIG)."""
+    return {}
+
+
+@pytest.fixture
+def sim(
+    gpusim_daemon: Callable[..., GpusimService],
+    sim_time_scale: float,
+    sim_options: dict[str, object],
+) -> GpusimService:
+    return gpusim_daemon(time_scale=sim_time_scale, **sim_options)
 
 
 @pytest.fixture

@@ -45,8 +45,9 @@ def golden_text(tmp_path: Path) -> str:
     rt, batch, odd = containers.snapshot().values()
     containers.set(rt, batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'"))
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
-    backend.next = sample(1_763_776_000.0, procs, sm={100: 0.5})
-    poller.poll_once()
+    for t in (1_763_776_000.0, 1_763_776_000.2):  # a whole sample period: its demand
+        backend.next = sample(t, procs, sm={100: 0.5})
+        poller.poll_once()
     backend.next = sample(1_763_776_000.5, {200: 2 * GIB, 300: GIB})
     poller.poll_once()  # rt-1's task ended: a run time for the histogram
     backend.next = sample(1_763_776_001.0, procs, sm={100: 0.5, 200: 0.25})

@@ -188,18 +188,6 @@ def test_newcomer_is_paused_while_a_kernel_runs() -> None:
     assert acts(run(state(cs, ts, util=1.0))) == [(PAUSE, "b")]
 
 
-def test_finished_kernel_frees_the_gpu_before_the_exporter_says_draining() -> None:
-    cs = [container("a"), container("b", paused=True)]
-    done = task("a", "computing", 1)
-    done["sm_ratio"] = 0.0
-    ts = [done, task("b", "input", 2, paused=True)]
-    assert acts(run(state(cs, ts, util=0.7), ours("b"))) == [(UNPAUSE, "b")]
-    # while the device was busy all of the last period, a missing sample proves nothing
-    assert acts(run(state(cs, ts, util=1.0), ours("b"))) == []
-    done["sm_ratio"] = None  # NVML cannot tell: still computing
-    assert acts(run(state(cs, ts, util=0.7), ours("b"))) == []
-
-
 def test_newcomer_whose_kernel_already_runs_is_left_alone() -> None:
     cs = [container("a"), container("b")]
     ts = [task("a", "computing", 1), task("b", "computing", 2)]
@@ -478,6 +466,15 @@ def test_light_tasks_are_admitted_together_while_they_fit() -> None:
     assert acts(d) == [(UNPAUSE, "b")]  # 0.4 + 0.4 fit; a third 0.4 would not
 
 
+def test_one_at_a_time_admits_no_light_task_beside_another() -> None:
+    # --policy.one-at-a-time: paper B's admission, whatever the demands
+    cs = [container("a", demand=0.4), container("b", paused=True, demand=0.4)]
+    ts = [task("a", "computing", 1, sm=0.4), task("b", "input", 2, paused=True)]
+    assert acts(run(state(cs, ts, util=0.4), ours("b"), one_at_a_time=True)) == []
+    ts = [task("a", "draining", 1), task("b", "input", 2, paused=True)]
+    assert acts(run(state(cs, ts, util=0.0), ours("b"), one_at_a_time=True)) == [(UNPAUSE, "b")]
+
+
 def test_light_newcomer_is_not_paused_beside_a_light_task() -> None:
     cs = [container("a", demand=0.3), container("b", demand=0.3)]
     ts = [task("a", "computing", 1, sm=0.3), task("b", "starting", 2)]
@@ -544,10 +541,10 @@ def test_best_effort_is_thawed_when_no_real_time_task_runs_or_waits() -> None:
     assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
 
 
-def test_finished_real_time_kernel_beside_running_best_effort_is_done() -> None:
-    # best-effort work keeps the GPU busy: the real-time task's missing share decides
+def test_draining_real_time_task_beside_running_best_effort_freezes_nothing() -> None:
+    # best-effort work keeps the GPU busy; the real-time task's kernels have stopped
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
-    ts = [task("r", "computing", 1, sm=0.0), task("t", "computing", 2, sm=1.0)]
+    ts = [task("r", "draining", 1, sm=0.0), task("t", "computing", 2, sm=1.0)]
     assert acts(run(state(cs, ts, util=1.0))) == []
 
 

@@ -153,9 +153,10 @@ def test_task_mode_class_invalid_labels_and_demand(setup) -> None:
     best_effort = container(2, "train", class_label=PriorityClass.BEST_EFFORT)
     containers.set(container(1, "rt-1", deadline_s=9.0, task_mode=TaskMode.MEMORY), best_effort,
                    invalid)  # fmt: skip
-    backend.next = sample(1.0, {100: GIB}, sm={100: 0.4})
-    poller.poll_once()
-    backend.next = sample(1.1, {})
+    for t in (1.0, 1.1):  # the first sample began its run; the second is a whole period
+        backend.next = sample(t, {100: GIB}, sm={100: 0.4})
+        poller.poll_once()
+    backend.next = sample(1.2, {})
     poller.poll_once()
     v = registry.get_sample_value
     n = {"node": "node-a"}

@@ -115,7 +115,33 @@ def test_a_frozen_process_stops_launching_and_its_queue_drains(sim: Harness) -> 
     # The context and its memory stay: the process is frozen, not gone.
     assert drained["processes"][0]["used_memory_bytes"] == 300 * MIB
     samples = sim.gpu.sample(2.0 + PERIOD, 0)["devices"][0]["process_samples"]
-    assert samples[0]["timestamp_us"] == int((WALL + 2.0) * 1e6)  # when it last ran
+    # the driver's instant that closed the period in which it last ran
+    assert samples[-1]["timestamp_us"] == int((WALL + 2.0) * 1e6)
+
+
+def test_process_samples_come_at_the_drivers_instants_not_when_asked(sim: Harness) -> None:
+    # NVML: one sample per active process per sample period, at the driver's own instants;
+    # a query between two instants gets nothing new, although the kernel still runs.
+    def samples(t: float, since_us: int) -> list[tuple[float, float]]:
+        sim.run(t)
+        found = sim.gpu.sample(t, since_us)["devices"][0]["process_samples"]
+        return [(round(s["timestamp_us"] / 1e6 - WALL, 6), s["sm_ratio"]) for s in found]
+
+    sim.send(1, 0.0, "context_create", device=0, pid=7)
+    sim.send(1, 0.0, "launch", work=10.0, pid=7)
+    first = samples(0.55, 0)
+    assert first == [(t, pytest.approx(1.0)) for t in (0.1, 0.2, 0.3, 0.4, 0.5)]
+    since = int((WALL + 0.5) * 1e6)
+    assert samples(0.58, since) == []
+    assert samples(0.61, since) == [(0.6, pytest.approx(1.0))]
+    # A kernel that ends half-way through a period has half of it; nothing after that.
+    sim.send(2, 10.0, "context_create", device=0, pid=8)
+    sim.send(2, 10.0, "launch", work=0.25, pid=8)
+    assert samples(10.5, int((WALL + 10.0) * 1e6)) == [
+        (10.1, pytest.approx(1.0)),
+        (10.2, pytest.approx(1.0)),
+        (10.3, pytest.approx(0.5)),
+    ]
 
 
 def test_queued_kernels_time_slice_with_another_process(sim: Harness) -> None:

@@ -93,6 +93,19 @@ def test_train_logs_each_step_when_the_device_finished_it(daemon: Daemon, tmp_pa
     assert 25 < summary["steps_per_s"] <= 50
 
 
+def test_oneshot_light_task_spreads_its_kernels_over_host_work(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    # 8 kernels of 0.2 s of work (10 ms at scale 0.05) with 15 ms of host work between them:
+    # the GPU is busy 40% of the time the task computes
+    argv = ["--memory-bytes", "3MiB", "--work-seconds", "1.6", "--kernels", "8"]
+    events = run(daemon, tmp_path, *argv, "--host-gap", "0.015")
+    (end,) = of(events, "kernel_end")
+    span = end["device_ended"] - end["device_started"]
+    assert span == pytest.approx(8 * 0.01 + 7 * 0.015, abs=0.02)
+    assert 1.6 * SCALE / span == pytest.approx(0.43, abs=0.06)
+
+
 def test_oneshot_keep_context_keeps_cached_memory(daemon: Daemon, tmp_path: Path) -> None:
     log = tmp_path / "k.log"
     argv = [sys.executable, "-m", "gpuguard.gpusim.workload", "--socket", str(daemon.socket_path)]

@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from gpuguard.contract import TaskMode
+from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, ProcessOwner
-from gpuguard.exporter.tracker import DRAIN_AFTER_S, TaskRules, Tracker
+from gpuguard.exporter.samples import SampleHold
+from gpuguard.exporter.tracker import TaskRules, Tracker
 from tests.unit.exporter_fakes import GIB, cid, container, sample
 
 CTX = 300 * 2**20  # context base memory, as gpusim and a real CUDA context show
@@ -26,6 +27,7 @@ class Harness:
         self.tracker = Tracker(self.events, history, TaskRules(**rules))  # type: ignore[arg-type]
         self.containers = {c.id: c for c in containers}
         self.owners: dict[int, ProcessOwner] = {}
+        self.hold = SampleHold()  # as the poller does
 
     def own(self, pid: int, container_n: int | None, ticks: int) -> None:
         self.owners[pid] = ProcessOwner(cid(container_n) if container_n else None, ticks)
@@ -37,7 +39,8 @@ class Harness:
         sm: Mapping[int, float] | None = None,
         sm_at: Mapping[int, float] | None = None,
     ) -> None:
-        joined = join(sample(t, procs, sm, sm_at=sm_at), self.owners, self.containers)
+        held = self.hold.apply(sample(t, procs, sm, sm_at=sm_at))
+        joined = join(held, self.owners, self.containers)
         self.tracker.update(joined, t, self.containers)
 
     def running(self) -> list[str]:
@@ -95,9 +98,9 @@ def test_phases_and_task_id() -> None:
     assert task.task_id == f"{cid(1)[:12]}:100:5000:1"
     h.poll(0.2, {100: CTX + GIB})
     h.poll(0.3, {100: CTX + GIB}, sm={100: 1.0})
-    h.poll(0.4, {100: CTX + GIB})  # one poll without a sample: still computing
+    h.poll(0.4, {100: CTX + GIB})  # one poll without a sample: its last one stands
     assert h.running() == ["computing"]
-    h.poll(0.31 + DRAIN_AFTER_S, {100: CTX + GIB})
+    h.poll(0.55, {100: CTX + GIB})  # more than a sample period (1/6 s) later: none stands
     assert h.running() == ["draining"]
 
 
@@ -137,8 +140,11 @@ def test_server_requests_are_one_task_each_and_idle_is_no_task() -> None:
     assert h.tracker.running() == ()  # idle: not running, not overrunning
     requests = list(h.tracker.recent)[1:]  # the first is the start-up (context, weights)
     assert len(requests) == 5
-    for task, start in zip(requests, starts, strict=True):
-        assert task.started_at == pytest.approx(start + 0.05)  # half-way between polls
+    for i, (task, start) in enumerate(zip(requests, starts, strict=True)):
+        # placed where its first sample (a share of 0.4) says it began: 0.4 of a sample
+        # period (1/6 s until learnt from two samples, then 0.1 s) before that sample
+        period = 1 / 6 if i == 0 else 0.1
+        assert task.started_at == pytest.approx(start + 0.1 - 0.4 * period, abs=1e-5)
         assert task.ended_at == pytest.approx(start + 0.5)  # the last sample's own time
         assert task.met_deadline is True
     stats = h.tracker.stats[cid(1)]
@@ -496,9 +502,10 @@ def test_histogram_and_forget_removed_containers() -> None:
     h = Harness(container(1, deadline_s=5))
     h.own(1, 1, 1)
     h.poll(0.0, {1: GIB}, sm={1: 0.5})
+    h.poll(0.1, {1: GIB}, sm={1: 0.5})  # a whole sample period: its demand (the first began it)
     h.poll(0.4, {})
     hist = h.tracker.histograms()["0"]
-    assert hist.count == 1 and hist.total == pytest.approx(0.2)
+    assert hist.count == 1 and hist.total == pytest.approx(0.25)
     assert hist.buckets[0] == 0 and hist.buckets[1] == 1 and hist.buckets[-1] == 1
     assert h.tracker.demand == {cid(1): 0.5}
     h.tracker.forget_containers({})
@@ -517,10 +524,15 @@ def test_demand_learns_from_tasks_computing_alone_only() -> None:
     h.poll(0.2, {})
     assert h.tracker.demand[cid(1)] == pytest.approx(0.4)
     h.poll(1.0, {1: GIB, 2: GIB}, sm={1: 0.5, 2: 0.5})  # time-slicing: 0.5 says nothing
-    h.poll(1.1, {})
+    h.poll(1.1, {1: GIB, 2: GIB}, sm={1: 0.5, 2: 0.5})
+    h.poll(1.2, {})
     assert h.tracker.demand[cid(1)] == pytest.approx(0.4) and cid(2) not in h.tracker.demand
-    h.poll(2.0, {1: GIB}, sm={1: 0.8})
+    h.poll(2.0, {1: GIB}, sm={1: 0.8})  # only the period it began in: says nothing either
     h.poll(2.1, {})
+    assert h.tracker.demand[cid(1)] == pytest.approx(0.4)
+    h.poll(3.0, {1: GIB}, sm={1: 0.8})
+    h.poll(3.1, {1: GIB}, sm={1: 0.8})
+    h.poll(3.2, {})
     assert h.tracker.demand[cid(1)] == pytest.approx(0.3 * 0.8 + 0.7 * 0.4)
 
 
@@ -532,9 +544,29 @@ def test_tables_stay_bounded_under_process_and_container_churn() -> None:
         h.containers = {cid(n % 50 + 1): container(n % 50 + 1)}  # containers come and go
         h.own(10_000 + n, n % 50 + 1, n)
         h.poll(t, {10_000 + n: GIB}, sm={10_000 + n: 0.5})
-        h.poll(t + 0.1, {})
+        h.poll(t + 0.1, {10_000 + n: GIB}, sm={10_000 + n: 0.5})
+        h.poll(t + 0.2, {})
         h.tracker.forget_containers(h.containers)
-        t += 0.2
+        t += 0.3
     sizes = h.tracker.table_sizes()
     assert sizes == {"processes": 0, "stats": 1, "demand": 1, "histograms": 1, "recent": 8}
     assert h.tracker.stats[cid(2999 % 50 + 1)].finished > 0
+
+
+def test_time_paused_and_resumes_per_container() -> None:
+    # what the dashboards show of a best-effort container: how long frozen, how often thawed
+    running, paused = (
+        container(1, class_label=PriorityClass.BEST_EFFORT),
+        container(1, state="paused", class_label=PriorityClass.BEST_EFFORT),
+    )
+    h = Harness(running)
+    for t, info in ((0.0, running), (0.1, paused), (0.2, paused), (0.3, running),
+                    (0.4, paused), (0.5, running), (0.6, running)):  # fmt: skip
+        h.containers = {info.id: info}
+        h.poll(t, {})
+    stats = h.tracker.stats[cid(1)]
+    assert stats.paused_s == pytest.approx(0.3) and stats.resumes == 2
+    h.containers = {}
+    h.poll(0.7, {})
+    h.tracker.forget_containers({})
+    assert cid(1) not in h.tracker.stats

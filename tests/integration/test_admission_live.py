@@ -1,0 +1,169 @@
+"""Admission beyond paper B with real containers: headroom, a container on two GPUs, MIG.
+
+Private dockerd, gpusim (one GPU, two GPUs, or a GPU in MIG mode), the exporter and the
+actuator's fast path as real processes; the workloads' own logs say when each kernel ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
+from test_actuator_live import MANAGED, ActuatorProcess, actuator_factory, exporter_flags
+
+from gpuguard.stack.gpusim import GpusimService
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+__all__ = ["actuator_factory", "exporter_flags"]  # fixtures: 20 ms polls, the actuator
+
+SCALE = 0.1
+TWO_GPUS = {"device": ["name=g0,memory=24GiB", "name=g1,memory=24GiB"]}
+MIG = {"device": "name=a100,memory=80GiB,mig=3g.40gb+3g.40gb"}
+Span = tuple[float, float]
+
+
+@pytest.fixture
+def sim_time_scale() -> float:
+    return SCALE
+
+
+def kernels(sim: GpusimService, name: str) -> list[Span]:
+    """When the device ran each task's kernels (its first kernel's start, last one's end)."""
+    return [
+        (e["device_started"], e["device_ended"])
+        for e in workload_log(sim, f"{name}.log")
+        if e["event"] == "kernel_end"
+    ]
+
+
+def overlap(a: Span, b: Span) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def paused_ok(actuator: ActuatorProcess) -> dict[str, list[str]]:
+    """Each container's pauses that took effect, by reason."""
+    out: dict[str, list[str]] = {}
+    for r in actuator.audit():
+        if r["event"] == "action" and r["action"] == "pause" and r["result"] == "ok":
+            out.setdefault(r["container"], []).append(r["reason"])
+    return out
+
+
+def finish(*containers: Any) -> None:
+    for container in containers:
+        assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
+
+
+def test_light_tasks_run_together_once_their_demand_is_known_and_a_heavy_one_waits(
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+) -> None:
+    # paper C's Fig. 4: light inference tasks (16 kernels of 20 ms, 30 ms of host work
+    # between them: ~40% of the GPU) cost each other little; a heavy task takes it all
+    actuator = actuator_factory("--mode=fast")
+    start_at = time.time() + 3.0
+    light = ["--kernels", "16", "--host-gap", "0.03", "--work-seconds", f"{0.32 / SCALE:g}"]
+    heavy = ["--work-seconds", f"{0.8 / SCALE:g}"]
+    each = ["--memory-bytes", "1536MiB", "--repeat", "2", "--sleep-between", "0.6"]
+    made = {}
+    for i, (name, work) in enumerate((("light-a", light), ("light-b", light), ("heavy", heavy))):
+        made[name] = run_python_container(
+            workload_args(sim, f"{name}.log", *work, *each, "--start-at",
+                          f"{start_at + 0.1 * i:.3f}"),
+            labels=MANAGED, extra_mounts=sim_mounts(sim), name=name,
+        )  # fmt: skip
+    finish(*made.values())
+    spans = {name: kernels(sim, name) for name in made}
+    assert all(len(s) == 2 for s in spans.values()), spans
+    firsts = sorted(s[0] for s in spans.values())
+    # first tasks: no container's demand is known yet, so one at a time (paper B)
+    assert not any(overlap(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1 :]), firsts
+    (a2, b2, h2) = (spans[n][1] for n in ("light-a", "light-b", "heavy"))
+    assert overlap(a2, b2), f"the light tasks did not run together: {a2} {b2}"
+    assert h2[0] >= max(a2[1], b2[1]) - 0.01, f"the heavy task ran beside them: {h2}"
+    assert "newcomer" in paused_ok(actuator).get("heavy", [])
+    for name, low, high in (("light-a", 0.25, 0.6), ("light-b", 0.25, 0.6), ("heavy", 0.9, 1.0)):
+        demand = exporter.metric("gpuguard_container_demand_sm_ratio", container=name)
+        assert demand is not None and low <= demand <= high, (name, demand)
+
+
+@pytest.mark.parametrize("sim_options", [TWO_GPUS])
+def test_a_container_on_two_gpus_is_admitted_on_both_or_neither(
+    sim: GpusimService,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+) -> None:
+    # issue 8: a container using two GPUs slipped past admission on its busy one
+    actuator = actuator_factory("--mode=fast")
+    start_at = time.time() + 3.0
+    task = ["--memory-bytes", "1536MiB", "--work-seconds", f"{1.0 / SCALE:g}"]
+    plan = [("busy-1", ["--device", "1"], 0.0), ("both", ["--devices", "0,1"], 0.4),
+            ("later-0", ["--device", "0"], 0.8)]  # fmt: skip
+    made = [
+        run_python_container(
+            workload_args(
+                sim, f"{name}.log", *task, *where, "--start-at", f"{start_at + delay:.3f}"
+            ),
+            labels=MANAGED,
+            extra_mounts=sim_mounts(sim),
+            name=name,
+        )
+        for name, where, delay in plan
+    ]
+    finish(*made)
+    ((busy,), (both,), (later,)) = (kernels(sim, name) for name, _, _ in plan)
+    # GPU 0 was free when it came, but GPU 1 was not: it waited for GPU 1, on both
+    assert both[0] >= busy[1] - 0.01, f"ran on GPU 0 while GPU 1 was busy: {both} {busy}"
+    # and kept its place on GPU 0: the task that came after it there did not take it
+    assert later[0] >= both[1] - 0.01, f"a later task overtook it on GPU 0: {later} {both}"
+    reasons = paused_ok(actuator)
+    assert {"gang", "newcomer"} & set(reasons.get("both", [])), reasons
+    assert "busy-1" not in reasons and "later-0" in reasons
+
+
+@pytest.mark.parametrize("sim_options", [MIG])
+def test_mig_instances_are_queues_of_their_own(
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+) -> None:
+    # issue 8: the actuator dropped the MIG index and queued isolated instances together
+    actuator = actuator_factory("--mode=fast")
+    wait_for(
+        lambda: len([g for g in exporter.state()["gpus"] if g["mig_index"] is not None]) == 2,
+        timeout=10,
+        what="both MIG instances in the exporter's state",
+    )
+    start_at = time.time() + 3.0
+    task = ["--memory-bytes", "1536MiB", "--work-seconds", f"{0.6 / SCALE:g}"]  # 1.4 s on 3g
+    plan = [("mig0", "0:0", 0.0), ("mig1-first", "0:1", 0.0), ("mig1-second", "0:1", 0.4)]
+    made = [
+        run_python_container(
+            workload_args(
+                sim,
+                f"{name}.log",
+                *task,
+                "--device",
+                device,
+                "--start-at",
+                f"{start_at + delay:.3f}",
+            ),
+            labels=MANAGED,
+            extra_mounts=sim_mounts(sim),
+            name=name,
+        )
+        for name, device, delay in plan
+    ]
+    finish(*made)
+    ((mig0,), (first,), (second,)) = (kernels(sim, name) for name, _, _ in plan)
+    assert overlap(mig0, first), f"the two instances did not run at once: {mig0} {first}"
+    assert second[0] >= first[1] - 0.01, f"two tasks shared instance 0:1: {first} {second}"
+    reasons = paused_ok(actuator)
+    assert "mig1-second" in reasons and "mig0" not in reasons and "mig1-first" not in reasons
