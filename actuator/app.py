@@ -107,6 +107,7 @@ def run(config: Config) -> int:
         started = time.monotonic()
         # The guard takes over when this lease is not renewed: a stuck loop counts as dead.
         lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
+        metrics.guard_seen(lease.age(config.state_dir / lease.GUARD_LEASE))
         try:
             controller.maintain()
         except Exception:  # maintenance must go on
@@ -124,8 +125,7 @@ def run(config: Config) -> int:
 
 
 def _warn_without_guard(state_dir: Path) -> None:
-    seen = lease.read(state_dir / lease.GUARD_LEASE)
-    if seen is None or seen.age() > 10.0:
+    if lease.age(state_dir / lease.GUARD_LEASE) > 10.0:
         log.warning(
             "no gpuguard guard renews %s: if this actuator dies, what it paused stays paused "
             "until it restarts. Run `gpuguard guard --state.dir=%s` beside it.",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -49,6 +50,12 @@ def renew(path: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def age(path: Path) -> float:
+    """Seconds since the lease at ``path`` was renewed; infinity when there is none."""
+    held = read(path)
+    return math.inf if held is None else held.age()
 
 
 def read(path: Path) -> Lease | None:

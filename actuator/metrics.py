@@ -11,6 +11,8 @@ Sample exposition::
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from gpuguard.contract import ActionKind, Result, SkipReason, TriggerSource
@@ -57,6 +59,12 @@ class ActuatorMetrics:
             ["node"],
             registry=r,
         )
+        self.guard_lease_age = Gauge(
+            "gpuguard_actuator_guard_lease_age_seconds",
+            "Seconds since the guard last renewed its lease in the state directory (+Inf: never).",
+            ["node"],
+            registry=r,
+        )
         self.exporter_up = Gauge(
             "gpuguard_actuator_exporter_up", "1 while the exporter answers.", registry=r
         )
@@ -78,6 +86,12 @@ class ActuatorMetrics:
         for code in WEBHOOK_CODES:
             self.webhooks.labels(code)
         self.node_provisionable.labels(node).set(1)
+        self.guard_lease_age.labels(node).set(math.inf)
+        self.node = node
+
+    def guard_seen(self, age_s: float) -> None:
+        """The guard lease's age (``GpuguardGuardMissing`` fires when it grows)."""
+        self.guard_lease_age.labels(self.node).set(age_s)
 
     def skip(self, reason: str | None) -> None:
         """Count a skip; reasons outside the contract's list are audited only."""

@@ -821,7 +821,7 @@ def actuator_dashboard() -> Json:
             "Paused containers",
             f"sum(gpuguard_actuator_paused_containers{{{INSTANCE}}})",
             description="Containers the actuator holds paused now.",
-            width=6,
+            width=5,
         ),
         stat(
             "Fail-open events",
@@ -830,22 +830,33 @@ def actuator_dashboard() -> Json:
                 "Times the actuator resumed everything it paused (exporter unreachable, stale "
                 "state, resume_all alert) in the time range."
             ),
-            width=6,
+            width=5,
             steps=thresholds((None, "green"), (1, "red")),
         ),
         stat(
             "Exporter reachable",
             f"min(gpuguard_actuator_exporter_up{{{INSTANCE}}})",
             description="Whether the actuator can read fresh state from its exporter.",
-            width=6,
+            width=5,
             mappings=value_mappings({0: ("down", "red"), 1: ("up", "green")}),
         ),
         stat(
             "Unprovisionable nodes",
             f"sum(1 - gpuguard_actuator_node_provisionable{{{INSTANCE}}})",
             description="Nodes marked so that no new real-time container is placed there.",
-            width=6,
+            width=5,
             steps=thresholds((None, "green"), (1, "orange")),
+        ),
+        stat(
+            "Guard lease age",
+            f"max(gpuguard_actuator_guard_lease_age_seconds{{{INSTANCE}}})",
+            description=(
+                "Seconds since the guard (which resumes what the actuator paused if it dies) "
+                "last renewed its lease; over 30 s: GpuguardGuardMissing."
+            ),
+            width=4,
+            unit="s",
+            steps=thresholds((None, "green"), (30, "red")),
         ),
         timeseries(
             "Pauses and resumes",

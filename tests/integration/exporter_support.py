@@ -63,12 +63,16 @@ class ExporterProcess:
         return reply.text
 
     def metric(self, name: str, **labels: str) -> float | None:
-        """The value of the first sample named ``name`` whose labels include ``labels``."""
-        for family in text_string_to_metric_families(self.metrics_text()):
-            for sample in family.samples:
-                if sample.name == name and labels.items() <= sample.labels.items():
-                    return float(sample.value)
-        return None
+        return sample_value(self.metrics_text(), name, **labels)
+
+
+def sample_value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the first sample named ``name`` whose labels include ``labels``."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return float(sample.value)
+    return None
 
 
 def workload_args(sim: GpusimService, log_name: str, *args: str) -> list[str]:

@@ -20,7 +20,13 @@ from typing import Any
 
 import pytest
 import requests
-from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
+from exporter_support import (
+    ExporterProcess,
+    sample_value,
+    sim_mounts,
+    workload_args,
+    workload_log,
+)
 
 from gpuguard.actuator.audit import AuditLog, read_audit
 from gpuguard.actuator.executor import DockerExecutor
@@ -137,6 +143,30 @@ def actuator_factory(
     for proc in made:  # actuators first: on SIGTERM they resume what they paused
         proc.stop()
     for guard in guards.values():
+        guard.stop()
+
+
+def test_the_actuator_publishes_how_long_its_guard_has_been_silent(
+    dockerd: PrivateDockerd, exporter: ExporterProcess, tmp_path: Path
+) -> None:
+    # GpuguardGuardMissing's input: without a guard, an actuator's death leaves its pauses
+    state_dir = tmp_path / "actuator"
+    guard = GuardProcess(state_dir, dockerd.url)
+    actuator = ActuatorProcess(state_dir, exporter.url, dockerd.url)
+    name = "gpuguard_actuator_guard_lease_age_seconds"
+
+    def age() -> float | None:
+        text = requests.get(actuator.url + "/metrics", timeout=5).text
+        return sample_value(text, name, node="itest")
+
+    try:
+        actuator.start()
+        wait_for(lambda: (age() or 99.0) < 3.0, 10, "the guard's lease to be seen as fresh")
+        guard.stop()
+        wait_for(lambda: (age() or 0.0) >= 3.0, 15, "the stopped guard's lease to age")
+        assert age() != float("inf"), "the lease file stays: its age, not 'never'"
+    finally:
+        actuator.stop()
         guard.stop()
 
 

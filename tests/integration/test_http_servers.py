@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
+from exporter_support import sample_value
 
 from gpuguard.actuator.state import ExporterClient
 from gpuguard.stack import httpload
@@ -83,12 +83,7 @@ def post_alerts(stack: NodeStack, body: bytes, bearer: str | None = None) -> req
 
 
 def metric(url: str, name: str, **labels: str) -> float | None:
-    text = requests.get(url + "/metrics", timeout=5).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                return float(sample.value)
-    return None
+    return sample_value(requests.get(url + "/metrics", timeout=5).text, name, **labels)
 
 
 def pids(stack: NodeStack) -> tuple[int, int]:

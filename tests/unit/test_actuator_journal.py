@@ -4,6 +4,7 @@ reconcile planning; leases."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -194,10 +195,12 @@ def test_a_killed_holder_drops_the_lock(tmp_path: Path) -> None:
 def test_lease_renewal_and_age(tmp_path: Path) -> None:
     path = tmp_path / lease.ACTUATOR_LEASE
     assert lease.read(path) is None
+    assert lease.age(path) == math.inf  # never renewed: what GpuguardGuardMissing sees
     lease.renew(path)
+    assert 0 <= lease.age(path) < 5
     seen = lease.read(path)
     assert seen is not None and seen.pid == os.getpid()
     assert 0 <= seen.age() < 5
     assert seen.age(now=seen.renewed + 20) == pytest.approx(20)
     path.write_text("{not json")
-    assert lease.read(path) is None
+    assert lease.read(path) is None and lease.age(path) == math.inf

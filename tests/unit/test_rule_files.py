@@ -69,8 +69,9 @@ def contract_records() -> set[str]:
 
 
 def contract_metrics() -> set[str]:
+    """The exporter's metrics (section 5) and the actuator's (section 8)."""
     metrics: set[str] = set()
-    for line in section(5).splitlines():
+    for line in (section(5) + section(8)).splitlines():
         if line.startswith("| `gpuguard_"):
             metrics.update(expand(line.split("|")[1]))
     return metrics
@@ -89,7 +90,7 @@ ALERTS = [rule for rule in rules() if "alert" in rule]
 
 
 def test_contract_parses() -> None:
-    assert len(contract_alerts()) == 10
+    assert len(contract_alerts()) == 12
     assert "gpuguard:container_deadline_hit_ratio:1h" in contract_records()
     assert "gpuguard_gpu_memory_total_bytes" in contract_metrics()
     assert "gpuguard_container_deadline_misses_total" in contract_metrics()
