@@ -33,7 +33,7 @@ in this order)::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -43,7 +43,8 @@ from prometheus_client.core import (
 )
 
 from gpuguard import __version__
-from gpuguard.contract import StateReason
+from gpuguard.contract import StateReason, TaskMode
+from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 from gpuguard.labels import CLASS, TASK
@@ -205,7 +206,7 @@ _FAMILY_TYPES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 class LabelSet:
     """Label values with their exposition text, made once per container and reused.
 
-    The render's hot loop then only formats values: 17,000 series at 1,000 containers.
+    The render's hot loop then only formats values: 20,000 series at 1,000 containers.
     """
 
     __slots__ = ("key", "text", "values")
@@ -296,11 +297,37 @@ class Rows:
         self.gauges[name].append((self.cache.get(_SPECS[name][2], values), value))
 
 
-def build_rows(snap: PollSnapshot | None, cache: LabelCache | None = None) -> Rows:
-    """Every series for ``snap`` (none but the families' headers when there is no poll yet)."""
+# Families that follow from the container index alone (with the node and the default task
+# mode): the text renderer renders them again only when the index changes (it is a new
+# mapping after every change), about a third of the series at 1,000 containers.
+_IDENTITY_FAMILIES = (
+    "gpuguard_container_info",
+    "gpuguard_container_managed",
+    "gpuguard_container_paused",
+    "gpuguard_container_deadline_seconds",
+    "gpuguard_container_deadline_invalid",
+    "gpuguard_container_task_info",
+    "gpuguard_container_label_invalid",
+)
+
+
+def build_rows(
+    snap: PollSnapshot | None,
+    cache: LabelCache | None = None,
+    identity: Mapping[str, list[Row]] | None = None,
+) -> Rows:
+    """Every series for ``snap`` (none but the families' headers when there is no poll yet).
+
+    ``identity``: the rows of ``_IDENTITY_FAMILIES`` for this snapshot's container index,
+    made earlier by ``identity_rows``; built here when not given.
+    """
     rows = Rows(cache if cache is not None else LabelCache())
     if snap is not None:
         _add_gpus(rows, snap)
+        if identity is None:
+            _add_identity(rows, snap)
+        else:
+            rows.gauges.update(identity)
         _add_containers(rows, snap)
         _add_tasks(rows, snap)
         _add_record(rows, snap)
@@ -344,18 +371,38 @@ def _to_families(rows: Rows) -> list[Metric]:
 class TextRenderer:
     """Prometheus text format straight from ``Rows``, for /metrics.
 
-    prometheus_client's ``generate_latest`` took about 110 ms for 1,000 containers here
-    (17,000 series), mostly building a dict per sample; this writes the same exposition
-    (checked against the collector in tests) from label text made once per container.
+    prometheus_client's ``generate_latest`` takes about 200 ms for 1,000 containers here
+    (20,000 series; ``bench/exporter_cost.py``), mostly building a dict per sample; this
+    writes the same exposition (checked against the collector in tests) from label text made
+    once per container, and keeps the text of ``_IDENTITY_FAMILIES`` while the container
+    index stays the same.
     """
 
     def __init__(self) -> None:
         self.cache = LabelCache()
+        # the container index (with node and default mode) the identity text was made from
+        self._identity_of: tuple[Mapping[str, ContainerInfo], str, TaskMode] | None = None
+        self._identity_rows: dict[str, list[Row]] = {}
+        self._identity_text: dict[str, str] = {}
 
     def render_snapshot(self, snap: PollSnapshot | None) -> bytes:
-        return self.render(build_rows(snap, self.cache))
+        if snap is None:
+            return self.render(build_rows(None, self.cache))
+        of = (snap.containers, snap.node, snap.default_task_mode)
+        known = self._identity_of
+        if known is None or known[0] is not of[0] or known[1:] != of[1:]:
+            made = Rows(self.cache)
+            _add_identity(made, snap)
+            self._identity_rows = {name: made.gauges[name] for name in _IDENTITY_FAMILIES}
+            self._identity_text = {
+                name: "".join(_lines(name, rows)) for name, rows in self._identity_rows.items()
+            }
+            self._identity_of = of
+        rows = build_rows(snap, self.cache, self._identity_rows)
+        return self.render(rows, self._identity_text)
 
-    def render(self, rows: Rows) -> bytes:
+    def render(self, rows: Rows, rendered: Mapping[str, str] | None = None) -> bytes:
+        """The exposition of ``rows``; a family in ``rendered`` is taken as its text."""
         out: list[str] = []
         append = out.append
         for name, (kind, doc, _labels) in _SPECS.items():
@@ -363,13 +410,24 @@ class TextRenderer:
             append(f"# HELP {sample_name} {_escape_help(doc)}\n# TYPE {sample_name} {kind}\n")
             if kind == "histogram":
                 _histogram(out, name, rows.histograms[name])
-                continue
-            for label_set, value in rows.gauges[name]:  # the hot loop: keep it flat
-                number = f"{value}.0" if type(value) is int else repr(float(value))
-                if number[-1] in "fn":  # inf, -inf, nan: the exposition spells them +Inf ...
-                    number = _special(value)
-                append(f"{sample_name}{{{label_set.text}}} {number}\n")
+            elif rendered is not None and name in rendered:
+                append(rendered[name])
+            else:
+                out.extend(_lines(name, rows.gauges[name]))
         return "".join(out).encode()
+
+
+def _lines(name: str, rows: list[Row]) -> list[str]:
+    """The sample lines of one gauge or counter family."""
+    sample_name = f"{name}_total" if _SPECS[name][0] == "counter" else name
+    out: list[str] = []
+    append = out.append
+    for label_set, value in rows:  # the hot loop: keep it flat
+        number = f"{value}.0" if type(value) is int else repr(float(value))
+        if number[-1] in "fn":  # inf, -inf, nan: the exposition spells them +Inf ...
+            number = _special(value)
+        append(f"{sample_name}{{{label_set.text}}} {number}\n")
+    return out
 
 
 def _histogram(out: list[str], name: str, rows: list[HistRow]) -> None:
@@ -425,7 +483,8 @@ def _add_gpus(r: Rows, snap: PollSnapshot) -> None:
         )
 
 
-def _add_containers(r: Rows, snap: PollSnapshot) -> None:
+def _add_identity(r: Rows, snap: PollSnapshot) -> None:
+    """The ``_IDENTITY_FAMILIES``: what each container is, from the container index alone."""
     node = snap.node
     g, cache = r.gauges, r.cache
     info_rows, managed, paused = (
@@ -437,22 +496,42 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         g["gpuguard_container_deadline_seconds"],
         g["gpuguard_container_deadline_invalid"],
     )
+    task_info = g["gpuguard_container_task_info"]
+    label_invalid = g["gpuguard_container_label_invalid"]
+    default_mode = snap.default_task_mode
+    for info in snap.containers.values():
+        values = (node, info.name, info.short_id)
+        labels = cache.get(_C, values)
+        info_rows.append((cache.get(_INFO_LABELS, (*values, info.image)), 1))
+        managed.append((labels, 1 if info.managed else 0))
+        paused.append((labels, 1 if info.paused else 0))
+        if info.deadline_s is not None:
+            deadline.append((labels, info.deadline_s))
+        invalid.append((labels, 1 if info.deadline_error else 0))
+        kind = (info.task_mode or default_mode, info.priority_class)
+        task_info.append((cache.get(_TASK_INFO_LABELS, (*values, *kind)), 1))
+        for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
+            if error:
+                label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+
+
+def _add_containers(r: Rows, snap: PollSnapshot) -> None:
+    """What each container did: its counters, demand and GPU use (changes every poll)."""
+    node = snap.node
+    g, cache = r.gauges, r.cache
     finished, hits, misses = (
         g["gpuguard_container_tasks_finished"],
         g["gpuguard_container_deadline_hits"],
         g["gpuguard_container_deadline_misses"],
     )
     paused_s, resumes = g["gpuguard_container_paused_seconds"], g["gpuguard_container_resumes"]
+    demand = g["gpuguard_container_demand_sm_ratio"]
     no_stats = ContainerStats()
-    _add_task_kinds(r, snap)
     for info in snap.containers.values():
         labels = cache.get(_C, (node, info.name, info.short_id))
-        info_rows.append((cache.get(_INFO_LABELS, (node, info.name, info.short_id, info.image)), 1))
-        managed.append((labels, 1 if info.managed else 0))
-        paused.append((labels, 1 if info.paused else 0))
-        if info.deadline_s is not None:
-            deadline.append((labels, info.deadline_s))
-        invalid.append((labels, 1 if info.deadline_error else 0))
+        share = snap.demand.get(info.id)
+        if share is not None:
+            demand.append((labels, share))
         stats = snap.stats.get(info.id, no_stats)
         finished.append((labels, stats.finished))
         hits.append((labels, stats.hits))
@@ -470,25 +549,6 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         memory.append((cg_labels, usage.memory_bytes))
         sm.append((cg_labels, usage.sm_ratio))
         processes.append((cg_labels, usage.processes))
-
-
-def _add_task_kinds(r: Rows, snap: PollSnapshot) -> None:
-    """Task mode and class per container; invalid labels and demand only where they exist."""
-    node, cache = snap.node, r.cache
-    task_info = r.gauges["gpuguard_container_task_info"]
-    invalid = r.gauges["gpuguard_container_label_invalid"]
-    demand = r.gauges["gpuguard_container_demand_sm_ratio"]
-    default_mode = snap.default_task_mode
-    for info in snap.containers.values():
-        values = (node, info.name, info.short_id)
-        kind = (info.task_mode or default_mode, info.priority_class)
-        task_info.append((cache.get(_TASK_INFO_LABELS, (*values, *kind)), 1))
-        for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
-            if error:
-                invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
-        share = snap.demand.get(info.id)
-        if share is not None:
-            demand.append((cache.get(_C, values), share))
 
 
 def _add_tasks(r: Rows, snap: PollSnapshot) -> None:

@@ -133,6 +133,29 @@ def test_text_renderer_matches_the_collector(setup) -> None:
     assert fast.count("# TYPE") == reference.count("# TYPE")
 
 
+def test_text_renderer_renders_identity_again_when_the_index_changes(setup) -> None:
+    # /metrics keeps the text of what each container is until the container index changes
+    backend, containers, poller, _ = setup
+    renderer = TextRenderer()
+
+    def scrape(t: float) -> str:
+        backend.next = sample(t, {100: GIB})
+        poller.poll_once()
+        body = renderer.render_snapshot(poller.snapshot).decode()
+        assert body == TextRenderer().render(build_rows(poller.snapshot)).decode()
+        return body
+
+    labels = f'node="node-a",container="rt-1",container_id="{cid(1)[:12]}"'
+    assert f"gpuguard_container_paused{{{labels}}} 0.0" in scrape(1.0)
+    assert f"gpuguard_container_paused{{{labels}}} 0.0" in scrape(1.1)  # the kept text
+    containers.set(container(1, "rt-1", state="paused"), container(2), container(3))
+    assert f"gpuguard_container_paused{{{labels}}} 1.0" in scrape(1.2)
+    containers.set(container(1, "rt-1", deadline_s=4.0), container(2), container(3))
+    body = scrape(1.3)
+    assert f"gpuguard_container_paused{{{labels}}} 0.0" in body
+    assert f"gpuguard_container_deadline_seconds{{{labels}}} 4.0" in body
+
+
 def test_label_values_are_escaped() -> None:
     from gpuguard.exporter.collector import _escape_label
 
