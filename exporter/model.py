@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuguard.contract import PriorityClass, TaskMode
 
@@ -104,9 +105,12 @@ class ProcessOwner:
     start_ticks: int  # /proc/<pid>/stat field 22 (clock ticks since boot)
 
 
-@dataclass(frozen=True, slots=True)
-class AttributedProcess:
-    """A GPU process joined with its container (the join's output, one per device+pid)."""
+class AttributedProcess(NamedTuple):
+    """A GPU process joined with its container (the join's output, one per device+pid).
+
+    A named tuple, not a frozen dataclass: the join makes one per GPU process per poll, and
+    a frozen dataclass takes four times as long to make (bench/exporter_cost.py).
+    """
 
     gpu: str
     gpu_index: int

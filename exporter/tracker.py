@@ -63,7 +63,7 @@ import itertools
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskMode
 from gpuguard.exporter.events import EventLog
@@ -89,9 +89,11 @@ class TaskRules:
     idle_timeout_s: float = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class TaskView:
-    """A task as reported (running or finished); times are wall clock seconds."""
+class TaskView(NamedTuple):
+    """A task as reported (running or finished); times are wall clock seconds.
+
+    A named tuple, not a frozen dataclass: every running task gets a new view each poll.
+    """
 
     task_id: str
     container_id: str | None
