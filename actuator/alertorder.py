@@ -12,12 +12,16 @@ time while it fires). So, per fingerprint:
 
 A new episode of the same alert has a later ``startsAt`` (Prometheus starts a new one after
 a resolution), so it is never mistaken for a stale duplicate.
+
+The resolved episodes go to the journal (``to_doc``/``from_doc``) with the node list, so a
+late ``firing`` that reaches an actuator restarted since the resolution is still stale.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpuguard.actuator.webhook import Alert
 
@@ -62,3 +66,31 @@ class AlertOrder:
 
     def __len__(self) -> int:
         return len(self._episodes)
+
+    def to_doc(self, now: float, limit: int = 1000) -> dict[str, list[Any]]:
+        """The resolved episodes seen within ``keep_s``, newest ``limit``: fingerprint ->
+        [startsAt (ISO 8601), seen (epoch seconds)]."""
+        resolved = [
+            (e.seen, fp, e.starts_at)
+            for fp, e in self._episodes.items()
+            if e.resolved and now - e.seen <= self._keep_s
+        ]
+        resolved.sort(reverse=True)
+        return {fp: [starts.isoformat(), seen] for seen, fp, starts in resolved[:limit]}
+
+    @classmethod
+    def from_doc(cls, doc: Any, now: float) -> AlertOrder:
+        """Restore ``to_doc``'s resolved episodes; malformed or expired entries are dropped
+        (an unreadable entry costs one possible late re-mark, never a start-up)."""
+        order = cls()
+        if not isinstance(doc, dict):
+            return order
+        for fp, item in list(doc.items())[: order._limit]:
+            try:
+                starts_at = datetime.fromisoformat(item[0])
+                seen = float(item[1])
+            except (TypeError, ValueError, IndexError, KeyError):
+                continue
+            if isinstance(fp, str) and now - seen <= order._keep_s:
+                order._episodes[fp] = _Episode(starts_at, True, seen)
+        return order

@@ -105,7 +105,7 @@ class Controller:
         self._node_id_lock = threading.Lock()
         self._node_id: str | None = None
         self._node_id_at: float | None = None
-        self.order = AlertOrder()
+        self.order = AlertOrder.from_doc(journal.nodes.get("resolved_alerts"), time.time())
         #: fingerprint -> last delivery, of resume_all alerts firing for this node
         self._fail_open_alerts: dict[str, float] = {}
         self.docker_error: str | None = None
@@ -331,8 +331,14 @@ class Controller:
                 state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
                 reasons = ", ".join(r.alertname for r in self.nodes.reasons()) or "no reasons left"
                 log.info("node %s is now %s (%s)", self.config.node_name, state, reasons)
-            self.journal.set_nodes(self.nodes.to_doc())
+            self._save_nodes()
             return self.apply_node_mark()
+
+    def _save_nodes(self) -> None:
+        """The node list and the resolved alert episodes, in the journal."""
+        doc = self.nodes.to_doc()
+        doc["resolved_alerts"] = self.order.to_doc(time.time())
+        self.journal.set_nodes(doc)
 
     def apply_node_mark(self) -> Report:
         """Make the Swarm label (if any) match the node list; safe to call any time."""
@@ -431,7 +437,7 @@ class Controller:
                 self.decide_now(TriggerSource.RECONCILE, state=state)
             if self.nodes.expire(time.time(), self.config.node_mark_ttl_s):
                 log.warning("node mark expired: no webhook renewed it within the mark TTL")
-                self.journal.set_nodes(self.nodes.to_doc())
+                self._save_nodes()
             self._expire_fail_open(time.time())
             if self._applied_provisionable != self.nodes.provisionable:
                 self.apply_node_mark()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import docker.errors
@@ -133,14 +133,25 @@ class NodeList:
 
     @classmethod
     def from_doc(cls, node: str, doc: dict[str, Any]) -> NodeList:
-        """Restore from the journal; a journal of another node name is ignored."""
+        """Restore from the journal; a journal of another node name is ignored, and so is a
+        malformed part of one (a reason left out expires anyway; a crash at start-up would
+        leave tenants paused)."""
         nodes = cls(node)
-        if doc.get("node") != node:
+        if not isinstance(doc, dict) or doc.get("node") != node:
             return nodes
-        nodes.since = float(doc.get("since", nodes.since))
-        for item in doc.get("reasons", []):
-            reason = Reason(**item)
-            nodes.groups.setdefault(reason.group_key, {})[reason.fingerprint] = reason
+        try:
+            nodes.since = float(doc.get("since", nodes.since))
+        except (TypeError, ValueError):
+            pass
+        reasons = doc.get("reasons")
+        for item in reasons if isinstance(reasons, list) else []:
+            try:
+                reason = Reason(**item)
+                key = (str(reason.group_key), str(reason.fingerprint))
+                reason = replace(reason, since=float(reason.since), seen=float(reason.seen))
+            except (TypeError, ValueError):
+                continue
+            nodes.groups.setdefault(key[0], {})[key[1]] = reason
         return nodes
 
 

@@ -138,3 +138,41 @@ def test_a_fail_open_no_repeat_renews_expires(tmp_path: Path) -> None:
     controller._expire_fail_open(time.time() + 3)
     assert not controller.holding_open
     controller.audit.close()
+
+
+def test_a_late_firing_after_a_restart_is_still_stale(tmp_path: Path) -> None:
+    # The resolution reached the actuator, which then restarted; the second Alertmanager's
+    # late firing reaches the new one. The resolved episode came back from the journal.
+    first = make_controller(tmp_path)
+    first.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
+    first.handle_webhook(
+        webhook("NodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
+    )
+    assert first.nodes.provisionable
+    first.audit.close()
+    second = make_controller(tmp_path)
+    report = second.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
+    assert second.nodes.provisionable
+    assert report.skips == [{"reason": "stale_alert", "alert": "NodeCannotGuaranteeDeadlines"}]
+    # a new episode still marks
+    second.handle_webhook(webhook("NodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z"))
+    assert not second.nodes.provisionable
+    second.audit.close()
+
+
+def test_a_malformed_node_list_in_the_journal_does_not_stop_the_start(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path)
+    controller.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
+    controller.audit.close()
+    path = controller.journal.path
+    doc = json.loads(path.read_text())
+    good = doc["nodes"]["reasons"][0]
+    doc["nodes"]["reasons"] = [{"alertname": "x"}, "junk", {**good, "since": "soon"}, good]
+    doc["nodes"]["since"] = "yesterday"
+    doc["nodes"]["resolved_alerts"] = {"f1": ["not a time", 1.0], "f2": "junk", "f3": None}
+    path.write_text(json.dumps(doc))
+    restarted = make_controller(tmp_path)
+    assert [r.fingerprint for r in restarted.nodes.reasons()] == [good["fingerprint"]]
+    assert not restarted.nodes.provisionable
+    assert len(restarted.order) == 0
+    restarted.audit.close()
