@@ -9,9 +9,9 @@ import sys
 import time
 from typing import Any
 
+from gpuguard import flags
 from gpuguard.actuator import guard
 from gpuguard.actuator.config import add_flags, load_config
-from gpuguard.actuator.errors import ConfigError
 from gpuguard.placer.cli import add_nodes_flags, show_ranked
 
 
@@ -43,14 +43,9 @@ def register(subparsers: Any) -> None:
 
 
 def run_actuator(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args)
-    except ConfigError as exc:
-        print(f"gpuguard actuator: {exc}", file=sys.stderr)
-        return 2
     from gpuguard.actuator.app import run
 
-    return run(config)
+    return flags.run_configured("gpuguard actuator", lambda: load_config(args), run)
 
 
 def show_nodes(args: argparse.Namespace) -> int:

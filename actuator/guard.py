@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -270,9 +269,4 @@ def register(subparsers: Any) -> None:
 
 
 def _run_cli(args: argparse.Namespace) -> int:
-    try:
-        config = validate(flags.merge(args, FLAGS))
-    except ConfigError as exc:
-        print(f"gpuguard guard: {exc}", file=sys.stderr)
-        return 2
-    return run(config)
+    return flags.run_configured("gpuguard guard", lambda: validate(flags.merge(args, FLAGS)), run)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from gpuguard import labels
+from gpuguard import flags, labels
 from gpuguard.exporter.config import add_flags, load_config
 from gpuguard.exporter.errors import ConfigError
 
@@ -65,12 +65,7 @@ def register(sub: Any) -> None:
 def cmd_exporter(args: argparse.Namespace) -> int:
     from gpuguard.exporter.app import run_exporter
 
-    try:
-        config = load_config(args)
-    except ConfigError as exc:
-        print(f"gpuguard exporter: {exc}", file=sys.stderr)
-        return 2
-    return run_exporter(config)
+    return flags.run_configured("gpuguard exporter", lambda: load_config(args), run_exporter)
 
 
 # -- ps ----------------------------------------------------------------------------------
@@ -240,12 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if wants_placer(args.argv):
         return run_service(args.argv)
-    try:
-        cmd = docker_run_argv(args.argv)
-    except ConfigError as exc:
-        print(f"gpuguard run: {exc}", file=sys.stderr)
-        return 2
-    return exec_docker(cmd)
+    return flags.run_configured("gpuguard run", lambda: docker_run_argv(args.argv), exec_docker)
 
 
 def exec_docker(cmd: list[str]) -> int:

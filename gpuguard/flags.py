@@ -14,6 +14,7 @@ import functools
 import ipaddress
 import logging
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from gpuguard.labels import LabelError, parse_duration
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_C = TypeVar("_C")
 
 
 def start_logging(level: str, warnings: Iterable[str] = (), name: str = "gpuguard") -> None:
@@ -125,6 +127,17 @@ def read_yaml(path: Path, flag: str) -> Any:
         raise ConfigError(f"{flag} {path}: cannot read: not UTF-8 ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def run_configured(prog: str, load: Callable[[], _C], run: Callable[[_C], int]) -> int:
+    """A command's entry: ``run(load())``, or exit status 2 with ``prog: <error>`` on stderr
+    when the configuration is bad (nothing has started yet, so nothing changes)."""
+    try:
+        config = load()
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    return run(config)
 
 
 def reraise_as(error: type[ConfigError]) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:

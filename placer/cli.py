@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
+from gpuguard import flags
 from gpuguard.placer.config import DEFAULT_URL, add_flags, load_config
-from gpuguard.placer.errors import ConfigError
 
 COLUMNS = ("#", "NODE", "GPU", "MODEL", "FREE", "FLOAT", "TASKS", "BUSY", "SLOWDOWN", "WHY NOT")
 GIB = 2**30
@@ -42,14 +42,9 @@ def add_nodes_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_placer(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args)
-    except ConfigError as exc:
-        print(f"gpuguard placer: {exc}", file=sys.stderr)
-        return 2
     from gpuguard.placer.app import run_placer
 
-    return run_placer(config)
+    return flags.run_configured("gpuguard placer", lambda: load_config(args), run_placer)
 
 
 def show_ranked(args: argparse.Namespace) -> int:
