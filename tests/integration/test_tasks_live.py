@@ -43,10 +43,11 @@ def test_idle_long_lived_server_runs_no_task_unless_process_mode(
     first = time.time() + 5.0  # after the start-up burst (context, model) has ended
     servers = {}
     for i, mode in enumerate(("burst", "process")):
-        # 4 requests of 0.3 s, 3 s apart; the two servers' requests 1.5 s apart, so that
-        # each computes alone (demand is learnt from tasks that ran alone)
+        # 4 requests of 0.45 s, 3 s apart; the two servers' requests 1.5 s apart, so that
+        # each computes alone (demand is learnt from tasks that ran alone through a whole
+        # 1/6 s sample period: a request longer than two periods always holds one)
         args = ["server", "--arrivals", "fixed", "--rate", "0.333", "--requests", "4",
-                "--request-work", "3", "--memory-bytes", "256MiB",
+                "--request-work", "4.5", "--memory-bytes", "256MiB",
                 "--start-at", f"{first + 1.5 * i:.3f}"]  # fmt: skip
         servers[mode] = run_python_container(
             workload(sim, f"server-{mode}", *args),
