@@ -57,7 +57,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("record.busy-window", "5s",
          "node record: window over which GPU utilization is averaged", "duration"),
     Flag("record.busy-threshold", 0.99,
-         "node record: average utilization at or above which the GPU counts as 100%"),
+         "node record: average utilization at or above which the GPU counts as 100%%"),
     Flag("record.memory-threshold", 0.95,
          "node record: share of GPU memory in use at or above which it counts as full"),
 )  # fmt: skip
