@@ -31,8 +31,8 @@ import requests
 
 from gpuguard.actuator.webhook import WebhookMessage
 from gpuguard.contract import Result
+from gpuguard.labels import PROVISIONABLE
 
-SWARM_LABEL = "gpuguard.provisionable"
 _SEQUENCE_RETRIES = 5
 
 
@@ -194,12 +194,12 @@ class SwarmMarker:
             version = node["Version"]["Index"]
             spec = dict(node["Spec"])
             node_labels = dict(spec.get("Labels") or {})
-            if provisionable == (node_labels.get(SWARM_LABEL) != "false"):
+            if provisionable == (node_labels.get(PROVISIONABLE) != "false"):
                 return Result.ALREADY
             if provisionable:
-                node_labels.pop(SWARM_LABEL, None)
+                node_labels.pop(PROVISIONABLE, None)
             else:
-                node_labels[SWARM_LABEL] = "false"
+                node_labels[PROVISIONABLE] = "false"
             spec["Labels"] = node_labels
             try:
                 # Version.Index makes this a compare-and-swap against concurrent updates.

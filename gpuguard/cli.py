@@ -1,7 +1,9 @@
 """The ``gpuguard`` command: one entry point, subcommands registered by each part.
 
-Each part exposes ``register(subparsers)`` adding its subcommands with
-``set_defaults(func=...)``; ``func(args) -> int`` is the exit status.
+Each service (exporter, actuator, placer) registers the command that runs it; the user's
+commands (``ps``, ``run``, ``nodes``) live in ``gpuguard.commands``. Each exposes
+``register(subparsers)`` adding its subcommands with ``set_defaults(func=...)``;
+``func(args) -> int`` is the exit status.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     from gpuguard import __version__, demo
     from gpuguard.actuator import cli as actuator_cli
+    from gpuguard.commands import nodes, ps, run
     from gpuguard.exporter import cli as exporter_cli
     from gpuguard.placer import cli as placer_cli
 
@@ -24,7 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     exporter_cli.register(sub)
+    ps.register(sub)
+    run.register(sub)
     actuator_cli.register(sub)
+    nodes.register(sub)
     placer_cli.register(sub)
     demo.register(sub)
     return parser

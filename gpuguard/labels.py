@@ -1,4 +1,8 @@
-"""Container labels gpuguard reads, and parsing of their values (pure)."""
+"""Labels gpuguard reads and writes, and parsing of their values (pure).
+
+Container labels (what a tenant sets on its container), and the Swarm node and service
+labels that the actuator's node marks and ``gpuguard run``'s placed services share.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,14 @@ MANAGED = "gpuguard.managed"
 ROLE = "gpuguard.role"
 TASK = "gpuguard.task"
 CLASS = "gpuguard.class"
+
+#: Swarm node label: ``false`` while the node's actuator marks it unprovisionable; a
+#: real-time service carries the constraint ``node.labels.gpuguard.provisionable!=false``.
+PROVISIONABLE = "gpuguard.provisionable"
+#: Swarm node label: the node's name as its exporter knows it (``--node.name``).
+NODE = "gpuguard.node"
+#: Swarm service label: ``<node>/<gpu>`` the placer chose for the service.
+PLACEMENT = "gpuguard.placement"
 
 _E = TypeVar("_E", TaskMode, PriorityClass)
 

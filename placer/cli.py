@@ -1,17 +1,12 @@
-"""``gpuguard placer``, and the ranked node list that ``gpuguard nodes --placer.url`` shows."""
+"""``gpuguard placer``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 from gpuguard import flags
-from gpuguard.placer.config import DEFAULT_URL, add_flags, load_config
-
-COLUMNS = ("#", "NODE", "GPU", "MODEL", "FREE", "FLOAT", "TASKS", "BUSY", "SLOWDOWN", "WHY NOT")
-GIB = 2**30
+from gpuguard.placer.config import add_flags, load_config
 
 
 def register(sub: Any) -> None:
@@ -26,92 +21,7 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=cmd_placer)
 
 
-def add_nodes_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags ``gpuguard nodes`` takes to show the placer's ranked list."""
-    parser.add_argument(
-        "--placer.url",
-        dest="placer_url",
-        default=None,
-        help=f"show the placer's ranked list (e.g. {DEFAULT_URL}) instead of the actuator's",
-    )
-    parser.add_argument("--deadline", default=None, help="rank for this deadline (e.g. 9s)")
-    parser.add_argument("--memory", default=None, help="rank for this GPU memory (e.g. 2GiB)")
-    parser.add_argument("--runtime", default=None, help="a task's run time alone (e.g. 2s)")
-    parser.add_argument("--policy", default=None, help="gpuguard or paper-c")
-    parser.add_argument("--placer.token-file", dest="placer_token_file", default=None)
-
-
 def cmd_placer(args: argparse.Namespace) -> int:
     from gpuguard.placer.app import run_placer
 
     return flags.run_configured("gpuguard placer", lambda: load_config(args), run_placer)
-
-
-def show_ranked(args: argparse.Namespace) -> int:
-    """``gpuguard nodes --placer.url URL``: the ranked list with the reasons."""
-    import requests
-
-    from gpuguard import flags
-
-    params = {
-        name: value
-        for name, value in (
-            ("deadline", args.deadline),
-            ("memory", args.memory),
-            ("runtime", args.runtime),
-            ("policy", args.policy),
-        )
-        if value is not None
-    }
-    headers = {}
-    try:
-        if args.placer_token_file:
-            token = flags.read_token(args.placer_token_file, "placer.token-file")
-            headers["Authorization"] = f"Bearer {token}"
-    except flags.ConfigError as exc:
-        print(f"gpuguard nodes: {exc}", file=sys.stderr)
-        return 2
-    url = args.placer_url.rstrip("/") + "/api/v1/nodes"
-    try:
-        reply = requests.get(url, params=params, headers=headers, timeout=10)
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
-        print(f"gpuguard nodes: {url}: {type(exc).__name__}", file=sys.stderr)
-        return 1
-    if reply.status_code != 200:
-        print(f"gpuguard nodes: {url}: {reply.status_code} {doc.get('error')}", file=sys.stderr)
-        return 2 if reply.status_code == 400 else 1
-    print(json.dumps(doc, indent=2) if args.json else format_ranked(doc))
-    return 0
-
-
-def format_ranked(doc: dict[str, Any]) -> str:
-    """The ranked list as a table, best first (pure, for tests)."""
-    rows = [COLUMNS]
-    for i, c in enumerate(doc.get("ranked", []), start=1):
-        float_time = c.get("float_time_s")
-        slowdown = c.get("slowdown")
-        rows.append(
-            (
-                str(i) if c["eligible"] else "-",
-                c["node"],
-                c["gpu"] if c["gpu"] is not None else "-",
-                c.get("model") or "-",
-                f"{c['memory_free_bytes'] / GIB:.1f}GiB",
-                "inf" if float_time is None else f"{float_time:.1f}s",
-                str(c.get("running_tasks", 0)),
-                f"{c.get('busy_ratio', 0.0):.0%}",
-                "-" if slowdown is None else f"x{slowdown:.2f}",
-                ", ".join(c["reasons"]) or "-",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-             for row in rows]  # fmt: skip
-    request = doc.get("request", {})
-    lines.append(
-        f"({doc.get('policy')}: {doc.get('eligible', 0)} of {doc.get('candidates', 0)} eligible"
-        f" for deadline {request.get('deadline_s')}s, memory "
-        f"{request.get('memory_bytes', 0) / GIB:.1f}GiB)"
-    )
-    return "\n".join(lines)

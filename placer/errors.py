@@ -19,7 +19,3 @@ class BadRequest(PlacerError):
 
 class RecordsUnavailable(PlacerError):
     """Prometheus could not be reached or answered with an error (HTTP 503)."""
-
-
-class PlacementFailed(PlacerError):
-    """``gpuguard run`` could not place the service; the message is one line."""

@@ -11,14 +11,12 @@ import random
 import socket
 from typing import Any
 
+from gpuguard.labels import NODE
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.process import ServiceError, free_port
 
 BASE_PORT = 2377
 DATA_PATH_PORT = 4790
-#: The node label that names a Swarm node as its exporter does (``--node.name``); the
-#: placer's ``gpuguard run`` matches nodes by it (the loopback nodes share one hostname).
-NODE_NAME_LABEL = "gpuguard.node"
 
 
 def form_swarm(engines: list[PrivateDockerd]) -> list[str]:
@@ -76,13 +74,14 @@ def node_labels(client: Any, node_id: str) -> dict[str, str]:
 
 
 def name_nodes(engine: PrivateDockerd, names: dict[str, str]) -> None:
-    """Label each Swarm node id in ``names`` with ``gpuguard.node=<name>``, via a manager."""
+    """Label each Swarm node id in ``names`` with ``gpuguard.node=<name>``, via a manager:
+    ``gpuguard run --placer.url`` matches nodes by it (the loopback nodes share a hostname)."""
     client = engine.client()
     try:
         for node_id, name in names.items():
             node = client.nodes.get(node_id)
             spec = dict(node.attrs["Spec"])
-            spec["Labels"] = {**(spec.get("Labels") or {}), NODE_NAME_LABEL: name}
+            spec["Labels"] = {**(spec.get("Labels") or {}), NODE: name}
             node.update(spec)
     finally:
         client.close()

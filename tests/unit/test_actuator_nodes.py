@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.cli import format_nodes
 from gpuguard.actuator.nodes import NodeList
 from gpuguard.actuator.webhook import parse_message
+from gpuguard.commands.nodes import format_nodes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
 MARK = {"NodeCannotGuaranteeDeadlines", "TaskDeadlineAtRisk"}

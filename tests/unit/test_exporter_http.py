@@ -8,9 +8,17 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from gpuguard.contract import EventType
 from gpuguard.exporter.events import EventLog
-from gpuguard.exporter.http import EventWaiters, MetricsCache, SnapshotCache
+from gpuguard.exporter.http import (
+    BadRequest,
+    EventWaiters,
+    MetricsCache,
+    SnapshotCache,
+    parse_events_query,
+)
 from gpuguard.exporter.state import program_name, state_json
 from tests.unit.exporter_fakes import GIB, sample, three_container_poller
 
@@ -113,3 +121,28 @@ def test_existing_events_and_truncation_answer_at_once() -> None:
 
     batch = run(behind())
     assert batch.truncated and len(batch.events) == 2  # type: ignore[attr-defined]
+
+
+def test_events_query() -> None:
+    assert parse_events_query("") == (0, 10.0)
+    assert parse_events_query("since=12&timeout=0.5") == (12, 0.5)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "since=-1",
+        "since=x",
+        "since=%C2%B2",  # '²': str.isdigit() says yes, int() says no
+        "since=" + "9" * 5000,  # int() refuses more than 4,300 digits
+        "timeout=61",
+        "timeout=-1",
+        "timeout=nan",
+        "timeout=x",
+        "timeout=%EF%BC%91",  # a fullwidth 1
+        "foo=1",
+    ],
+)
+def test_events_query_rejects(query: str) -> None:
+    with pytest.raises(BadRequest):
+        parse_events_query(query)

@@ -18,14 +18,12 @@ from typing import Any
 import requests
 
 from gpuguard import flags
-from gpuguard.actuator.nodes import SWARM_LABEL
-from gpuguard.exporter.cli import exec_docker, run_labels, split_run_flags
-from gpuguard.exporter.errors import ConfigError
-from gpuguard.placer.errors import PlacementFailed
+from gpuguard.commands.errors import PlacementFailed
+from gpuguard.commands.launch import exec_docker, run_labels, split_run_flags
+from gpuguard.flags import ConfigError
+from gpuguard.labels import NODE, PLACEMENT, PROVISIONABLE
 
-NODE_LABEL = "gpuguard.node"
-PLACEMENT_LABEL = "gpuguard.placement"
-RT_CONSTRAINT = f"node.labels.{SWARM_LABEL}!=false"
+RT_CONSTRAINT = f"node.labels.{PROVISIONABLE}!=false"
 VALUED = (
     "--deadline", "--task", "--docker.host", "--placer.url", "--placer.token-file",
     "--memory", "--runtime", "--gpu-model",
@@ -51,9 +49,9 @@ def run_service(argv: Sequence[str]) -> int:
     try:
         found, rest = split_run_flags(argv, VALUED)
         cmd = service_argv(found, rest, place(found), swarm_nodes(found.get("--docker.host")))
-    except (flags.ConfigError, PlacementFailed) as exc:
+    except (ConfigError, PlacementFailed) as exc:
         print(f"gpuguard run: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, flags.ConfigError) else 1
+        return 2 if isinstance(exc, ConfigError) else 1
     return exec_docker(cmd)
 
 
@@ -111,15 +109,15 @@ def swarm_nodes(docker_host: str | None) -> list[dict[str, Any]]:
 
 def swarm_node_id(nodes: list[dict[str, Any]], name: str) -> str:
     """The Swarm node id of the placer's node ``name`` (pure)."""
-    by_label = [n for n in nodes if (n["Spec"].get("Labels") or {}).get(NODE_LABEL) == name]
+    by_label = [n for n in nodes if (n["Spec"].get("Labels") or {}).get(NODE) == name]
     by_host = [n for n in nodes if n.get("Description", {}).get("Hostname") == name]
     for matches in (by_label, by_host):
         if len(matches) == 1:
             return str(matches[0]["ID"])
     if len(by_host) > 1:
         raise PlacementFailed(f"{len(by_host)} swarm nodes are called {name}: label them "
-                              f"with {NODE_LABEL}=<exporter --node.name>")  # fmt: skip
-    raise PlacementFailed(f"no swarm node is {name} (label {NODE_LABEL} or hostname)")
+                              f"with {NODE}=<exporter --node.name>")  # fmt: skip
+    raise PlacementFailed(f"no swarm node is {name} (label {NODE} or hostname)")
 
 
 def service_argv(
@@ -136,6 +134,6 @@ def service_argv(
     cmd += ["--constraint", RT_CONSTRAINT]
     for key, value in run_labels(found).items():
         cmd += ["--container-label", f"{key}={value}"]
-    cmd += ["--label", f"{PLACEMENT_LABEL}={answer['node']}/{answer['gpu']}"]
+    cmd += ["--label", f"{PLACEMENT}={answer['node']}/{answer['gpu']}"]
     cmd += ["--env", f"NVIDIA_VISIBLE_DEVICES={answer['gpu']}"]
     return cmd + rest

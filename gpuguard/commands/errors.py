@@ -1,0 +1,11 @@
+"""The commands' exceptions. A bad flag is ``gpuguard.flags.ConfigError`` (exit status 2)."""
+
+from __future__ import annotations
+
+
+class CommandError(Exception):
+    """Base class of every error a command raises on purpose."""
+
+
+class PlacementFailed(CommandError):
+    """``gpuguard run`` could not place the service; the message is one line."""

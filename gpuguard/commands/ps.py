@@ -1,0 +1,120 @@
+"""``gpuguard ps``: paper A's DEADLINES view of ``docker ps`` (and more).
+
+Read from the exporter's /api/v1/state: one row per running GPU task, or per container
+without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from gpuguard import labels
+
+DEFAULT_EXPORTER_URL = "http://127.0.0.1:10835"
+PS_COLUMNS = (
+    "CONTAINER ID", "NAME", "COMMAND", "DEADLINE", "GPU", "PHASE", "ELAPSED", "SLACK", "PAUSED",
+)  # fmt: skip
+
+
+def register(sub: Any) -> None:
+    """Add ``gpuguard ps`` to ``gpuguard``'s subparsers."""
+    ps = sub.add_parser("ps", help="containers with their deadlines and GPU tasks")
+    ps.add_argument(
+        "--exporter.url",
+        dest="exporter_url",
+        default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
+        help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
+    )
+    ps.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ps.add_argument("--all", "-a", action="store_true", help="also stopped containers")
+    ps.set_defaults(func=cmd_ps)
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    import requests
+
+    url = args.exporter_url.rstrip("/") + "/api/v1/state"
+    try:
+        reply = requests.get(url, timeout=5)
+    except requests.RequestException as exc:
+        print(f"gpuguard ps: exporter not reachable at {args.exporter_url} ({type(exc).__name__});"
+              " is `gpuguard exporter` running?", file=sys.stderr)  # fmt: skip
+        return 1
+    if reply.status_code != 200:
+        print(
+            f"gpuguard ps: {url} answered {reply.status_code}: {reply.text.strip()}",
+            file=sys.stderr,
+        )
+        return 1
+    rows = ps_rows(reply.json(), show_all=args.all)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def _seconds(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1f}s" if signed else f"{value:.1f}s"
+
+
+def ps_rows(state: dict[str, Any], show_all: bool = False) -> list[dict[str, str]]:
+    """One row per running task, or per container without one (pure)."""
+    tasks_by_container: dict[str | None, list[dict[str, Any]]] = {}
+    for task in state.get("tasks", []):
+        tasks_by_container.setdefault(task.get("container_id"), []).append(task)
+    rows = []
+    for container in state.get("containers", []):
+        if not show_all and container["state"] not in ("running", "paused"):
+            continue
+        if container.get("deadline_s") is not None:
+            deadline = labels.format_duration(container["deadline_s"])
+        else:
+            deadline = "invalid" if container.get("deadline_error") else "-"
+        base = {
+            "CONTAINER ID": container["id"][:12],
+            "NAME": container["name"],
+            "COMMAND": _shorten(container.get("command", ""), 22),
+            "DEADLINE": deadline,
+            "PAUSED": "yes" if container.get("paused") else "no",
+        }
+        tasks = tasks_by_container.get(container["id"], [])
+        if not tasks:
+            gpus = ",".join(container.get("gpus", [])) or "-"
+            rows.append({**base, "GPU": gpus, "PHASE": "-", "ELAPSED": "-", "SLACK": "-"})
+        for task in tasks:
+            rows.append({**base, **_task_cells(task)})
+    if show_all:
+        for task in tasks_by_container.get(None, []):
+            base = {"CONTAINER ID": "-", "NAME": f"(pid {task['pid']})", "COMMAND": "-",
+                    "DEADLINE": "-", "PAUSED": "no"}  # fmt: skip
+            rows.append({**base, **_task_cells(task)})
+    return rows
+
+
+def _task_cells(task: dict[str, Any]) -> dict[str, str]:
+    phase = task["phase"] + (" OVERRUN" if task.get("overrun") else "")
+    return {
+        "GPU": str(task["gpu"]),
+        "PHASE": phase,
+        "ELAPSED": _seconds(task.get("elapsed_s")),
+        "SLACK": _seconds(task.get("slack_s"), signed=True),
+    }
+
+
+def _shorten(text: str, width: int) -> str:
+    text = f'"{text}"' if text else "-"
+    return text if len(text) <= width else text[: width - 4] + '..."'
+
+
+def format_table(rows: list[dict[str, str]]) -> str:
+    widths = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in PS_COLUMNS}
+    lines = ["   ".join(c.ljust(widths[c]) for c in PS_COLUMNS).rstrip()]
+    lines += ["   ".join(r[c].ljust(widths[c]) for c in PS_COLUMNS).rstrip() for r in rows]
+    return "\n".join(lines)
