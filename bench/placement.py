@@ -5,7 +5,7 @@
    is parsed into records, ranked (gpuguard's policy) and the best GPU chosen. Median of
    repeated runs. Target: <= 50 ms at 1,000 nodes.
 2. Placement policies on a simulated cluster driven by gpusim's contention model
-   (``gpusim/model.py``: concurrent kernels time-slice with paper B's overhead): the same
+   (``gpusim/contention.py``: concurrent kernels time-slice with paper B's overhead): the same
    arrivals (fixed seeds) are placed by each policy and every task's deadline is judged.
    Workloads: paper C's Fig. 3 (8,192 x 8,192 matmuls, arriving in bursts; memory allows
    21 on a 24 GiB GPU, paper C ran up to 20) and Fig. 4 (light inference tasks, each
@@ -48,15 +48,16 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from gpuguard.contract import Phase  # noqa: E402
 from gpuguard.exporter.model import DeviceSample  # noqa: E402
-from gpuguard.exporter.record import GpuRecord, NodeRecord, RecordConfig, gpu_record  # noqa: E402
+from gpuguard.exporter.record import RecordConfig, gpu_record  # noqa: E402
 from gpuguard.exporter.tracker import TaskView  # noqa: E402
-from gpuguard.gpusim.model import (  # noqa: E402
+from gpuguard.gpusim.contention import (  # noqa: E402
     ContentionSimulator,
     Job,
     JobKind,
     matmul_bytes,
     matmul_work_s,
 )
+from gpuguard.noderecord import GpuRecord, NodeRecord  # noqa: E402
 from gpuguard.placer.ranking import NodeView, Policy, Request, rank  # noqa: E402
 from gpuguard.placer.reservations import Reservations  # noqa: E402
 from gpuguard.placer.source import views_from_samples  # noqa: E402

@@ -24,9 +24,10 @@ from gpuguard.exporter.errors import BackendError, ProcfsError
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
-from gpuguard.exporter.record import NodeRecord, NodeRecorder
+from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.samples import SampleHold
 from gpuguard.exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
+from gpuguard.noderecord import NodeRecord
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Paper C's node record: state 0/1, float time and free GPU memory, per GPU and per node.
+"""Paper C's node record of this node: state 0/1, float time and free GPU memory, per GPU
+and per node (the types, and the compact encoding: ``gpuguard/noderecord.py``).
 
 Computed from what one poll already has (devices, running tasks, recent finished tasks); the
 only state kept across polls is each GPU's utilization over a short window.
@@ -30,9 +31,6 @@ Definitions (paper C's Algorithm 2, made precise; docs/interfaces.md §3 and §5
   ``--history.size`` finished tasks are not seen either.
 - A **node** is in state 1 while at least one of its GPUs is (one GPU per node, as in paper
   C, makes the two the same); its float time and free memory are the sums over its GPUs.
-
-Table 3's report is 1 + 5 + 10 bytes: ``NodeRecord.compact()`` encodes state, float time
-(ms) and free memory (bytes) in exactly that layout; Prometheus metrics are the transport.
 """
 
 from __future__ import annotations
@@ -41,15 +39,11 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpuguard.contract import PriorityClass, StateReason
 from gpuguard.exporter.model import ContainerInfo, DeviceSample, GpuSample, Joined
 from gpuguard.exporter.tracker import TaskView
-
-COMPACT_SIZE = 16
-_FLOAT_MS_MAX = 2**39 - 1  # signed 40 bits: also what "unbounded" encodes to
-_MEMORY_MAX = 2**80 - 1
+from gpuguard.noderecord import GpuRecord, NodeRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,113 +53,6 @@ class RecordConfig:
     busy_window_s: float = 5.0
     busy_threshold: float = 0.99
     memory_threshold: float = 0.95
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRecord:
-    """One GPU's part of the record."""
-
-    gpu: str
-    model: str
-    state: int
-    reasons: tuple[StateReason, ...]
-    float_time_s: float  # inf: no task with a deadline in the window
-    deadline_tasks: int  # tasks whose float time is summed
-    recent_misses: int
-    running_tasks: int
-    min_slack_s: float | None  # least slack of a running task with a deadline
-    busy_ratio: float
-    memory_free_bytes: int
-    memory_total_bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "model": self.model,
-            "state": self.state,
-            "reasons": [str(r) for r in self.reasons],
-            "float_time_s": _finite_or_none(self.float_time_s),
-            "deadline_tasks": self.deadline_tasks,
-            "recent_misses": self.recent_misses,
-            "running_tasks": self.running_tasks,
-            "min_slack_s": self.min_slack_s,
-            "busy_ratio": self.busy_ratio,
-            "memory_free_bytes": self.memory_free_bytes,
-            "memory_total_bytes": self.memory_total_bytes,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRecord:
-    """A node's record: the per-GPU records and paper C's node-level summary."""
-
-    node: str
-    timestamp: float
-    gpus: tuple[GpuRecord, ...]
-
-    @property
-    def state(self) -> int:
-        return int(any(g.state for g in self.gpus))
-
-    @property
-    def reasons(self) -> tuple[StateReason, ...]:
-        """Why the node is in state 0 (empty in state 1)."""
-        if not self.gpus:
-            return (StateReason.NO_GPU,)
-        if self.state:
-            return ()
-        return tuple(r for r in StateReason if any(r in g.reasons for g in self.gpus))
-
-    @property
-    def float_time_s(self) -> float:
-        return math.fsum(g.float_time_s for g in self.gpus) if self.gpus else 0.0
-
-    @property
-    def memory_free_bytes(self) -> int:
-        return sum(g.memory_free_bytes for g in self.gpus)
-
-    def compact(self) -> bytes:
-        """Table 3's 16-byte report: state (1 byte), float time in ms (5), free memory (10)."""
-        float_ms = self.float_time_s * 1000
-        ms = _FLOAT_MS_MAX if float_ms >= _FLOAT_MS_MAX else max(-_FLOAT_MS_MAX, int(float_ms))
-        return (
-            self.state.to_bytes(1, "big")
-            + ms.to_bytes(5, "big", signed=True)
-            + min(self.memory_free_bytes, _MEMORY_MAX).to_bytes(10, "big")
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "timestamp": self.timestamp,
-            "state": self.state,
-            "reasons": [str(r) for r in self.reasons],
-            "float_time_s": _finite_or_none(self.float_time_s),
-            "memory_free_bytes": self.memory_free_bytes,
-            "compact": self.compact().hex(),
-            "gpus": [g.to_json() for g in self.gpus],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class CompactRecord:
-    """What a 16-byte report carries."""
-
-    state: int
-    float_time_s: float
-    memory_free_bytes: int
-
-
-def decode_compact(data: bytes) -> CompactRecord:
-    """Read ``NodeRecord.compact()`` back; ValueError when it is not 16 bytes."""
-    if len(data) != COMPACT_SIZE:
-        raise ValueError(f"a compact record has {COMPACT_SIZE} bytes, got {len(data)}")
-    ms = int.from_bytes(data[1:6], "big", signed=True)
-    return CompactRecord(
-        state=data[0],
-        float_time_s=math.inf if ms == _FLOAT_MS_MAX else ms / 1000,
-        memory_free_bytes=int.from_bytes(data[6:], "big"),
-    )
 
 
 def gpu_record(
@@ -298,7 +185,3 @@ def _by_gpu(tasks: Iterable[TaskView]) -> dict[str, list[TaskView]]:
     for task in tasks:
         out.setdefault(task.gpu, []).append(task)
     return out
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None

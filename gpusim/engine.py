@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpuguard.gpusim.model import ContentionSimulator, Job, JobKind
+from gpuguard.gpusim.contention import ContentionSimulator, Job, JobKind
 from gpuguard.gpusim.usage import UsageHistory
 
 Reply = dict[str, Any]

@@ -15,9 +15,9 @@ from typing import Any
 
 from gpuguard.gpusim import errors
 from gpuguard.gpusim.config import DaemonConfig, DeviceSpec
+from gpuguard.gpusim.contention import ContentionSimulator
 from gpuguard.gpusim.engine import Context, Engine, OpKind, Reply, StreamOp
 from gpuguard.gpusim.errors import GpusimError
-from gpuguard.gpusim.model import ContentionSimulator
 from gpuguard.gpusim.protocol import Request
 from gpuguard.gpusim.report import report
 from gpuguard.gpusim.usage import UsageHistory

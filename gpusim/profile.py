@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuguard.gpusim.model import matmul_flops, slowdown_factor
+from gpuguard.gpusim.contention import matmul_flops
 from gpuguard.gpusim.units import parse_size
+from gpuguard.slowdown import slowdown_factor
 
 PROFILE_FORMAT = 1
 DEFAULT_PROFILE = "paper-b"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from gpuguard.gpusim.model import Segment
+from gpuguard.gpusim.contention import Segment
 
 # Checkpoints are pruned in batches of this many records, not on every one.
 _PRUNE_EVERY = 256

@@ -14,7 +14,7 @@ label keeps real-time services off such nodes anyway). Among the rest it:
 - counts the placements it made that the records do not show yet (``Pending``), so a burst
   of requests between two scrapes does not pile onto one GPU;
 - keeps ``headroom`` of the GPU's memory free after the request (admission stops at 95%);
-- ranks by the contention model (``gpusim/model.py``): a newcomer on a GPU with n tasks
+- ranks by the contention curve (``gpuguard/slowdown.py``): a newcomer on a GPU with n tasks
   runs about (n + 1) * factor(n + 1) times slower than alone, so fewest sharers first, then
   the least busy, then the most free memory;
 - given the task's run time alone (``runtime_s``), predicts the newcomer's run time there
@@ -33,8 +33,8 @@ from enum import StrEnum
 from typing import Any
 
 from gpuguard.contract import RankReason, StateReason
-from gpuguard.exporter.record import GpuRecord, NodeRecord
-from gpuguard.gpusim.model import slowdown_factor
+from gpuguard.noderecord import GpuRecord, NodeRecord
+from gpuguard.slowdown import slowdown_factor
 
 DEFAULT_HEADROOM = 0.05
 DEFAULT_MAX_AGE_S = 30.0

@@ -23,7 +23,7 @@ from typing import Any
 import requests
 
 from gpuguard.contract import StateReason
-from gpuguard.exporter.record import GpuRecord, NodeRecord
+from gpuguard.noderecord import GpuRecord, NodeRecord
 from gpuguard.placer.errors import RecordsUnavailable
 from gpuguard.placer.ranking import NodeView
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.gpusim.model import PAPER_B_KERNEL_S, PAPER_B_SIZE
 from gpuguard.gpusim.profile import DeviceProfile, default_profile, parse_profile
+from gpuguard.slowdown import PAPER_B_KERNEL_S, PAPER_B_SIZE
 from gputruth.rig import Rig, read_log
 
 RUNS = 5

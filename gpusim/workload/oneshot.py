@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 
 from gpuguard.contract import WorkloadEvent as Ev
+from gpuguard.gpusim.contention import matmul_bytes, matmul_flops
 from gpuguard.gpusim.errors import GpusimError, OutOfMemory
-from gpuguard.gpusim.model import matmul_bytes, matmul_flops
 from gpuguard.gpusim.workload.devices import Devices
 from gpuguard.gpusim.workload.events import EXIT_OUT_OF_MEMORY, EventLog
 

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
+from gpuguard.gpusim.contention import COPY_IN_BYTES_PER_S, matmul_flops
 from gpuguard.gpusim.errors import GpusimError
 from gpuguard.gpusim.gpu import SimulatedGpu
-from gpuguard.gpusim.model import COPY_IN_BYTES_PER_S, matmul_flops, slowdown_factor
 from gpuguard.gpusim.protocol import parse_request
+from gpuguard.slowdown import slowdown_factor
 
 GIB = 2**30
 MIB = 2**20

@@ -10,9 +10,10 @@ import pytest
 
 from gpuguard.gpusim.allocator import CachingAllocator, rounded
 from gpuguard.gpusim.config import DaemonConfig
+from gpuguard.gpusim.contention import matmul_flops
 from gpuguard.gpusim.errors import OutOfMemory
-from gpuguard.gpusim.model import PAPER_B_KERNEL_S, PAPER_B_SIZE, matmul_flops
 from gpuguard.gpusim.profile import default_profile, load_profile, parse_profile
+from gpuguard.slowdown import PAPER_B_KERNEL_S, PAPER_B_SIZE
 
 
 def test_paper_b_profile_is_paper_b_table() -> None:

@@ -1,4 +1,5 @@
-"""Paper C's node record (exporter/record.py): state, float time, free memory, per GPU."""
+"""Paper C's node record (exporter/record.py, types in gpuguard/noderecord.py): state, float
+time, free memory, per GPU."""
 
 from __future__ import annotations
 
@@ -17,16 +18,11 @@ from gpuguard.exporter.model import (
     GpuSample,
     Joined,
 )
-from gpuguard.exporter.record import (
-    COMPACT_SIZE,
-    NodeRecord,
-    NodeRecorder,
-    RecordConfig,
-    decode_compact,
-    gpu_record,
-)
+from gpuguard.exporter.record import NodeRecorder, RecordConfig, gpu_record
 from gpuguard.exporter.state import state_json
 from gpuguard.exporter.tracker import TaskView
+from gpuguard.noderecord import COMPACT_SIZE, NodeRecord
+from tests.support.compact import decode_compact
 from tests.unit.exporter_fakes import GIB, sample, three_container_poller
 
 CONFIG = RecordConfig(window_s=60.0, busy_window_s=5.0)

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from gpuguard.contract import StateReason
-from gpuguard.exporter.record import GpuRecord, NodeRecord
+from gpuguard.noderecord import GpuRecord, NodeRecord
 from gpuguard.placer.errors import BadRequest, RecordsUnavailable
 from gpuguard.placer.http import placer_server
 from gpuguard.placer.query import parse_memory, parse_query

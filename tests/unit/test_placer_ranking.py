@@ -7,10 +7,10 @@ import math
 import pytest
 
 from gpuguard.contract import RankReason, StateReason
-from gpuguard.exporter.record import GpuRecord, NodeRecord
-from gpuguard.gpusim.model import slowdown_factor
+from gpuguard.noderecord import GpuRecord, NodeRecord
 from gpuguard.placer.ranking import NodeView, Pending, Policy, Request, rank
 from gpuguard.placer.reservations import Reservations
+from gpuguard.slowdown import slowdown_factor
 
 GIB = 2**30
 

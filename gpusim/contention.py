@@ -2,7 +2,8 @@
 
 Kernels time-slice the device: each of n concurrently running kernels progresses at
 ``1 / (n * factor(n))`` device-seconds per second, where ``factor(n) = T_n / (n * T_1)`` is the
-context-switch overhead of a device profile's measured curve (paper B's table by default).
+context-switch overhead of a device profile's measured curve (paper B's table by default;
+the curve is ``gpuguard/slowdown.py``, shared with the placer).
 A MIG instance is an engine of its own with a share of the GPU's compute slices, so its
 kernels run at that share of the speed. Copies in each direction share that direction's
 bandwidth equally. Every method takes the time explicitly, so a test drives the simulator
@@ -16,11 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-#: Paper B, kernel time (s) of each of n concurrent 13,312 x 13,312 matmuls, n = 1..10.
-PAPER_B_KERNEL_S: tuple[float, ...] = (
-    10.795, 23.271, 34.782, 46.419, 58.019, 69.374, 81.166, 92.698, 104.007, 115.484,
-)  # fmt: skip
-PAPER_B_SIZE = 13312
+from gpuguard.slowdown import PAPER_B_KERNEL_S, PAPER_B_SIZE, slowdown_factor
 
 #: Defaults calibrated on paper B's single-task copies: 2 matrices of 13,312^2 float32 in
 #: about 0.189 s, one out in about 0.32 s.
@@ -29,18 +26,6 @@ COPY_OUT_BYTES_PER_S = 2.2e9
 
 # Relative tolerance under which a job's remaining amount counts as done (float residue).
 _DONE_TOLERANCE = 1e-9
-
-
-def slowdown_factor(n: int, kernel_s: tuple[float, ...] = PAPER_B_KERNEL_S) -> float:
-    """Context-switch overhead of ``n`` time-sliced kernels: ``T_n / (n * T_1)``.
-
-    ``kernel_s`` is a measured curve (``T_n`` for n = 1, 2, ...); beyond it the overhead of
-    the largest measured n is held.
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    n = min(n, len(kernel_s))
-    return kernel_s[n - 1] / (n * kernel_s[0])
 
 
 def kernel_rate(

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from gpuguard.gpusim.model import (
+from gpuguard.gpusim.contention import (
     COPY_IN_BYTES_PER_S,
     COPY_OUT_BYTES_PER_S,
-    PAPER_B_KERNEL_S,
     ContentionSimulator,
     JobKind,
     Segment,
     kernel_rate,
     matmul_bytes,
     matmul_work_s,
-    slowdown_factor,
 )
 from gpuguard.gpusim.usage import UsageHistory
+from gpuguard.slowdown import PAPER_B_KERNEL_S, slowdown_factor
 
 
 def run_to_end(sim: ContentionSimulator) -> list[float]:
