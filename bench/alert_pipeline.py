@@ -23,8 +23,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuguard.actuator.audit import read_audit
-from gpuguard.stack.images import python_container_kwargs
-from gpuguard.stack.localstack import LocalStack, NodeStack
+from gpuguard.demo.stack.images import python_container_kwargs
+from gpuguard.demo.stack.localstack import LocalStack, NodeStack
 
 # Prints the wall time right after its context exists, then holds it.
 IDLE_CONTEXT = (

@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
+from gpuguard.demo.stack.localstack import NodeStack
+from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
 from gpuguard.gpusim.workload.server import percentile
-from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
 
 RUNS = ("alone", "shared", "managed")
 

@@ -45,9 +45,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuguard.actuator.audit import read_audit
-from gpuguard.stack.images import python_container_kwargs
-from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.scenario import ScenarioResult, WorkloadSpec, parse_workload_log, run_to_end
+from gpuguard.demo.stack.images import python_container_kwargs
+from gpuguard.demo.stack.localstack import NodeStack
+from gpuguard.demo.stack.scenario import (
+    ScenarioResult,
+    WorkloadSpec,
+    parse_workload_log,
+    run_to_end,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 FULL_CASES = [(13312, range(1, 11)), (19456, range(1, 6)), (8192, range(1, 21))]

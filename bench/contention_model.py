@@ -31,9 +31,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
 
+from gpuguard.demo.stack.gpusim import GpusimService  # noqa: E402
+from gpuguard.demo.stack.process import stop_pid  # noqa: E402
 from gpuguard.gpusim.profile import DEFAULT_PROFILE, load_profile  # noqa: E402
-from gpuguard.stack.gpusim import GpusimService  # noqa: E402
-from gpuguard.stack.process import stop_pid  # noqa: E402
 
 COPY_TIME_SCALE = 0.001
 

@@ -43,10 +43,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import requests  # noqa: E402
 
-from gpuguard.stack.dockerd import PrivateDockerd  # noqa: E402
-from gpuguard.stack.gpusim import GpusimService  # noqa: E402
-from gpuguard.stack.images import ensure_base_image, python_container_kwargs  # noqa: E402
-from gpuguard.stack.process import ManagedProcess, free_port  # noqa: E402
+from gpuguard.demo.stack.dockerd import PrivateDockerd  # noqa: E402
+from gpuguard.demo.stack.gpusim import GpusimService  # noqa: E402
+from gpuguard.demo.stack.images import ensure_base_image, python_container_kwargs  # noqa: E402
+from gpuguard.demo.stack.process import ManagedProcess, free_port  # noqa: E402
 
 TIME_SCALE = 0.05
 WORK_S = 20.0  # device-seconds: 1 s at TIME_SCALE when alone

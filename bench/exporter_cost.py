@@ -42,7 +42,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from gpuguard.exporter.cgroup import ProcReader  # noqa: E402
-from gpuguard.exporter.collector import GpuguardCollector, TextRenderer  # noqa: E402
+from gpuguard.exporter.collector import TextRenderer  # noqa: E402
 from gpuguard.exporter.events import EventLog  # noqa: E402
 from gpuguard.exporter.model import (  # noqa: E402
     ContainerInfo,
@@ -53,6 +53,7 @@ from gpuguard.exporter.model import (  # noqa: E402
 )
 from gpuguard.exporter.poller import Poller  # noqa: E402
 from gpuguard.exporter.tracker import Tracker  # noqa: E402
+from tests.support.reference_collector import GpuguardCollector  # noqa: E402
 
 GIB = 2**30
 
@@ -159,8 +160,8 @@ def algorithm1(client: object, gpu_pids: set[int]) -> list[tuple[str, int]]:
 
 
 def measure_algorithm1(engine_dir: Path, n_containers: int, rounds: int) -> dict[str, float]:
-    from gpuguard.stack.dockerd import PrivateDockerd
-    from gpuguard.stack.images import ensure_base_image
+    from gpuguard.demo.stack.dockerd import PrivateDockerd
+    from gpuguard.demo.stack.images import ensure_base_image
 
     engine = PrivateDockerd(engine_dir).start()
     try:
@@ -195,8 +196,8 @@ def measure_algorithm1(engine_dir: Path, n_containers: int, rounds: int) -> dict
 
 def measure_exporter_process(engine: object, tmp: Path, settle_s: float) -> dict[str, float]:
     """RSS and CPU share of a real exporter polling a gpusim daemon every 100 ms."""
-    from gpuguard.stack.gpusim import GpusimService
-    from gpuguard.stack.process import ManagedProcess, free_port
+    from gpuguard.demo.stack.gpusim import GpusimService
+    from gpuguard.demo.stack.process import ManagedProcess, free_port
 
     sim = GpusimService(tmp / "sim").start()
     port = free_port()

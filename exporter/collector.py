@@ -1,8 +1,10 @@
-"""Prometheus collector: fresh metric families from the last poll on every scrape.
+"""The exporter's /metrics: every series from the last poll, built anew on every scrape.
 
-It never calls NVML or Docker: it reads the newest ``PollSnapshot``. Families are built
-anew on each ``collect()``, so a removed container leaves no series. ``describe()`` lists
-the families without reading anything, so registering the collector touches nothing.
+It never calls NVML or Docker: it reads the newest ``PollSnapshot``. ``build_rows`` makes
+the series of one scrape afresh, so a removed container leaves no series; ``TextRenderer``
+writes them in Prometheus' text format. prometheus_client's custom-collector way of doing
+the same (``GpuguardCollector``: ``describe()`` and fresh metric families in ``collect()``)
+is the tests' reference for the exposition, in ``tests/support/reference_collector.py``.
 
 Sample exposition (names and labels: docs/interfaces.md §5; the render below writes labels
 in this order)::
@@ -33,14 +35,7 @@ in this order)::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
-
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from collections.abc import Mapping
 
 from gpuguard import __version__
 from gpuguard.contract import StateReason, TaskMode
@@ -58,8 +53,8 @@ _INFO_LABELS = (*_C, "image")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
 
-# name -> (type, help, labels)
-_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+#: Every family of /metrics: name -> (type, help, label names), in exposition order.
+SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuguard_gpu_info": ("gauge", "GPU identity (always 1).", ("node", "gpu", "uuid", "name")),
     "gpuguard_gpu_utilization_ratio": (
         "gauge",
@@ -200,8 +195,6 @@ _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
 }
 
-_FAMILY_TYPES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
-
 
 class LabelSet:
     """Label values with their exposition text, made once per container and reused.
@@ -212,7 +205,7 @@ class LabelSet:
     __slots__ = ("key", "text", "values")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
-        self.key = (id(names), values)  # names are the constant tuples of _SPECS
+        self.key = (id(names), values)  # names are the constant tuples of SPECS
         self.values = values
         self.text = ",".join(
             f'{n}="{_escape_label(v)}"' for n, v in zip(names, values, strict=True)
@@ -262,7 +255,7 @@ class LabelCache:
         sets: dict[tuple[int, tuple[str, ...]], LabelSet] = {}
         phases: dict[tuple[str, ...], tuple[LabelSet, ...]] = {}
         for name, gauge_rows in rows.gauges.items():
-            if _SPECS[name][2] is phase_key:
+            if SPECS[name][2] is phase_key:
                 for label_set, _ in gauge_rows:
                     values = label_set.values[:-1]
                     if values in self._phases:
@@ -278,7 +271,8 @@ class LabelCache:
 
 Row = tuple[LabelSet, float]
 HistRow = tuple[LabelSet, tuple[int, ...], float]  # labels, cumulative buckets, sum
-_BOUNDS = (*(str(b) for b in RUN_SECONDS_BUCKETS), "+Inf")
+#: the run-time histogram's bucket bounds as their ``le`` label values
+BUCKET_BOUNDS = (*(str(b) for b in RUN_SECONDS_BUCKETS), "+Inf")
 
 
 class Rows:
@@ -287,14 +281,14 @@ class Rows:
     def __init__(self, cache: LabelCache) -> None:
         self.cache = cache
         self.gauges: dict[str, list[Row]] = {
-            name: [] for name, spec in _SPECS.items() if spec[0] != "histogram"
+            name: [] for name, spec in SPECS.items() if spec[0] != "histogram"
         }
         self.histograms: dict[str, list[HistRow]] = {
-            name: [] for name, spec in _SPECS.items() if spec[0] == "histogram"
+            name: [] for name, spec in SPECS.items() if spec[0] == "histogram"
         }
 
     def add(self, name: str, values: tuple[str, ...], value: float) -> None:
-        self.gauges[name].append((self.cache.get(_SPECS[name][2], values), value))
+        self.gauges[name].append((self.cache.get(SPECS[name][2], values), value))
 
 
 # Families that follow from the container index alone (with the node and the default task
@@ -336,46 +330,14 @@ def build_rows(
     return rows
 
 
-class GpuguardCollector:
-    """Collector over ``snapshot()`` (the poller's newest ``PollSnapshot``, or None)."""
-
-    def __init__(self, snapshot: Callable[[], PollSnapshot | None]) -> None:
-        self._snapshot = snapshot
-        self._cache = LabelCache()
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(_to_families(Rows(self._cache)))
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(_to_families(build_rows(self._snapshot(), self._cache)))
-
-
-def _to_families(rows: Rows) -> list[Metric]:
-    families: list[Metric] = []
-    for name, (kind, doc, labels) in _SPECS.items():
-        if kind == "histogram":
-            hist = HistogramMetricFamily(name, doc, labels=list(labels))
-            for label_set, buckets, total in rows.histograms[name]:
-                hist.add_metric(
-                    list(label_set.values), list(zip(_BOUNDS, buckets, strict=True)), total
-                )
-            families.append(hist)
-            continue
-        family = _FAMILY_TYPES[kind](name, doc, labels=list(labels))
-        for label_set, value in rows.gauges[name]:
-            family.add_metric(list(label_set.values), value)
-        families.append(family)
-    return families
-
-
 class TextRenderer:
     """Prometheus text format straight from ``Rows``, for /metrics.
 
     prometheus_client's ``generate_latest`` takes about 200 ms for 1,000 containers here
     (20,000 series; ``bench/exporter_cost.py``), mostly building a dict per sample; this
-    writes the same exposition (checked against the collector in tests) from label text made
-    once per container, and keeps the text of ``_IDENTITY_FAMILIES`` while the container
-    index stays the same.
+    writes the same exposition (checked in tests against prometheus_client's, from
+    ``tests/support/reference_collector.py``) from label text made once per container, and
+    keeps the text of ``_IDENTITY_FAMILIES`` while the container index stays the same.
     """
 
     def __init__(self) -> None:
@@ -405,7 +367,7 @@ class TextRenderer:
         """The exposition of ``rows``; a family in ``rendered`` is taken as its text."""
         out: list[str] = []
         append = out.append
-        for name, (kind, doc, _labels) in _SPECS.items():
+        for name, (kind, doc, _labels) in SPECS.items():
             sample_name = f"{name}_total" if kind == "counter" else name
             append(f"# HELP {sample_name} {_escape_help(doc)}\n# TYPE {sample_name} {kind}\n")
             if kind == "histogram":
@@ -419,7 +381,7 @@ class TextRenderer:
 
 def _lines(name: str, rows: list[Row]) -> list[str]:
     """The sample lines of one gauge or counter family."""
-    sample_name = f"{name}_total" if _SPECS[name][0] == "counter" else name
+    sample_name = f"{name}_total" if SPECS[name][0] == "counter" else name
     out: list[str] = []
     append = out.append
     for label_set, value in rows:  # the hot loop: keep it flat
@@ -433,7 +395,7 @@ def _lines(name: str, rows: list[Row]) -> list[str]:
 def _histogram(out: list[str], name: str, rows: list[HistRow]) -> None:
     for label_set, buckets, total in rows:
         text = label_set.text
-        for bound, count in zip(_BOUNDS, buckets, strict=True):
+        for bound, count in zip(BUCKET_BOUNDS, buckets, strict=True):
             out.append(f'{name}_bucket{{le="{bound}",{text}}} {_value(count)}\n')
         out.append(f"{name}_count{{{text}}} {_value(buckets[-1])}\n")
         out.append(f"{name}_sum{{{text}}} {_value(total)}\n")
@@ -471,7 +433,7 @@ def _add_gpus(r: Rows, snap: PollSnapshot) -> None:
         r.add("gpuguard_gpu_memory_used_bytes", gpu, d.memory_used_bytes)
         r.add("gpuguard_gpu_memory_total_bytes", gpu, d.memory_total_bytes)
         r.add("gpuguard_unattributed_gpu_processes", gpu, unattributed.get(d.key, 0))
-    empty = (0,) * len(_BOUNDS)
+    empty = (0,) * len(BUCKET_BOUNDS)
     for gpu_key in sorted({d.key for d in devices} | set(snap.histograms)):
         h = snap.histograms.get(gpu_key)
         r.histograms["gpuguard_task_run_seconds"].append(

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpuguard import __version__, demo
+    from gpuguard import __version__
     from gpuguard.actuator import cli as actuator_cli
-    from gpuguard.commands import nodes, ps, run
+    from gpuguard.commands import demo, nodes, ps, run
     from gpuguard.exporter import cli as exporter_cli
     from gpuguard.placer import cli as placer_cli
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.images import ensure_base_image, python_container_kwargs
-from gpuguard.stack.process import ServiceError
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.images import ensure_base_image, python_container_kwargs
+from gpuguard.demo.stack.process import ServiceError
 from tests.prereq import Services, require_binary, unavailable
 
 

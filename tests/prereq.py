@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuguard.stack.process import ServiceError
+from gpuguard.demo.stack.process import ServiceError
 
 _S = TypeVar("_S")
 

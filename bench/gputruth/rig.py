@@ -78,8 +78,8 @@ def _nvml_rig() -> Rig:
 
 
 def _gpusim_rig(workdir: Path, time_scale: float) -> Rig:
+    from gpuguard.demo.stack.gpusim import GpusimService  # the harness: only without a GPU
     from gpuguard.exporter.backends.gpusim import GpusimBackend
-    from gpuguard.stack.gpusim import GpusimService  # the harness: only without a GPU
 
     service = GpusimService(workdir / "gpusim", {"time_scale": time_scale}).start()
     backend = GpusimBackend(service.socket)

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from exporter_support import SCALE, ExporterProcess
 
-from gpuguard.stack.alertmanager import BINARIES, AlertmanagerService
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.prometheus import PrometheusService
+from gpuguard.demo.stack.alertmanager import BINARIES, AlertmanagerService
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.prometheus import PrometheusService
 from tests.prereq import Services, require_binary, unavailable
 
 

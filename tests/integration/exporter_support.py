@@ -10,9 +10,9 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import ManagedProcess, free_port
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.process import ManagedProcess, free_port
 
 SCALE = 0.05  # gpusim time scale: a kernel of W device-seconds lasts W * SCALE s
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from gpuguard.stack.gpusim import GpusimService
+from gpuguard.demo.stack.gpusim import GpusimService
 
 
 def workload(sim: GpusimService, name: str, *args: str) -> list[str]:

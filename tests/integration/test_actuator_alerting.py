@@ -19,10 +19,10 @@ import pytest
 import requests
 
 from gpuguard.actuator.audit import read_audit
-from gpuguard.stack.images import python_container_kwargs
-from gpuguard.stack.localstack import LocalStack, NodeStack
-from gpuguard.stack.process import ServiceError
-from gpuguard.stack.swarm import node_labels
+from gpuguard.demo.stack.images import python_container_kwargs
+from gpuguard.demo.stack.localstack import LocalStack, NodeStack
+from gpuguard.demo.stack.process import ServiceError
+from gpuguard.demo.stack.swarm import node_labels
 from tests.prereq import require_binary, unavailable
 from tests.waiting import wait_for
 

@@ -33,9 +33,9 @@ from gpuguard.actuator.executor import DockerExecutor
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.actuator.policy import PAUSE, Action
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import ManagedProcess, free_port
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

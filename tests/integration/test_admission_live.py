@@ -14,7 +14,7 @@ import pytest
 from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
 from test_actuator_live import MANAGED, ActuatorProcess, actuator_factory, exporter_flags
 
-from gpuguard.stack.gpusim import GpusimService
+from gpuguard.demo.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpuguard.stack.alertmanager import AlertmanagerService
-from gpuguard.stack.prometheus import PrometheusService
+from gpuguard.demo.stack.alertmanager import AlertmanagerService
+from gpuguard.demo.stack.prometheus import PrometheusService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

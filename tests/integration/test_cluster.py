@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import requests
 
-from gpuguard.stack.localstack import LocalStack
-from gpuguard.stack.process import ServiceError
-from gpuguard.stack.scenario import Scenario, WorkloadSpec
-from gpuguard.stack.swarm import node_labels
+from gpuguard.demo.stack.localstack import LocalStack
+from gpuguard.demo.stack.process import ServiceError
+from gpuguard.demo.stack.scenario import Scenario, WorkloadSpec
+from gpuguard.demo.stack.swarm import node_labels
 from tests.dashboards import MAY_BE_EMPTY, load_dashboards, panel_queries
 from tests.prereq import require_binary, unavailable
 from tests.waiting import wait_for

@@ -1,7 +1,7 @@
 """The actuator as deployed: ``kill -9`` of its container, and its guard, in a container of
 its own sharing the state volume, resumes the tenants.
 
-The image is ``gpuguard/gpuguard:local`` (``gpuguard.stack.appimage``): deploy/Dockerfile
+The image is ``gpuguard/gpuguard:local`` (``gpuguard.demo.stack.appimage``): deploy/Dockerfile
 needs ``python:3.11-slim`` and the package index, which cannot be reached here, so the image
 is imported from a rootfs holding the host's Python and gpuguard installed from its wheel,
 with the Dockerfile's entrypoint, user and state directory. Both containers run as compose
@@ -21,10 +21,10 @@ import pytest
 import requests
 from exporter_support import ExporterProcess, sim_mounts, workload_args
 
-from gpuguard.stack.appimage import ensure_app_image
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import free_port
+from gpuguard.demo.stack.appimage import ensure_app_image
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.process import free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

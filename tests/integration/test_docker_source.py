@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.process import ManagedProcess, free_port
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.prereq import unavailable
 from tests.waiting import wait_for
 

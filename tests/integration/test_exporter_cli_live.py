@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from exporter_support import ExporterProcess
 
-from gpuguard.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.dockerd import PrivateDockerd
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def test_run_rejects_a_bad_deadline_before_starting_anything(dockerd: PrivateDoc
 
 
 def test_ps_says_when_the_exporter_is_unreachable() -> None:
-    from gpuguard.stack.process import free_port
+    from gpuguard.demo.stack.process import free_port
 
     done = gpuguard("ps", f"--exporter.url=http://127.0.0.1:{free_port()}")
     assert done.returncode == 1 and "not reachable" in done.stderr

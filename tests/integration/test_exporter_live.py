@@ -17,7 +17,7 @@ from exporter_support import (
     workload_log,
 )
 
-from gpuguard.stack.gpusim import GpusimService
+from gpuguard.demo.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

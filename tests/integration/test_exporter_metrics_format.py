@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from exporter_support import SCALE, ExporterProcess
 
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.poller import SourceStatus
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
 from tests.prereq import require_binary
 
 # the unit tests' fakes, shared on purpose: the golden scene is built from the same parts

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from exporter_support import SCALE, ExporterProcess, restart_dockerd_process
 
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.gpusim import GpusimService
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

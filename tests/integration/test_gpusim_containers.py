@@ -23,8 +23,8 @@ from gpusim_support import (
     workload,
 )
 
+from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.gpusim.client import GpusimClient
-from gpuguard.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from gpusim_support import exit_code, host_pid, mounts, read_log, wait_event, workload
 
+from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.gpusim.client import GpusimClient
-from gpuguard.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

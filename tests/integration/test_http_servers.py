@@ -23,11 +23,11 @@ import requests
 from exporter_support import sample_value
 
 from gpuguard.actuator.state import ExporterClient
-from gpuguard.stack import httpload
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.localstack import NodeStack
-from gpuguard.stack.process import ServiceError
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.localstack import NodeStack
+from gpuguard.demo.stack.process import ServiceError
 from tests.prereq import require_binary, unavailable
+from tests.support import httpload
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import requests
 
+from gpuguard.demo.stack.images import BASE_IMAGE
+from gpuguard.demo.stack.localstack import LocalStack
+from gpuguard.demo.stack.process import ServiceError
+from gpuguard.demo.stack.swarm import node_labels
 from gpuguard.gpusim.client import GpusimClient
-from gpuguard.stack.images import BASE_IMAGE
-from gpuguard.stack.localstack import LocalStack
-from gpuguard.stack.process import ServiceError
-from gpuguard.stack.swarm import node_labels
 from tests.prereq import require_binary, unavailable
 from tests.waiting import wait_for
 

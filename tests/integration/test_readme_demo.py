@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gpuguard.contract import RUNNING_PHASES
-from gpuguard.stack.localstack import USER_RUN_EXAMPLE, LocalStack
-from gpuguard.stack.process import ServiceError
+from gpuguard.demo.stack.localstack import USER_RUN_EXAMPLE, LocalStack
+from gpuguard.demo.stack.process import ServiceError
 from tests.prereq import unavailable
 from tests.waiting import wait_for
 

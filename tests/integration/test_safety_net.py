@@ -24,8 +24,8 @@ from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.executor import docker_api
 from gpuguard.actuator.guard import Guard, GuardConfig
 from gpuguard.actuator.journal import JOURNAL_FILE, JournalLock, atomic_write_json
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.process import ManagedProcess, free_port
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuguard.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.dockerd import PrivateDockerd
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_engine_has_no_network_but_none_and_host(docker_client: Any) -> None:
 def test_stop_removes_containers_and_ends_dockerd(short_tmp: Path, base_image: str) -> None:
     engine = PrivateDockerd(short_tmp / "second-engine").start()
     client = engine.client()
-    from gpuguard.stack.images import ensure_base_image
+    from gpuguard.demo.stack.images import ensure_base_image
 
     ensure_base_image(client)
     client.containers.run("gpuguard/base:local", ["sleep", "60"], detach=True, network_mode="none")

@@ -21,7 +21,7 @@ from test_actuator_live import (
     sim_time_scale,
 )
 
-from gpuguard.stack.gpusim import GpusimService
+from gpuguard.demo.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The deploy configs as shipped and as rendered by gpuguard.stack: ``promtool check config``
+"""The deploy configs as shipped and as rendered by gpuguard.demo.stack: ``promtool check config``
 and ``amtool check-config`` accept them, and rendering keeps everything on 127.0.0.1.
 
 Without promtool or amtool (Debian's prometheus / prometheus-alertmanager, which ``make setup``
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuguard.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertmanager_config
-from gpuguard.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
+from gpuguard.demo.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertmanager_config
+from gpuguard.demo.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
 from tests.prereq import require_binary
 
 ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}

@@ -19,7 +19,7 @@ from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.actuator.state import ExporterClient
-from gpuguard.stack.process import free_port
+from gpuguard.demo.stack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

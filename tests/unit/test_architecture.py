@@ -5,6 +5,8 @@
   backend is gpusim's client.
 - The shared layer (``gpuguard/*.py``, ``gpuguard/web/``) and the user's commands
   (``gpuguard/commands/``) import no service; only ``gpuguard/cli.py`` composes them all.
+- The harness is a folder, ``gpuguard/demo/``: only ``gpuguard demo``'s command opens it,
+  and nothing in gpuguard imports the tests (their support code lives in ``tests/support/``).
 - No import cycle between modules, not even one hidden by an import inside a function.
 - Importing a service's entry point loads no other service (``sys.modules`` of a fresh
   interpreter): the placer runs without the exporter's internals and without the simulator.
@@ -27,11 +29,11 @@ ALLOWED = {
     ("gpuguard.exporter.backends.gpusim", "gpuguard.gpusim.client"),
     ("gpuguard.exporter.backends.gpusim", "gpuguard.gpusim.errors"),
 }
-#: what composes the parts, or runs the harness: may import any service
-COMPOSERS = (
-    "gpuguard.cli", "gpuguard.stack", "gpuguard.demo", "gpuguard.demo_scenario",
-    "gpuguard.demo_timeline",
-)  # fmt: skip
+#: what composes the parts, or is the harness: may import any service
+COMPOSERS = ("gpuguard.cli", "gpuguard.demo")
+HARNESS = "gpuguard.demo"
+#: the one door into the harness, opened only when ``gpuguard demo`` runs
+HARNESS_DOOR = ("gpuguard.commands.demo", "gpuguard.demo.main")
 
 
 def _modules() -> dict[str, Path]:
@@ -81,6 +83,15 @@ def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, target
 
 
+def _all_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of each absolute import, gpuguard's or not."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
 GRAPH = {module: sorted({t for _, t in _imports(module, path)}) for module, path in MODULES.items()}
 
 
@@ -128,6 +139,24 @@ def test_shared_layer_and_commands_import_no_service() -> None:
         if _service(module) is None and not _within(module, COMPOSERS)
         for line, target in _imports(module, path)
         if _service(target) is not None or _within(target, COMPOSERS)
+        if (module, target) != HARNESS_DOOR
+    ]
+    assert not offenders, "; ".join(offenders)
+
+
+def test_only_the_demo_command_opens_the_harness_and_nothing_imports_the_tests() -> None:
+    offenders = [
+        f"{module}:{line} imports {target}"
+        for module, path in MODULES.items()
+        if not _within(module, (HARNESS,))
+        for line, target in _imports(module, path)
+        if _within(target, (HARNESS,)) and (module, target) != HARNESS_DOOR
+    ]
+    offenders += [
+        f"{module}:{line} imports tests"
+        for module, path in MODULES.items()
+        for line, name in _all_imports(path)
+        if name == "tests" or name.startswith("tests.")
     ]
     assert not offenders, "; ".join(offenders)
 

@@ -8,8 +8,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.contract import PriorityClass, TaskMode
-from gpuguard.exporter.collector import GpuguardCollector, TextRenderer, build_rows
+from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
+from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
 
 

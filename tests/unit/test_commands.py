@@ -157,7 +157,7 @@ def test_run_with_a_bad_deadline_fails_before_asking(capsys: pytest.CaptureFixtu
 
 
 def test_run_reports_an_unreachable_placer(capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuguard.stack.process import free_port
+    from gpuguard.demo.stack.process import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["run", "--placer.url", url, "--deadline", "9s", "--memory", "1GiB", "i"]) == 1

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.demo_timeline import Bar, draw, lanes, pause_spans, step_bars
-from gpuguard.stack.scenario import RequestResult, ScenarioResult, StepResult, TaskResult
+from gpuguard.demo.stack.scenario import RequestResult, ScenarioResult, StepResult, TaskResult
+from gpuguard.demo.timeline import Bar, draw, lanes, pause_spans, step_bars
 
 
 def event(kind: str, ts: float, name: str = "rt") -> dict[str, object]:

@@ -120,8 +120,8 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
 
 
 def test_the_test_image_is_built_from_what_the_dockerfile_copies() -> None:
-    # gpuguard.stack.appimage stands in for the Dockerfile where nothing can be pulled.
-    from gpuguard.stack.appimage import DOCKERFILE_SOURCES
+    # gpuguard.demo.stack.appimage stands in for the Dockerfile where nothing can be pulled.
+    from gpuguard.demo.stack.appimage import DOCKERFILE_SOURCES
 
     copied = [
         source.rstrip("/")

@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from gpuguard.contract import StateReason
+from gpuguard.demo.stack.process import free_port
 from gpuguard.noderecord import GpuRecord, NodeRecord
 from gpuguard.placer.errors import BadRequest, RecordsUnavailable
 from gpuguard.placer.http import placer_server
@@ -17,7 +18,6 @@ from gpuguard.placer.query import parse_memory, parse_query
 from gpuguard.placer.ranking import NodeView, Policy
 from gpuguard.placer.service import Placer, Settings
 from gpuguard.placer.source import RECORDS_QUERY, views_from_samples
-from gpuguard.stack.process import free_port
 
 GIB = 2**30
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuguard.stack.scenario import ScenarioResult, parse_workload_log
+from gpuguard.demo.stack.scenario import ScenarioResult, parse_workload_log
 
 
 def log(*events: tuple[str, int, float]) -> list[str]:

@@ -15,31 +15,14 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
-DEFAULT_DIR = Path(".stack")
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser("demo", help="run the whole stack on loopback with a demo scenario")
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state and logs (.stack)")
-    parser.add_argument("--stop", action="store_true", help="stop everything the demo started")
-    parser.add_argument("--containers", type=int, default=5, help="managed workload containers")
-    parser.add_argument("--size", type=int, default=13312, help="matmul side N")
-    parser.add_argument(
-        "--time-scale", type=float, default=0.1, help="gpusim kernel time scale (copies real)"
-    )
-    parser.add_argument("--order", choices=["fifo", "edf"], default="edf", help="admission")
-    parser.add_argument("--down", action="store_true", help="stop the stack after the report")
-    parser.set_defaults(func=run)
+from gpuguard.demo import scenes
+from gpuguard.demo.stack.localstack import LocalStack
+from gpuguard.demo.stack.process import ServiceError
 
 
 def run(args: argparse.Namespace) -> int:
-    # The harness loads only when the demo runs: `gpuguard exporter` never imports it.
-    from gpuguard.stack.localstack import LocalStack
-    from gpuguard.stack.process import ServiceError
-
+    """``gpuguard demo`` with the flags ``gpuguard.commands.demo`` parsed."""
     if args.stop:
         stopped = LocalStack.stop_recorded(args.dir)
         print(f"gpuguard demo: stopped {stopped} processes" if stopped else "nothing running")
@@ -57,9 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         print("gpuguard demo: starting the stack on 127.0.0.1 ...", flush=True)
         stack.start(progress=lambda line: print("  " + line, flush=True))
-        from gpuguard import demo_scenario
-
-        report = demo_scenario.run_both(stack, args.containers, args.size)
+        report = scenes.run_both(stack, args.containers, args.size)
         print("  importing gpuguard/workload:local for your own containers ...", flush=True)
         stack.prepare_user_workloads()
     except (ServiceError, TimeoutError) as exc:

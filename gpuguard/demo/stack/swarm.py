@@ -11,9 +11,9 @@ import random
 import socket
 from typing import Any
 
+from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.process import ServiceError, free_port
 from gpuguard.labels import NODE
-from gpuguard.stack.dockerd import PrivateDockerd
-from gpuguard.stack.process import ServiceError, free_port
 
 BASE_PORT = 2377
 DATA_PATH_PORT = 4790

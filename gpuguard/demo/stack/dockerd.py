@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gpuguard.stack.process import ManagedProcess, ServiceError, stop_pid
+from gpuguard.demo.stack.process import ManagedProcess, ServiceError, stop_pid
 
 
 class PrivateDockerd:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import resources
-from gpuguard.stack.images import add_base_layout
+from gpuguard.demo.stack.images import add_base_layout
 
 APP_IMAGE = "gpuguard/gpuguard:local"
 WORKLOAD_IMAGE = "gpuguard/workload:local"

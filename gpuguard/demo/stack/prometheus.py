@@ -17,7 +17,7 @@ import requests
 import yaml
 
 from gpuguard import resources
-from gpuguard.stack.process import ConfiguredHttpService, ServiceError
+from gpuguard.demo.stack.process import ConfiguredHttpService, ServiceError
 
 PROMETHEUS_DEPLOY_DIR = resources.PROMETHEUS_DIR
 PROFILES = {"default": "prometheus.yml", "fast": "prometheus-fast.yml"}

@@ -14,9 +14,9 @@ from typing import Any
 import requests
 
 from gpuguard.contract import EventType, PriorityClass, WorkloadKind
-from gpuguard.demo_timeline import Panel, draw, lanes, pause_spans
+from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
+from gpuguard.demo.timeline import Panel, draw, lanes, pause_spans
 from gpuguard.gpusim.workload.server import percentile
-from gpuguard.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
 
 #: how long scene 2's server and trainer run, seconds
 COLOCATION_S = 20.0

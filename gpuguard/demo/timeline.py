@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard.contract import EventType
-from gpuguard.stack.scenario import ScenarioResult, StepResult
+from gpuguard.demo.stack.scenario import ScenarioResult, StepResult
 
 #: steps closer than this on the device are drawn as one bar
 STEP_MERGE_S = 0.05

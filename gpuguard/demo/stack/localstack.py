@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.stack.alertmanager import AlertmanagerService
-from gpuguard.stack.appimage import ensure_app_image
-from gpuguard.stack.dockerd import PrivateDockerd, shutdown_engine
-from gpuguard.stack.gpusim import GpusimService
-from gpuguard.stack.images import ensure_base_image
-from gpuguard.stack.process import ManagedProcess, free_port, http_ok, stop_pid
-from gpuguard.stack.prometheus import PrometheusService
-from gpuguard.stack.swarm import form_swarm, leave_swarm, name_nodes
+from gpuguard.demo.stack.alertmanager import AlertmanagerService
+from gpuguard.demo.stack.appimage import ensure_app_image
+from gpuguard.demo.stack.dockerd import PrivateDockerd, shutdown_engine
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.images import ensure_base_image
+from gpuguard.demo.stack.process import ManagedProcess, free_port, http_ok, stop_pid
+from gpuguard.demo.stack.prometheus import PrometheusService
+from gpuguard.demo.stack.swarm import form_swarm, leave_swarm, name_nodes
 
 RECORD = "stack.json"
 STACK_PARTS = (

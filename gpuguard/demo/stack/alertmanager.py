@@ -13,8 +13,8 @@ import requests
 import yaml
 
 from gpuguard import resources
-from gpuguard.stack.process import ConfiguredHttpService, ServiceError
-from gpuguard.stack.prometheus import LISTEN_HOST
+from gpuguard.demo.stack.process import ConfiguredHttpService, ServiceError
+from gpuguard.demo.stack.prometheus import LISTEN_HOST
 
 ALERTMANAGER_CONFIG = resources.ALERTMANAGER_DIR / "alertmanager.yml"
 # Debian names the binary prometheus-alertmanager; upstream tarballs name it alertmanager.

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuguard.stack.process import ManagedProcess
+from gpuguard.demo.stack.process import ManagedProcess
 
 
 def gpusim_query(sock_path: Path, op: str = "status", timeout: float = 2.0) -> dict[str, Any]:

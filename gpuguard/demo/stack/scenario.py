@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuguard import labels
 from gpuguard.contract import WorkloadEvent, WorkloadKind
-from gpuguard.stack.images import python_container_kwargs
+from gpuguard.demo.stack.images import python_container_kwargs
 
 SCENARIO_LABEL = "gpuguard.scenario"
 
