@@ -77,8 +77,8 @@ def run(config: Config) -> int:
         audit,
         metrics,
         SwarmMarker(local_api, manager_api),
+        journal_lost,
     )
-    controller.journal_lost = journal_lost
     _warn_without_guard(config.state_dir)
     _start_up_reconcile(controller)
     lease.renew(config.state_dir / lease.ACTUATOR_LEASE)

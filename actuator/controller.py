@@ -1,15 +1,12 @@
 """The actuator's control loop: fresh state -> ``decide`` -> executor, under one lock.
 
 Webhooks, the fast path and the maintenance loop all come through here, so decisions never
-interleave. Safety lives here too: the ``--max-pause`` limit, failing open when the exporter
-cannot be seen, reconciling the journal with Docker, and resuming everything on shutdown.
-
-Failing open on an alert (``resume_all``, e.g. ``GpuguardExporterDown`` for this node) is a
-state, not a one-off: while such an alert fires for this node, everything this actuator
-paused is resumed once and nothing is paused again, so Alertmanager's duplicates and repeats
-change nothing. The state ends when the alert resolves, or when no repeat renewed it within
-``--node.mark-ttl`` (like a node mark). Each alert's deliveries are put in order first
-(``AlertOrder``): a late duplicate from a clustered Alertmanager is dropped.
+interleave. The controller composes the parts and holds the lock; the safety work is done
+by collaborators it calls under that lock: ``NodeMarks`` (the node list, the journal's copy
+and the Swarm label), ``FailOpen`` (when admission steps aside and everything is resumed:
+the exporter unseen, or a ``resume_all`` alert firing for this node) and ``Reconciler``
+(the journal against Docker, ``--max-pause``). Each alert's deliveries are put in order
+first (``AlertOrder``): a late duplicate from a clustered Alertmanager is dropped.
 """
 
 from __future__ import annotations
@@ -20,60 +17,37 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
-from gpuguard.actuator.errors import DockerUnavailable, ExporterUnavailable, StateError
-from gpuguard.actuator.executor import DockerExecutor, Outcome, resume_managed_paused
-from gpuguard.actuator.journal import Journal, plan_reconcile
+from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.executor import DockerExecutor, Outcome
+from gpuguard.actuator.failopen import FailOpen
+from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import NodeList, SwarmMarker
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.nodemarks import NodeMarks
+from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.policy import PAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.reconcile import Reconciler
+from gpuguard.actuator.report import Report
 from gpuguard.actuator.state import ExporterClient, ExporterState
 from gpuguard.actuator.webhook import Alert, WebhookMessage
-from gpuguard.contract import (
-    ActionKind,
-    ActionReason,
-    AlertAction,
-    Result,
-    SkipReason,
-    TriggerSource,
-)
+from gpuguard.contract import AlertAction, Result, SkipReason, TriggerSource
 
 log = logging.getLogger("gpuguard.actuator")
 
 _SKIP_AUDIT_EVERY_S = 30.0
-_NODE_ID_TTL_S = 5.0
 #: distinct ``node`` labels one webhook may ask admission for (a real group names one)
 MAX_ADMISSION_NODES = 16
 _DOCKER_CHECK_EVERY_S = 2.0
 MAINTENANCE_DECISION_AFTER_S = 1.0
 
 
-@dataclass
-class Report:
-    """What one trigger led to (returned to webhook callers as JSON)."""
-
-    actions: list[dict[str, Any]] = field(default_factory=list)
-    skips: list[dict[str, Any]] = field(default_factory=list)
-    docker_down: bool = False
-    exporter_down: bool = False
-
-    def merge(self, other: Report) -> None:
-        self.actions += other.actions
-        self.skips += other.skips
-        self.docker_down |= other.docker_down
-        self.exporter_down |= other.exporter_down
-
-    def to_doc(self) -> dict[str, Any]:
-        return {"actions": self.actions, "skips": self.skips}
-
-
 class Controller:
-    """Owns the journal, executor and node list; every public method is thread-safe."""
+    """Owns the lock, the journal and the executor, and composes the node marks, failing
+    open and reconciling; every public method is thread-safe."""
 
     def __init__(
         self,
@@ -84,6 +58,7 @@ class Controller:
         audit: AuditLog,
         metrics: ActuatorMetrics,
         marker: SwarmMarker | None,
+        journal_lost: str | None = None,
     ) -> None:
         self.config = config
         self.exporter = exporter_factory()
@@ -91,42 +66,43 @@ class Controller:
         self.journal = journal
         self.audit = audit
         self.metrics = metrics
-        self.marker = marker
-        self.nodes = NodeList.from_doc(config.node_name, journal.nodes)
-        self._applied_provisionable: bool | None = None
         self._lock = threading.RLock()
-        self._last_exporter_ok = time.monotonic()
-        self._failed_open = False
         self._skip_audited: dict[tuple[str, str], float] = {}
         self._last_docker_check = 0.0
         self._last_decision = 0.0
         self.last_state: ExporterState | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="executor")
-        self._node_id_lock = threading.Lock()
-        self._node_id: str | None = None
-        self._node_id_at: float | None = None
         self.order = AlertOrder.from_doc(journal.nodes.get("resolved_alerts"), time.time())
-        #: fingerprint -> last delivery, of resume_all alerts firing for this node
-        self._fail_open_alerts: dict[str, float] = {}
-        self.docker_error: str | None = None
-        #: set when the journal was unreadable: undo every managed pause once Docker answers
-        self.journal_lost: str | None = None
-
-    @property
-    def holding_open(self) -> bool:
-        """True while a resume_all alert fires for this node: admission pauses nothing."""
-        return bool(self._fail_open_alerts)
+        self.marks = NodeMarks(
+            config.node_name,
+            config.alerts_for(AlertAction.MARK_NODE),
+            config.node_mark_ttl_s,
+            config.dry_run,
+            journal,
+            self.order,
+            audit,
+            metrics,
+            marker,
+        )
+        self.fail_open = FailOpen(
+            config.node_name, config.node_mark_ttl_s, config.exporter_timeout_s, audit, metrics
+        )
+        self.reconciler = Reconciler(
+            executor, journal, audit, config.max_pause_s, self._execute, journal_lost
+        )
 
     def health(self) -> str:
         """``ok``, or ``degraded: <why>`` (the /healthz body)."""
         problems = []
-        if self.docker_error:
-            problems.append(f"docker engine unreachable, retrying ({self.docker_error})")
-        if self.journal_lost:
-            problems.append(f"journal unreadable, pauses not yet undone ({self.journal_lost})")
-        if self.holding_open:
+        if self.reconciler.docker_error:
+            problems.append(f"docker engine unreachable, retrying ({self.reconciler.docker_error})")
+        if self.reconciler.journal_lost:
+            problems.append(
+                f"journal unreadable, pauses not yet undone ({self.reconciler.journal_lost})"
+            )
+        if self.fail_open.holding_open:
             problems.append("failing open: a resume_all alert fires for this node")
-        if time.monotonic() - self._last_exporter_ok > self.config.exporter_timeout_s:
+        if self.fail_open.exporter_overdue():
             problems.append("exporter unreachable: failing open")
         return "degraded: " + "; ".join(problems) if problems else "ok"
 
@@ -150,7 +126,7 @@ class Controller:
             t_state = time.monotonic()
             trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
             decision = decide(state, trigger, self.config.policy, self.journal.ledger())
-            if self.holding_open:
+            if self.fail_open.holding_open:
                 decision = _without_pauses(decision)
             t_decided = time.monotonic()
             report = self._execute(decision, source)
@@ -187,12 +163,8 @@ class Controller:
 
     def exporter_ok(self) -> None:
         """Any successful exchange with the exporter (the fast path reports its own)."""
-        self._last_exporter_ok = time.monotonic()
+        self.fail_open.exporter_ok()
         self.metrics.exporter_up.set(1)
-        if self._failed_open:
-            log.info("exporter reachable again: admission control resumes")
-            self.audit.write("exporter_back")
-            self._failed_open = False
 
     def _execute(self, decision: Decision, source: TriggerSource) -> Report:
         report = Report()
@@ -205,7 +177,7 @@ class Controller:
             self._count(outcome)
             report.docker_down |= outcome.docker_down
             if outcome.docker_down:
-                self.docker_error = outcome.detail
+                self.reconciler.docker_failed(outcome.detail)
             report.actions.append(_action_doc(action, outcome))
         for skip in decision.skips:
             self._audit_skip(skip, source)  # counts it too, once per audit interval
@@ -270,10 +242,7 @@ class Controller:
             self.audit.write(
                 "alert", alertname=alert.name, status=alert.status, labels=dict(alert.labels)
             )
-        if (
-            AlertAction.MARK_NODE in by_action
-            or self._applied_provisionable != self.nodes.provisionable
-        ):
+        if AlertAction.MARK_NODE in by_action or self.marks.pending:
             report.merge(self._update_nodes(message, partial))
         report.merge(self._fail_open_alert(by_action.get(AlertAction.RESUME_ALL, []), now))
         report.merge(self._admission(by_action.get(AlertAction.ADMISSION, [])))
@@ -281,27 +250,11 @@ class Controller:
 
     def _fail_open_alert(self, alerts: list[Alert], now: float) -> Report:
         """Enter, renew or leave the fail-open state for this node's resume_all alerts."""
-        ours = [a for a in alerts if self._for_this_node(a)]
         with self._lock:
-            was_open = self.holding_open
-            for alert in ours:
-                if alert.firing:
-                    self._fail_open_alerts[alert.fingerprint] = now
-                else:
-                    self._fail_open_alerts.pop(alert.fingerprint, None)
-            if was_open and not self.holding_open:
-                log.info("resume_all alerts resolved: admission control resumes")
-                self.audit.write("fail_open_end", alerts=[a.name for a in ours])
-            if not self.holding_open or (was_open and not self.journal.paused):
-                return Report()  # nothing fires, or already open with nothing held
-            names = sorted({a.name for a in ours if a.firing})
-            return self.resume_all("alert " + ", ".join(names), TriggerSource.WEBHOOK)
-
-    def _for_this_node(self, alert: Alert) -> bool:
-        """An alert names this node, or no node at all (a single-host Prometheus whose
-        exporter target carries no ``node`` label): failing open is the safe reading."""
-        node = alert.labels.get("node")
-        return node is None or node == self.config.node_name
+            why = self.fail_open.on_alerts(alerts, now, bool(self.journal.paused))
+            if why is None:
+                return Report()
+            return self.resume_all(why, TriggerSource.WEBHOOK)
 
     def _admission(self, alerts: list[Any]) -> Report:
         report = Report()
@@ -324,99 +277,24 @@ class Controller:
 
     def _update_nodes(self, message: WebhookMessage, partial: bool = False) -> Report:
         with self._lock:
-            changed = self.nodes.apply(
-                message, self.config.alerts_for(AlertAction.MARK_NODE), time.time(), partial
-            )
-            if changed:
-                state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
-                reasons = ", ".join(r.alertname for r in self.nodes.reasons()) or "no reasons left"
-                log.info("node %s is now %s (%s)", self.config.node_name, state, reasons)
-            self._save_nodes()
-            return self.apply_node_mark()
-
-    def _save_nodes(self) -> None:
-        """The node list and the resolved alert episodes, in the journal."""
-        doc = self.nodes.to_doc()
-        doc["resolved_alerts"] = self.order.to_doc(time.time())
-        self.journal.set_nodes(doc)
+            return self.marks.update(message, partial)
 
     def apply_node_mark(self) -> Report:
         """Make the Swarm label (if any) match the node list; safe to call any time."""
-        report = Report()
         with self._lock:
-            want = self.nodes.provisionable
-            self.metrics.node_provisionable.labels(self.config.node_name).set(1 if want else 0)
-            if self._applied_provisionable == want:
-                return report
-            if self._applied_provisionable is None and want and self.swarm_node_id() is None:
-                self._applied_provisionable = want  # nothing to undo: no swarm, never marked
-                return report
-            kind = ActionKind.UNMARK_NODE if want else ActionKind.MARK_NODE
-            result, detail = self._swarm_apply(want)
-            if result == Result.FAILED:
-                report.docker_down = True
-            else:
-                self._applied_provisionable = want
-            self.metrics.actions.labels(kind, result).inc()
-            self.audit.write(
-                "action",
-                action=kind,
-                result=result,
-                node=self.config.node_name,
-                detail=detail or None,
-            )
-            report.actions.append({"action": kind, "node": self.config.node_name, "result": result})
-            return report
+            return self.marks.apply()
 
-    def _swarm_apply(self, provisionable: bool) -> tuple[Result, str]:
-        if self.config.dry_run:
-            return Result.DRY_RUN, "dry run: swarm label unchanged"
-        if self.marker is None or self.swarm_node_id() is None:
-            return Result.SKIPPED, "engine not in a swarm: node list only"
-        try:
-            return self.marker.apply(provisionable), ""
-        except Exception as exc:  # any engine failure is worth a retry
-            log.warning("swarm node label update failed: %s", exc)
-            return Result.FAILED, str(exc)
-
-    def swarm_node_id(self) -> str | None:
-        if self.marker is None:
-            return None
-        try:
-            return self.marker.node_id()
-        except Exception:  # no engine means no swarm to mark
-            return None
-
-    def _cached_swarm_node_id(self) -> str | None:
-        # GET /api/v1/nodes is open to anyone who can connect: at most one Docker call per
-        # TTL however often it is asked, and while one caller waits for Docker the others
-        # take the last known id instead of holding the server's handler threads too.
-        fresh = (
-            self._node_id_at is not None and time.monotonic() - self._node_id_at <= _NODE_ID_TTL_S
-        )
-        if fresh or not self._node_id_lock.acquire(blocking=False):
-            return self._node_id
-        try:
-            self._node_id = self.swarm_node_id()
-            self._node_id_at = time.monotonic()
-        finally:
-            self._node_id_lock.release()
-        return self._node_id
+    def node_doc(self) -> dict[str, Any]:
+        """The ``/api/v1/nodes`` document (the swarm node id is at most a few seconds old)."""
+        return self.marks.doc()
 
     # --- safety ------------------------------------------------------------------------
 
     def resume_all(self, why: str, source: TriggerSource) -> Report:
         """Fail open: unpause every container this actuator paused."""
         with self._lock:
-            entries = list(self.journal.paused.values())
-            if entries:
-                log.warning("resuming %d container(s) this actuator paused: %s", len(entries), why)
-            self.audit.write("resume_all", why=why, containers=[e.container_id for e in entries])
-            actions = [
-                Action(UNPAUSE, e.container_id, e.name, ActionReason.RESUME_ALL, e.gpu, e.task_id)
-                for e in entries
-            ]
-            return self._execute(Decision(tuple(actions)), source)
+            decision = self.fail_open.resume_all(list(self.journal.paused.values()), why)
+            return self._execute(decision, source)
 
     def maintain(self) -> None:
         """Periodic safety work: fail open, --max-pause, reconcile with Docker and state."""
@@ -424,128 +302,29 @@ class Controller:
             state: ExporterState | None = self.fetch_state()
         except (ExporterUnavailable, StateError) as exc:
             state = None
-            self._maybe_fail_open(str(exc))
+            why = self.fail_open.on_exporter_down(str(exc))
+            if why is not None:
+                self.resume_all(why, TriggerSource.RECONCILE)
         with self._lock:
-            self._enforce_max_pause()
+            self.reconciler.enforce_max_pause()
             now = time.monotonic()
             if now - self._last_docker_check >= _DOCKER_CHECK_EVERY_S:
                 self._last_docker_check = now
-                self.reconcile(state)
+                self.reconciler.reconcile(state)
             # A safety net for missed events; the fast path normally decides first.
             quiet = time.monotonic() - self._last_decision > MAINTENANCE_DECISION_AFTER_S
             if state is not None and self.config.mode != "webhook" and quiet:
                 self.decide_now(TriggerSource.RECONCILE, state=state)
-            if self.nodes.expire(time.time(), self.config.node_mark_ttl_s):
-                log.warning("node mark expired: no webhook renewed it within the mark TTL")
-                self._save_nodes()
-            self._expire_fail_open(time.time())
-            if self._applied_provisionable != self.nodes.provisionable:
-                self.apply_node_mark()
+            self.marks.expire(time.time())
+            self.fail_open.expire(time.time())
+            if self.marks.pending:
+                self.marks.apply()
             self.metrics.paused_containers.set(len(self.journal.paused))
-
-    def _expire_fail_open(self, now: float) -> None:
-        ttl = self.config.node_mark_ttl_s
-        stale = [fp for fp, seen in self._fail_open_alerts.items() if now - seen > ttl]
-        for fingerprint in stale:
-            del self._fail_open_alerts[fingerprint]
-        if stale and not self._fail_open_alerts:
-            log.warning("fail-open alert not renewed within the mark TTL: admission resumes")
-            self.audit.write("fail_open_end", why="not renewed within --node.mark-ttl")
-
-    def _maybe_fail_open(self, why: str) -> None:
-        down_for = time.monotonic() - self._last_exporter_ok
-        if down_for <= self.config.exporter_timeout_s or self._failed_open:
-            return
-        self._failed_open = True
-        log.warning("exporter unreachable for %.1fs (%s): failing open", down_for, why)
-        self.metrics.fail_open.inc()
-        self.resume_all(f"exporter unreachable for {down_for:.1f}s", TriggerSource.RECONCILE)
-
-    def _enforce_max_pause(self) -> None:
-        now = time.time()
-        for entry in list(self.journal.paused.values()):
-            if now - entry.paused_at <= self.config.max_pause_s:
-                continue
-            log.warning("%s paused longer than --max-pause: resuming it for good", entry.name)
-            if entry.task_id:
-                self.journal.exempt(entry.task_id, now)
-            action = Action(
-                UNPAUSE,
-                entry.container_id,
-                entry.name,
-                ActionReason.MAX_PAUSE,
-                entry.gpu,
-                entry.task_id,
-            )
-            self._execute(Decision((action,)), TriggerSource.RECONCILE)
 
     def reconcile(self, state: ExporterState | None) -> None:
         """Settle the journal against Docker: forget what is gone, resume what must go."""
         with self._lock:
-            try:
-                self.executor.check()
-                docker_view = self.executor.paused_states(list(self.journal.paused))
-                if self.journal_lost:
-                    self._undo_managed_pauses()
-            except DockerUnavailable as exc:
-                if self.docker_error is None:
-                    log.warning("docker engine unreachable, retrying: %s", exc)
-                self.docker_error = str(exc)
-                return
-            if self.docker_error is not None:
-                log.info("docker engine answers again")
-                self.docker_error = None
-            with_tasks = (
-                None if state is None else {t.container_id for t in state.tasks if t.container_id}
-            )
-            steps = plan_reconcile(
-                self.journal.paused, docker_view, with_tasks, time.time(), self.config.max_pause_s
-            )
-            for step in steps:
-                if step.verdict == "forget":
-                    self.journal.released(step.container_id)
-                    self.audit.write(
-                        "reconcile", container_id=step.container_id, verdict="forget", why=step.why
-                    )
-                elif step.verdict == "unpause":
-                    entry = self.journal.paused[step.container_id]
-                    action = Action(
-                        UNPAUSE,
-                        entry.container_id,
-                        entry.name,
-                        ActionReason.RECONCILE,
-                        entry.gpu,
-                        entry.task_id,
-                    )
-                    self._execute(Decision((action,)), TriggerSource.RECONCILE)
-            if state is not None:
-                self.journal.prune(
-                    {t.task_id for t in state.tasks}, {c.id for c in state.containers}
-                )
-
-    def _undo_managed_pauses(self) -> None:
-        """The journal was unreadable: resume every managed container Docker shows paused
-        (``resume_managed_paused`` says why that is the safe reading)."""
-        resumed = resume_managed_paused(
-            self.executor.api, self.audit, f"journal unreadable: {self.journal_lost}"
-        )
-        log.warning(
-            "journal was unreadable: resumed %d paused managed container(s): %s",
-            len(resumed), ", ".join(c[:12] for c in resumed) or "none",
-        )  # fmt: skip
-        self.journal_lost = None
-
-    def node_doc(self) -> dict[str, Any]:
-        """The ``/api/v1/nodes`` document (the swarm node id is at most a few seconds old)."""
-        node_id = self._cached_swarm_node_id()
-        doc = self.nodes.to_doc()
-        doc["swarm_node_id"] = node_id
-        doc["applied"] = self._applied_provisionable == self.nodes.provisionable
-        if node_id is None:
-            executor, note = "list_only", "engine not in a swarm: node list kept, no label set"
-        else:
-            executor, note = "swarm", "swarm node label gpuguard.provisionable=false while marked"
-        return {"executor": executor, "note": note, "nodes": [doc]}
+            self.reconciler.reconcile(state)
 
 
 def admission_targets(

@@ -64,18 +64,18 @@ def test_a_late_firing_duplicate_after_resolved_does_not_mark_again(tmp_path: Pa
     firing = webhook("NodeCannotGuaranteeDeadlines")
     resolved = webhook("NodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
     controller.handle_webhook(firing)
-    assert not controller.nodes.provisionable
+    assert not controller.marks.nodes.provisionable
     controller.handle_webhook(resolved)
-    assert controller.nodes.provisionable
+    assert controller.marks.nodes.provisionable
     report = controller.handle_webhook(firing)  # the late duplicate
-    assert controller.nodes.provisionable
+    assert controller.marks.nodes.provisionable
     assert report.skips == [{"reason": "stale_alert", "alert": "NodeCannotGuaranteeDeadlines"}]
     assert skipped(controller, "stale_alert") == 1
     # A new episode of the same alert (a later startsAt) marks the node again.
     controller.handle_webhook(
         webhook("NodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z")
     )
-    assert not controller.nodes.provisionable
+    assert not controller.marks.nodes.provisionable
     controller.audit.close()
 
 
@@ -89,7 +89,7 @@ def test_resume_all_for_another_node_resumes_nothing_here(tmp_path: Path) -> Non
     controller = make_controller(tmp_path)
     controller.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
     controller.handle_webhook(webhook("GpuguardExporterDown", node="host-b"))
-    assert not controller.holding_open
+    assert not controller.fail_open.holding_open
     assert audit_events(controller, "resume_all") == []
     assert "c" * 64 in controller.journal.paused
     controller.audit.close()
@@ -100,7 +100,7 @@ def test_duplicate_resume_all_deliveries_fail_open_once(tmp_path: Path) -> None:
     controller.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
     for _ in range(100):
         controller.handle_webhook(webhook("GpuguardExporterDown"))
-    assert controller.holding_open
+    assert controller.fail_open.holding_open
     # Docker is unreachable here, so the unpause failed and stays in the journal; the
     # duplicates retried it, but only while something was still held.
     assert len(audit_events(controller, "resume_all")) >= 1
@@ -113,14 +113,14 @@ def test_duplicate_resume_all_deliveries_fail_open_once(tmp_path: Path) -> None:
     controller.handle_webhook(
         webhook("GpuguardExporterDown", "resolved", ends="2025-11-22T01:01:00Z")
     )
-    assert not controller.holding_open
+    assert not controller.fail_open.holding_open
     controller.audit.close()
 
 
 def test_pauses_are_held_back_while_failing_open(tmp_path: Path) -> None:
     controller = make_controller(tmp_path)
     controller.handle_webhook(webhook("GpuguardExporterDown", node=None))  # no node: ours
-    assert controller.holding_open
+    assert controller.fail_open.holding_open
     pause = Action(PAUSE, "c" * 64, "rt-1", ActionReason.NEWCOMER, 0, "t1")
     unpause = Action(UNPAUSE, "d" * 64, "rt-2", ActionReason.ADMIT, 0, "t2")
     held = _without_pauses(Decision((pause, unpause)))
@@ -132,11 +132,11 @@ def test_pauses_are_held_back_while_failing_open(tmp_path: Path) -> None:
 def test_a_fail_open_no_repeat_renews_expires(tmp_path: Path) -> None:
     controller = make_controller(tmp_path, **{"node.mark-ttl": "2s"})
     controller.handle_webhook(webhook("GpuguardExporterDown"))
-    assert controller.holding_open
-    controller._expire_fail_open(time.time() + 1)
-    assert controller.holding_open
-    controller._expire_fail_open(time.time() + 3)
-    assert not controller.holding_open
+    assert controller.fail_open.holding_open
+    controller.fail_open.expire(time.time() + 1)
+    assert controller.fail_open.holding_open
+    controller.fail_open.expire(time.time() + 3)
+    assert not controller.fail_open.holding_open
     controller.audit.close()
 
 
@@ -148,15 +148,15 @@ def test_a_late_firing_after_a_restart_is_still_stale(tmp_path: Path) -> None:
     first.handle_webhook(
         webhook("NodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
     )
-    assert first.nodes.provisionable
+    assert first.marks.nodes.provisionable
     first.audit.close()
     second = make_controller(tmp_path)
     report = second.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
-    assert second.nodes.provisionable
+    assert second.marks.nodes.provisionable
     assert report.skips == [{"reason": "stale_alert", "alert": "NodeCannotGuaranteeDeadlines"}]
     # a new episode still marks
     second.handle_webhook(webhook("NodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z"))
-    assert not second.nodes.provisionable
+    assert not second.marks.nodes.provisionable
     second.audit.close()
 
 
@@ -172,7 +172,7 @@ def test_a_malformed_node_list_in_the_journal_does_not_stop_the_start(tmp_path: 
     doc["nodes"]["resolved_alerts"] = {"f1": ["not a time", 1.0], "f2": "junk", "f3": None}
     path.write_text(json.dumps(doc))
     restarted = make_controller(tmp_path)
-    assert [r.fingerprint for r in restarted.nodes.reasons()] == [good["fingerprint"]]
-    assert not restarted.nodes.provisionable
+    assert [r.fingerprint for r in restarted.marks.nodes.reasons()] == [good["fingerprint"]]
+    assert not restarted.marks.nodes.provisionable
     assert len(restarted.order) == 0
     restarted.audit.close()

@@ -167,7 +167,7 @@ def test_audit_log_records_webhook_side_effects(actuator: tuple[str, Controller]
 def test_unreachable_exporter_fails_open_once(actuator: tuple[str, Controller]) -> None:
     _, controller = actuator
     controller.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
-    controller._last_exporter_ok -= 10  # the exporter has not answered for 10 s
+    controller.fail_open.last_exporter_ok -= 10  # the exporter has not answered for 10 s
     controller.maintain()
     controller.maintain()
     registry = controller.metrics.registry
@@ -183,10 +183,10 @@ def test_unreachable_exporter_fails_open_once(actuator: tuple[str, Controller]) 
 
 def test_node_list_does_not_ask_docker_on_every_request(actuator: tuple[str, Controller]) -> None:
     url, controller = actuator
-    assert controller.marker is not None
+    assert controller.marks.marker is not None
     asked: list[int] = []
-    node_id = controller.marker.node_id
-    controller.marker.node_id = lambda: asked.append(1) or node_id()  # type: ignore[method-assign]
+    node_id = controller.marks.marker.node_id
+    controller.marks.marker.node_id = lambda: asked.append(1) or node_id()  # type: ignore[method-assign]
     with requests.Session() as session:
         for _ in range(50):
             assert session.get(url + "/api/v1/nodes", timeout=5).status_code == 200

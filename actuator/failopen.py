@@ -1,0 +1,120 @@
+"""Failing open: when admission control steps aside and resumes what this actuator paused.
+
+Two causes. The exporter cannot be seen for longer than ``--exporter.timeout``: everything
+is resumed once, and admission resumes when the exporter answers again. Or a ``resume_all``
+alert (e.g. ``GpuguardExporterDown``) fires for this node: that is a state, not a one-off.
+While such an alert fires, everything this actuator paused is resumed once and nothing is
+paused again, so Alertmanager's duplicates and repeats change nothing. The state ends when
+the alert resolves, or when no repeat renewed it within ``--node.mark-ttl`` (like a node
+mark).
+
+Not thread-safe: the controller calls it under its lock and executes what it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.journal import PausedEntry
+from gpuguard.actuator.metrics import ActuatorMetrics
+from gpuguard.actuator.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.webhook import Alert
+from gpuguard.contract import ActionReason
+
+log = logging.getLogger("gpuguard.actuator")
+
+
+class FailOpen:
+    """Whether this actuator holds off, and why it resumes everything."""
+
+    def __init__(
+        self,
+        node_name: str,
+        mark_ttl_s: float,
+        exporter_timeout_s: float,
+        audit: AuditLog,
+        metrics: ActuatorMetrics,
+    ) -> None:
+        self.node_name = node_name
+        self.mark_ttl_s = mark_ttl_s
+        self.exporter_timeout_s = exporter_timeout_s
+        self.audit = audit
+        self.metrics = metrics
+        #: monotonic time of the last successful exchange with the exporter
+        self.last_exporter_ok = time.monotonic()
+        self._exporter_lost = False
+        #: fingerprint -> last delivery, of resume_all alerts firing for this node
+        self._alerts: dict[str, float] = {}
+
+    @property
+    def holding_open(self) -> bool:
+        """True while a resume_all alert fires for this node: admission pauses nothing."""
+        return bool(self._alerts)
+
+    def for_this_node(self, alert: Alert) -> bool:
+        """An alert names this node, or no node at all (a single-host Prometheus whose
+        exporter target carries no ``node`` label): failing open is the safe reading."""
+        node = alert.labels.get("node")
+        return node is None or node == self.node_name
+
+    def on_alerts(self, alerts: list[Alert], now: float, anything_paused: bool) -> str | None:
+        """Enter, renew or leave the state for this node's resume_all alerts; why to resume
+        everything now, or None."""
+        ours = [a for a in alerts if self.for_this_node(a)]
+        was_open = self.holding_open
+        for alert in ours:
+            if alert.firing:
+                self._alerts[alert.fingerprint] = now
+            else:
+                self._alerts.pop(alert.fingerprint, None)
+        if was_open and not self.holding_open:
+            log.info("resume_all alerts resolved: admission control resumes")
+            self.audit.write("fail_open_end", alerts=[a.name for a in ours])
+        if not self.holding_open or (was_open and not anything_paused):
+            return None  # nothing fires, or already open with nothing held
+        names = sorted({a.name for a in ours if a.firing})
+        return "alert " + ", ".join(names)
+
+    def expire(self, now: float) -> None:
+        """End the state for alerts no repeat renewed within the mark TTL."""
+        stale = [fp for fp, seen in self._alerts.items() if now - seen > self.mark_ttl_s]
+        for fingerprint in stale:
+            del self._alerts[fingerprint]
+        if stale and not self._alerts:
+            log.warning("fail-open alert not renewed within the mark TTL: admission resumes")
+            self.audit.write("fail_open_end", why="not renewed within --node.mark-ttl")
+
+    def exporter_ok(self) -> None:
+        """Any successful exchange with the exporter."""
+        self.last_exporter_ok = time.monotonic()
+        if self._exporter_lost:
+            log.info("exporter reachable again: admission control resumes")
+            self.audit.write("exporter_back")
+            self._exporter_lost = False
+
+    def exporter_overdue(self) -> bool:
+        """The exporter has not answered within ``--exporter.timeout``."""
+        return time.monotonic() - self.last_exporter_ok > self.exporter_timeout_s
+
+    def on_exporter_down(self, why: str) -> str | None:
+        """Why to resume everything now (once per outage, after the timeout), or None."""
+        down_for = time.monotonic() - self.last_exporter_ok
+        if down_for <= self.exporter_timeout_s or self._exporter_lost:
+            return None
+        self._exporter_lost = True
+        log.warning("exporter unreachable for %.1fs (%s): failing open", down_for, why)
+        self.metrics.fail_open.inc()
+        return f"exporter unreachable for {down_for:.1f}s"
+
+    def resume_all(self, paused: list[PausedEntry], why: str) -> Decision:
+        """Unpause every container in ``paused`` (this actuator's journal); audited."""
+        if paused:
+            log.warning("resuming %d container(s) this actuator paused: %s", len(paused), why)
+        self.audit.write("resume_all", why=why, containers=[e.container_id for e in paused])
+        actions = [
+            Action(UNPAUSE, e.container_id, e.name, ActionReason.RESUME_ALL, e.gpu, e.task_id)
+            for e in paused
+        ]
+        return Decision(tuple(actions))

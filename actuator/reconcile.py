@@ -1,0 +1,128 @@
+"""Settling the journal against Docker and the exporter's state, and ``--max-pause``.
+
+Docker is the truth about what is paused: a container gone or unpaused behind our back is
+forgotten, one whose reason is gone is resumed (``plan_reconcile``); a pause older than
+``--max-pause`` is undone for good. When the journal was unreadable at start, every
+managed container Docker shows paused is resumed once Docker answers. Whether Docker
+answers is kept here too (the health check's ``docker engine unreachable``).
+
+Not thread-safe: the controller calls it under its lock; actions go through ``execute``
+(the controller's, so they are counted and reported like every other).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.errors import DockerUnavailable
+from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.journal import Journal, plan_reconcile
+from gpuguard.actuator.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.state import ExporterState
+from gpuguard.contract import ActionReason, TriggerSource
+
+log = logging.getLogger("gpuguard.actuator")
+
+Execute = Callable[[Decision, TriggerSource], object]
+
+
+class Reconciler:
+    """Brings the journal in line with Docker; enforces the maximum pause."""
+
+    def __init__(
+        self,
+        executor: DockerExecutor,
+        journal: Journal,
+        audit: AuditLog,
+        max_pause_s: float,
+        execute: Execute,
+        journal_lost: str | None = None,
+    ) -> None:
+        self.executor = executor
+        self.journal = journal
+        self.audit = audit
+        self.max_pause_s = max_pause_s
+        self.execute = execute
+        #: set when the journal was unreadable: undo every managed pause once Docker answers
+        self.journal_lost = journal_lost
+        #: why Docker did not answer, until it does again
+        self.docker_error: str | None = None
+
+    def docker_failed(self, detail: str) -> None:
+        """An action found the engine unreachable."""
+        self.docker_error = detail
+
+    def enforce_max_pause(self) -> None:
+        """Resume, for good, whatever has been paused longer than ``--max-pause``."""
+        now = time.time()
+        for entry in list(self.journal.paused.values()):
+            if now - entry.paused_at <= self.max_pause_s:
+                continue
+            log.warning("%s paused longer than --max-pause: resuming it for good", entry.name)
+            if entry.task_id:
+                self.journal.exempt(entry.task_id, now)
+            action = Action(
+                UNPAUSE,
+                entry.container_id,
+                entry.name,
+                ActionReason.MAX_PAUSE,
+                entry.gpu,
+                entry.task_id,
+            )
+            self.execute(Decision((action,)), TriggerSource.RECONCILE)
+
+    def reconcile(self, state: ExporterState | None) -> None:
+        """Settle the journal against Docker: forget what is gone, resume what must go."""
+        try:
+            self.executor.check()
+            docker_view = self.executor.paused_states(list(self.journal.paused))
+            if self.journal_lost:
+                self._undo_managed_pauses()
+        except DockerUnavailable as exc:
+            if self.docker_error is None:
+                log.warning("docker engine unreachable, retrying: %s", exc)
+            self.docker_error = str(exc)
+            return
+        if self.docker_error is not None:
+            log.info("docker engine answers again")
+            self.docker_error = None
+        with_tasks = (
+            None if state is None else {t.container_id for t in state.tasks if t.container_id}
+        )
+        steps = plan_reconcile(
+            self.journal.paused, docker_view, with_tasks, time.time(), self.max_pause_s
+        )
+        for step in steps:
+            if step.verdict == "forget":
+                self.journal.released(step.container_id)
+                self.audit.write(
+                    "reconcile", container_id=step.container_id, verdict="forget", why=step.why
+                )
+            elif step.verdict == "unpause":
+                entry = self.journal.paused[step.container_id]
+                action = Action(
+                    UNPAUSE,
+                    entry.container_id,
+                    entry.name,
+                    ActionReason.RECONCILE,
+                    entry.gpu,
+                    entry.task_id,
+                )
+                self.execute(Decision((action,)), TriggerSource.RECONCILE)
+        if state is not None:
+            self.journal.prune({t.task_id for t in state.tasks}, {c.id for c in state.containers})
+
+    def _undo_managed_pauses(self) -> None:
+        """The journal was unreadable: resume every managed container Docker shows paused
+        (``resume_managed_paused`` says why that is the safe reading)."""
+        resumed = resume_managed_paused(
+            self.executor.api, self.audit, f"journal unreadable: {self.journal_lost}"
+        )
+        log.warning(
+            "journal was unreadable: resumed %d paused managed container(s): %s",
+            len(resumed), ", ".join(c[:12] for c in resumed) or "none",
+        )  # fmt: skip
+        self.journal_lost = None
