@@ -15,12 +15,12 @@ from gpuguard.actuator.config import Config
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, docker_api
+from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.fastpath import FastPath
+from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalCorrupt, JournalLock, set_aside
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
-from gpuguard.actuator.server import ActuatorServer
-from gpuguard.actuator.state import ExporterClient
 from gpuguard.contract import TriggerSource
 
 log = logging.getLogger("gpuguard.actuator")

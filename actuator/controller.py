@@ -24,6 +24,7 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, Outcome
+from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.failopen import FailOpen
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
@@ -32,7 +33,7 @@ from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.actuator.policy import PAUSE, Action, Decision, Skip, Trigger, decide
 from gpuguard.actuator.reconcile import Reconciler
 from gpuguard.actuator.report import Report
-from gpuguard.actuator.state import ExporterClient, ExporterState
+from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import AlertAction, Result, SkipReason, TriggerSource
 
@@ -217,7 +218,7 @@ class Controller:
     # --- webhooks ----------------------------------------------------------------------
 
     def handle_webhook(self, message: WebhookMessage) -> Report:
-        """Act on one Alertmanager POST (see the module doc of ``actuator.server``)."""
+        """Act on one Alertmanager POST (see the module doc of ``actuator.http``)."""
         report = Report()
         now = time.time()
         fresh = []

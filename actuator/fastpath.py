@@ -15,7 +15,7 @@ import time
 
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
-from gpuguard.actuator.state import ExporterClient
+from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.contract import EventType, TriggerSource
 
 log = logging.getLogger("gpuguard.actuator.fast")

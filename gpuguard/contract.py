@@ -3,7 +3,7 @@
 Each is a ``StrEnum``: a member *is* its string, so it goes into JSON, label values and
 audit lines unchanged, while code that uses a name the other side does not know fails type
 checking instead of a doc-parsing test. ``docs/interfaces.md`` describes the same names for
-readers; ``tests/unit/test_contract.py`` checks that it lists exactly these.
+readers; ``tests/unit/test_package.py`` checks that it lists every one of them.
 """
 
 from __future__ import annotations

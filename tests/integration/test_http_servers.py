@@ -22,7 +22,7 @@ import pytest
 import requests
 from exporter_support import sample_value
 
-from gpuguard.actuator.state import ExporterClient
+from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.localstack import NodeStack
 from gpuguard.demo.stack.process import ServiceError

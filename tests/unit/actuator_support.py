@@ -15,10 +15,10 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import FLAGS, Config, validate
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
-from gpuguard.actuator.state import ExporterClient
 from gpuguard.demo.stack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]

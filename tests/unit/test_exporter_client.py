@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpuguard.actuator.errors import ExporterUnavailable
-from gpuguard.actuator.state import ExporterClient
+from gpuguard.actuator.exporter_client import ExporterClient
 
 EVENTS = json.dumps({"events": [], "next": 3, "truncated": False}).encode()
 
