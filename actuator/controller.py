@@ -28,11 +28,13 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.errors import DockerUnavailable, ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, Outcome, resume_managed_paused
+from gpuguard.actuator.history import RecentHistory
 from gpuguard.actuator.journal import Journal, plan_reconcile
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import NodeList, SwarmMarker
 from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip, Trigger, decide
 from gpuguard.actuator.state import ExporterClient, ExporterState
+from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import (
     ActionKind,
@@ -111,6 +113,10 @@ class Controller:
         self.docker_error: str | None = None
         #: set when the journal was unreadable: undo every managed pause once Docker answers
         self.journal_lost: str | None = None
+        #: real-time activity, best-effort freezes and holds: the policy's ``Recent``
+        self.history = RecentHistory(config.policy)
+        #: decides again when a hold, a share or a quantum falls due (``start_timer``)
+        self.timer = DueTimer(self._timed_decision)
 
     @property
     def holding_open(self) -> bool:
@@ -148,12 +154,17 @@ class Controller:
             if state is None:
                 state = self.fetch_state()
             t_state = time.monotonic()
-            trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
-            decision = decide(state, trigger, self.config.policy, self.journal.ledger())
+            now = time.time()
+            trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
+            self.history.saw(state, now)
+            recent = self.history.snapshot(now)
+            decision = decide(state, trigger, self.config.policy, self.journal.ledger(), recent)
             if self.holding_open:
                 decision = _without_pauses(decision)
             t_decided = time.monotonic()
             report = self._execute(decision, source)
+            if gpu is None:  # a decision for one GPU does not know every device's due time
+                self.timer.at(decision.next_due)
             done = time.monotonic()
             self._last_decision = done
             self.metrics.decision_seconds.labels(source).observe(done - t0)
@@ -174,6 +185,16 @@ class Controller:
                     else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
                 )
             return report
+
+    def start_timer(self) -> None:
+        """Start deciding when holds, shares and quanta fall due."""
+        self.timer.start()
+
+    def _timed_decision(self) -> None:
+        try:
+            self.decide_now(TriggerSource.TIMER)
+        except (ExporterUnavailable, StateError) as exc:
+            log.debug("timed decision: no fresh state: %s", exc)
 
     def fetch_state(self) -> ExporterState:
         try:
@@ -201,6 +222,9 @@ class Controller:
             outcomes = self.executor.execute_many(actions, source, self._pool)
         else:
             outcomes = [self.executor.execute(a, source) for a in actions]
+        self.history.observe(
+            decision, [(a, o.result) for a, o in zip(actions, outcomes, strict=True)], time.time()
+        )
         for action, outcome in zip(actions, outcomes, strict=True):
             self._count(outcome)
             report.docker_down |= outcome.docker_down
@@ -522,6 +546,7 @@ class Controller:
                 self.journal.prune(
                     {t.task_id for t in state.tasks}, {c.id for c in state.containers}
                 )
+                self.history.forget({c.id for c in state.containers})
 
     def _undo_managed_pauses(self) -> None:
         """The journal was unreadable: resume every managed container Docker shows paused
