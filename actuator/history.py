@@ -27,8 +27,10 @@ _DONE = (Result.OK, Result.ALREADY)
 QUICK_REFREEZE_HOLDS = 2.0
 #: a thaw that lasted this long (in holds) shortens it again
 CALM_HOLDS = 8.0
-#: a container seen going straight on after a drain counts as a repeater this long
-REPEATER_MEMORY_S = 120.0
+#: what a container or image was seen to do is remembered this long
+REPEATER_MEMORY_S = 600.0
+REPEATER = "repeater"
+ONE_SHOT = "one-shot"
 
 
 class RecentHistory:
@@ -45,38 +47,69 @@ class RecentHistory:
         self._thawed_idle_at: dict[str, float] = {}
         self._hold: dict[str, float] = {}
         self._drained_at: dict[str, float] = {}
-        self._repeated_at: dict[str, float] = {}  # container id, or "image:<name>"
+        #: container id or "image:<name>" -> (when, REPEATER or ONE_SHOT)
+        self._learnt: dict[str, tuple[float, str]] = {}
+        self._tasks_seen: dict[str, set[str]] = {}  # up to two task ids per container
+        self._image_of: dict[str, str] = {}
         self._repeaters: frozenset[str] = frozenset()
+        self._oneshots: frozenset[str] = frozenset()
 
     def saw(self, state: ExporterState, now: float) -> None:
-        """Learn from a snapshot which containers go straight on after a task drains (its
-        next kernel, or the same task computing again, within ``REPEAT_GAP_S``).
+        """Learn from a snapshot how each program goes on after a task.
 
-        What a program does is learnt for its image too: a second container of the same
-        image is taken to repeat before its own first drain shows it (the README's
-        walkthrough runs two of one image; a tenant's image only ever marks its own).
+        A *repeater* computes again within ``REPEAT_GAP_S`` of a drain (its next kernel, or
+        the same task going on). A *one-shot* left (exited or removed) after a single task.
+        What a program does is learnt for its image too: a new container of an image is
+        taken to behave as the last one that showed it, until it shows otherwise itself (a
+        tenant's image only ever speaks for the tenant's own containers).
         """
         images = {c.id: f"image:{c.image}" for c in state.containers if c.image}
+        running = {c.id for c in state.containers if c.state in ("running", "paused")}
         for task in state.tasks:
             cid = task.container_id
-            if cid is None or task.paused:
+            if cid is None:
+                continue
+            seen = self._tasks_seen.setdefault(cid, set())
+            if len(seen) < 2:
+                seen.add(task.task_id)
+            if cid in images:
+                self._image_of[cid] = images[cid]
+            if task.paused:
                 continue
             if task.phase == Phase.DRAINING:
                 self._drained_at.setdefault(cid, now)
             elif task.phase == Phase.COMPUTING or task.phase in PRE_KERNEL:
                 drained = self._drained_at.pop(cid, None)
                 if drained is not None and now - drained <= REPEAT_GAP_S:
-                    self._repeated_at[cid] = now
-                    if cid in images:
-                        self._repeated_at[images[cid]] = now
-        for table in (self._drained_at, self._repeated_at):
-            for cid in [c for c, t in table.items() if now - t > REPEATER_MEMORY_S]:
-                del table[cid]
-        self._repeaters = frozenset(
-            c.id
-            for c in state.containers
-            if c.id in self._repeated_at or images.get(c.id) in self._repeated_at
-        )
+                    self._learn(cid, REPEATER, now)
+        for cid in [c for c in self._tasks_seen if c not in running]:
+            self._learn(cid, REPEATER if len(self._tasks_seen.pop(cid)) > 1 else ONE_SHOT, now)
+            self._drained_at.pop(cid, None)
+            self._image_of.pop(cid, None)
+        for cid in [c for c, t in self._drained_at.items() if now - t > REPEAT_GAP_S]:
+            del self._drained_at[cid]
+        for key in [k for k, (t, _) in self._learnt.items() if now - t > REPEATER_MEMORY_S]:
+            del self._learnt[key]
+        self._repeaters, self._oneshots = self._classes(state)
+
+    def _learn(self, cid: str, kind: str, now: float) -> None:
+        self._learnt[cid] = (now, kind)
+        image = self._image_of.get(cid)
+        if image is not None:
+            self._learnt[image] = (now, kind)
+
+    def _classes(self, state: ExporterState) -> tuple[frozenset[str], frozenset[str]]:
+        repeaters, oneshots = set(), set()
+        for c in state.containers:
+            own = self._learnt.get(c.id)
+            learnt = own if own or not c.image else self._learnt.get(f"image:{c.image}")
+            if learnt is None:
+                continue
+            if learnt[1] == REPEATER or len(self._tasks_seen.get(c.id, ())) > 1:
+                repeaters.add(c.id)
+            else:
+                oneshots.add(c.id)
+        return frozenset(repeaters), frozenset(oneshots)
 
     def snapshot(self, now: float) -> Recent:
         """The policy's view; forgets what left the window."""
@@ -92,6 +125,7 @@ class RecentHistory:
             frozen_spans={cid: tuple(spans) for cid, spans in self._spans.items()},
             hold_s=dict(self._hold),
             repeaters=self._repeaters,
+            oneshots=self._oneshots,
         )
 
     def observe(

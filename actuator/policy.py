@@ -164,14 +164,18 @@ class Recent:
     ``frozen_spans``: best-effort container -> its finished freezes (start, end) that reach
     into the last window; the current freeze is ``Ledger.paused``.
     ``hold_s``: best-effort container -> its current (adaptive) hold.
-    ``repeaters``: containers seen computing again within ``REPEAT_GAP_S`` of a drain.
+    ``repeaters``: containers seen (or whose image was) computing again within
+    ``REPEAT_GAP_S`` of a drain; ``oneshots``: containers whose image left after a single
+    task (they do not yield as they drain).
     """
 
     realtime_seen: Mapping[DeviceKey, float] = field(default_factory=dict)
     frozen_spans: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     hold_s: Mapping[str, float] = field(default_factory=dict)
-    #: containers seen going straight on to their next task as one drained
+    #: containers seen (or whose image was seen) going straight on to a next task
     repeaters: frozenset[str] = frozenset()
+    #: containers whose image was last seen leaving after a single task
+    oneshots: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -280,7 +284,7 @@ def decide(
     repeaters = _repeaters(state) | recent.repeaters
     between = _between_tasks(state, repeaters, ledger, trigger.now)
     plans = _plan_devices(
-        state.gpus, queued, best_effort, trigger.now, config, ledger, repeaters, between
+        state.gpus, queued, best_effort, trigger.now, config, ledger, recent.oneshots, between
     )
     actions = [a for plan in plans.values() for a in plan.actions]
     skips += [s for plan in plans.values() for s in plan.skips]
@@ -391,7 +395,7 @@ def _plan_devices(
     now: float,
     config: PolicyConfig,
     ledger: Ledger,
-    repeaters: frozenset[str] = frozenset(),
+    oneshots: frozenset[str] = frozenset(),
     between: Mapping[DeviceKey, Sequence[Container]] | None = None,
 ) -> dict[DeviceKey, _Plan]:
     """Decide every device; then hold back, one at a time, gangs not admitted everywhere."""
@@ -414,7 +418,7 @@ def _plan_devices(
                 ledger,
                 _Gangs(held_back, rank),
                 g.key in be_busy,
-                repeaters,
+                oneshots,
                 (between or {}).get(g.key, ()),
             )
             for g in gpus
@@ -447,7 +451,7 @@ def _plan_device(
     ledger: Ledger,
     gangs: _Gangs,
     be_busy: bool,
-    repeaters: frozenset[str] = frozenset(),
+    oneshots: frozenset[str] = frozenset(),
     between: Sequence[Container] = (),
 ) -> _Plan:
     """One device: what runs (in queue order, while it fits), what waits, and why."""
@@ -503,7 +507,7 @@ def _plan_device(
     admitted = [v for v in keep if v.paused]
     actions += [_action(UNPAUSE, v, ActionReason.ADMIT) for v in admitted]
     if config.preempt and admitted:
-        actions += _yields(queue, keep, admitted, repeaters, now, config.order)
+        actions += _yields(queue, keep, admitted, oneshots, now, config.order)
         actions += _yields_between(between, admitted[0], gpu.index, now, config.order)
     if waiting and memory_high and not any(a.kind == UNPAUSE for a in actions):
         skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
@@ -561,18 +565,20 @@ def _yields(
     queue: list[_View],
     keep: list[_View],
     admitted: list[_View],
-    repeaters: frozenset[str],
+    oneshots: frozenset[str],
     now: float,
     order: str,
 ) -> list[Action]:
-    """Draining holders that repeat back to back, frozen for the waiters admitted now.
+    """Draining holders frozen for the waiters admitted now (``yield``).
 
-    A program that starts its next task as soon as one ends (a repeater, a server under
-    load) keeps its memory, so its next task is first seen with its kernel already
-    launched, beside the waiter's: preempting it then still costs one kernel of overlap.
-    Frozen as it drains instead, it yields at once, and waits as its next task would: from
-    now, after the waiters admitted (FIFO), or by ``now + its deadline`` (EDF), never before
-    a waiter it would precede (a real-time repeater does not yield to a normal waiter).
+    Most GPU programs go straight on to a next task as one drains (a loop, a server under
+    load) and keep their memory, so that next task is first seen with its kernel already
+    launched, beside the waiter's: preempting it then still costs a kernel of overlap.
+    Frozen as it drains instead, it yields before it can launch, and waits as its next task
+    would: from now, after the waiters admitted (FIFO), or by ``now + its deadline`` (EDF),
+    never before a waiter it would precede (a real-time holder does not yield to a normal
+    waiter). Programs whose image was seen to leave after one task (paper B's one-shots)
+    drain in peace: yielding would only hold their results back.
     """
     kept = {v.cid for v in keep}
     first = admitted[0]
@@ -581,7 +587,7 @@ def _yields(
         if (
             v.paused
             or v.blocker
-            or v.cid not in repeaters
+            or v.cid in oneshots
             or v.cid in kept
             or v.task.phase != Phase.DRAINING
             or not _next_waits(first, v.klass, v.task.deadline_s, now, order)

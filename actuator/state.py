@@ -52,6 +52,7 @@ class Container:
     #: a task's typical run time (exact task boundaries only); None: not learnt yet
     typical_run_s: float | None = None
     image: str = ""
+    state: str = "running"
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,7 @@ def _container(doc: Any, where: str) -> Container:
         demand_sm_ratio=_opt_float(obj, "demand_sm_ratio", where),
         typical_run_s=_opt_float(obj, "typical_run_s", where),
         image=_opt(obj, "image", str, where) or "",
+        state=_opt(obj, "state", str, where) or "running",
     )
 
 

@@ -7,8 +7,9 @@ import time
 
 from gpuguard.actuator.history import RecentHistory
 from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
+from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
-from gpuguard.contract import ActionReason, Result
+from gpuguard.contract import ActionReason, Phase, Result
 
 CONFIG = PolicyConfig(best_effort_hold_s=0.5, best_effort_hold_max_s=2.0)
 T = "t" * 64
@@ -88,3 +89,38 @@ def test_due_timer_calls_back_at_the_due_time_and_only_the_latest_counts() -> No
         assert len(fired) == 1
     finally:
         timer.stop()
+
+
+def snap(tasks: list[tuple[str, str, str]], gone: tuple[str, ...] = ()) -> ExporterState:
+    """Containers c1.. of image img running ``(container, task id, phase)`` tasks."""
+    names = sorted({c for c, _, _ in tasks} | set(gone))
+    containers = tuple(
+        Container(
+            n, n, False, True, None, 5.0, image="img", state="exited" if n in gone else "running"
+        )
+        for n in names
+    )
+    running = tuple(
+        Task(tid, c, c, 1, 0, Phase(phase), 0.0, 1.0, 1, 0.5, 5.0, 5.0, False)
+        for c, tid, phase in tasks
+    )
+    return ExporterState("n", 1, 0.0, {}, (), containers, running)
+
+
+def test_repeaters_and_one_shots_are_learnt_per_container_and_image() -> None:
+    history = RecentHistory(CONFIG)
+    c1 = ("c1", "t2", "computing")
+    history.saw(snap([("c1", "t1", "computing")]), 100.0)
+    history.saw(snap([("c1", "t1", "draining")]), 100.5)
+    history.saw(snap([c1]), 101.0)  # straight on after the drain: a repeater
+    assert history.snapshot(101.0).repeaters == {"c1"}
+    # c2, of the same image, is taken to repeat before it shows it itself
+    history.saw(snap([c1, ("c2", "t3", "input")]), 101.5)
+    assert history.snapshot(101.5).repeaters == {"c1", "c2"}
+    # c3 leaves after a single task: a new container of the image is now taken for a
+    # one-shot; c1 keeps what it showed itself
+    history.saw(snap([c1, ("c3", "t4", "computing")]), 102.0)
+    history.saw(snap([c1], gone=("c3",)), 103.0)
+    history.saw(snap([c1, ("c4", "t5", "input")]), 103.5)
+    snapshot = history.snapshot(103.5)
+    assert snapshot.oneshots == {"c4"} and snapshot.repeaters == {"c1"}

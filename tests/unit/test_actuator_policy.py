@@ -275,17 +275,37 @@ def with_recent(st: Any, name: str, ended_ago: float) -> Any:
     return replace(st, recent=(*st.recent, done))
 
 
-def test_a_draining_repeater_yields_to_the_waiter_admitted_in_its_place() -> None:
-    # a ended its previous task 0.2 s before the one now draining began (age 1 s): it goes
-    # straight on to its next; frozen now, its next kernel cannot land beside b's
+def test_a_draining_holder_yields_to_the_waiter_admitted_in_its_place() -> None:
+    # most programs go straight on to a next task (memory cached, launched at once):
+    # frozen now, a's next kernel cannot land beside b's
     cs = [container("a"), container("b", paused=True)]
     ts = [task("a", "draining", 1, age=1.0), task("b", "input", 2, paused=True)]
-    d = run(with_recent(state(cs, ts), "a", ended_ago=1.2), ours("b"))
+    d = run(state(cs, ts), ours("b"))
     assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
     assert {a.reason for a in d.actions} == {"yield", "admit"}
-    # a program that rests between tasks drains in peace
-    d = run(with_recent(state(cs, ts), "a", ended_ago=5.0), ours("b"))
+    # a program whose image left after one task (paper B's one-shot) drains in peace
+    oneshot = Recent(oneshots=frozenset({cid("a")}))
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), oneshot)
     assert acts(d) == [(UNPAUSE, "b")]
+    assert acts(run(state(cs, ts), ours("b"), preempt=False)) == [(UNPAUSE, "b")]
+
+
+def test_a_repeater_between_two_tasks_yields_too() -> None:
+    # a's last task ended 0.3 s ago, right after its previous one: its next is coming
+    cs = [container("a"), container("b", paused=True)]
+    ts = [task("b", "input", 2, paused=True)]
+    st = with_recent(with_recent(state(cs, ts), "a", ended_ago=2.8), "a", ended_ago=0.3)
+    st = replace(st, recent=tuple(replace(r, gpu=0) for r in st.recent))
+    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"),
+               Recent(repeaters=frozenset({cid("a")})))  # fmt: skip
+    assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
+    # it is thawed in its turn: once nothing else computes on its GPU
+    yielded = Ledger(paused={cid("a"): NOW - 1}, yielded={cid("a"): 0})
+    ts = [task("b", "computing", 2)]
+    assert acts(run(state(cs, ts, util=1.0), yielded)) == []
+    ts = [task("b", "draining", 2)]
+    d = run(state(cs, ts), yielded)
+    assert acts(d) == [(UNPAUSE, "a")] and d.actions[0].reason == "admit"
 
 
 def test_a_yielded_container_waits_as_its_next_task_would() -> None:
@@ -298,7 +318,9 @@ def test_a_yielded_container_waits_as_its_next_task_would() -> None:
     )
     assert acts(run(state(cs, ts, util=1.0), ledger)) == []
     ts[1] = task("b", "draining", 2)
-    assert acts(run(state(cs, ts), ledger)) == [(UNPAUSE, "a")]
+    d = run(state(cs, ts), ledger)  # a's turn; b yields in turn, so the two alternate
+    assert acts(d) == [(PAUSE, "b"), (UNPAUSE, "a")]
+    assert [a.reason for a in d.actions] == ["yield", "admit"]
 
 
 def test_under_edf_a_tight_repeater_does_not_yield_to_a_looser_waiter() -> None:
@@ -325,7 +347,8 @@ def test_draining_task_frees_the_gpu_and_the_first_waiting_task_is_admitted() ->
         task("b", "input", 2, paused=True),
         task("c", "input", 3, paused=True),
     ]
-    assert acts(run(state(cs, ts), ours("b", "c"))) == [(UNPAUSE, "b")]
+    d = run(state(cs, ts), ours("b", "c"))
+    assert acts(d) == [(PAUSE, "a"), (UNPAUSE, "b")]  # a yields as it drains (see below)
 
 
 def test_admission_order_is_edf_with_deadline_less_tasks_last() -> None:
@@ -594,7 +617,8 @@ def test_one_at_a_time_admits_no_light_task_beside_another() -> None:
     ts = [task("a", "computing", 1, sm=0.4), task("b", "input", 2, paused=True)]
     assert acts(run(state(cs, ts, util=0.4), ours("b"), one_at_a_time=True)) == []
     ts = [task("a", "draining", 1), task("b", "input", 2, paused=True)]
-    assert acts(run(state(cs, ts, util=0.0), ours("b"), one_at_a_time=True)) == [(UNPAUSE, "b")]
+    d = run(state(cs, ts, util=0.0), ours("b"), one_at_a_time=True)
+    assert (UNPAUSE, "b") in acts(d)
 
 
 def test_light_newcomer_is_not_paused_beside_a_light_task() -> None:
