@@ -88,7 +88,8 @@ PAUSE = ActionKind.PAUSE
 UNPAUSE = ActionKind.UNPAUSE
 ORDERS = ("fifo", "edf")
 ADMIT_GRACE_S = 1.0
-#: a task that begins this soon after its container's previous one ended marks a repeater
+#: a container whose task ended this recently, with no next one seen yet, is between two
+#: tasks (and one seen computing this soon after a drain went straight on: a repeater)
 REPEAT_GAP_S = 1.0
 #: SM shares add up to at most the whole device (with rounding slack).
 _FULL = 1.0 + 1e-6
@@ -281,8 +282,7 @@ def decide(
     views = [_view(task, state, ledger, trigger.now) for task in state.tasks]
     queued = [v for v in views if v.klass != PriorityClass.BEST_EFFORT]
     best_effort = [v for v in views if v.klass == PriorityClass.BEST_EFFORT]
-    repeaters = _repeaters(state) | recent.repeaters
-    between = _between_tasks(state, repeaters, ledger, trigger.now)
+    between = _between_tasks(state, recent.oneshots, ledger, trigger.now)
     plans = _plan_devices(
         state.gpus, queued, best_effort, trigger.now, config, ledger, recent.oneshots, between
     )
@@ -623,16 +623,17 @@ def _next_waits(
 
 
 def _between_tasks(
-    state: ExporterState, repeaters: frozenset[str], ledger: Ledger, now: float
+    state: ExporterState, oneshots: frozenset[str], ledger: Ledger, now: float
 ) -> dict[DeviceKey, list[Container]]:
-    """Managed repeaters with no running task whose last task, on that device, ended
-    within ``REPEAT_GAP_S``: their next one is about to start there."""
+    """Running managed containers with no task whose last task, on that device, ended
+    within ``REPEAT_GAP_S``: unless their image leaves after one task, their next one is
+    about to start there (its input is invisible: the memory stays cached)."""
     running = {t.container_id for t in state.tasks}
     last: dict[str, tuple[float, DeviceKey]] = {}
     for done in state.recent:
         cid, device = done.container_id, done.device
         if (
-            cid in repeaters
+            cid is not None
             and cid not in running
             and device is not None
             and done.ended_at > last.get(cid, (-math.inf, device))[0]
@@ -644,8 +645,10 @@ def _between_tasks(
         if (
             container is None
             or now - ended_at > REPEAT_GAP_S
+            or cid in oneshots
             or cid in ledger.paused
             or container.paused
+            or container.state != "running"
             or not container.managed
             or container.role in COMPONENT_ROLES
             or container.priority_class == PriorityClass.BEST_EFFORT
@@ -653,20 +656,6 @@ def _between_tasks(
             continue
         out.setdefault(device, []).append(container)
     return out
-
-
-def _repeaters(state: ExporterState) -> frozenset[str]:
-    """Containers whose running task began within ``REPEAT_GAP_S`` of their previous one's
-    end: programs that go on to a next task at once (from the state's ``recent`` tasks)."""
-    ended: dict[str, float] = {}
-    for done in state.recent:
-        if done.container_id is not None:
-            ended[done.container_id] = max(ended.get(done.container_id, 0.0), done.ended_at)
-    return frozenset(
-        t.container_id
-        for t in state.tasks
-        if t.container_id in ended and 0.0 <= t.started_at - ended[t.container_id] < REPEAT_GAP_S
-    )
 
 
 def _futile(waiter: _View, holder: _View, now: float) -> bool:

@@ -290,15 +290,17 @@ def test_a_draining_holder_yields_to_the_waiter_admitted_in_its_place() -> None:
     assert acts(run(state(cs, ts), ours("b"), preempt=False)) == [(UNPAUSE, "b")]
 
 
-def test_a_repeater_between_two_tasks_yields_too() -> None:
+def test_a_container_between_two_tasks_yields_too() -> None:
     # a's last task ended 0.3 s ago, right after its previous one: its next is coming
     cs = [container("a"), container("b", paused=True)]
     ts = [task("b", "input", 2, paused=True)]
     st = with_recent(with_recent(state(cs, ts), "a", ended_ago=2.8), "a", ended_ago=0.3)
     st = replace(st, recent=tuple(replace(r, gpu=0) for r in st.recent))
-    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"),
-               Recent(repeaters=frozenset({cid("a")})))  # fmt: skip
+    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"))
     assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
+    oneshot = Recent(oneshots=frozenset({cid("a")}))
+    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"), oneshot)
+    assert acts(d) == [(UNPAUSE, "b")]  # it is leaving, not coming back
     # it is thawed in its turn: once nothing else computes on its GPU
     yielded = Ledger(paused={cid("a"): NOW - 1}, yielded={cid("a"): 0})
     ts = [task("b", "computing", 2)]
