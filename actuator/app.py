@@ -90,6 +90,7 @@ def run(config: Config) -> int:
         lock.release()
         return 1
     server.serve_in_thread()
+    controller.start_timer()
     fast = None
     if config.mode in ("fast", "both"):
         fast = FastPath(controller, ExporterClient(config.exporter_url, timeout_s=2.0))
@@ -117,6 +118,7 @@ def run(config: Config) -> int:
     server.shutdown()
     if fast is not None:
         fast.stop()
+    controller.timer.stop()
     controller.resume_all("actuator stopping", TriggerSource.RECONCILE)
     audit.write("stop")
     audit.close()

@@ -48,6 +48,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
     Flag("policy.one-at-a-time", False,
          "admit one task per device at a time (paper B), not by headroom", "bool"),
+    Flag("policy.preempt", True,
+         "freeze a computing task that holds a device a task with precedence waits for",
+         "bool"),
+    Flag("policy.preempt-quantum", "500ms",
+         "a task admitted this recently is not preempted", "duration"),
+    Flag("policy.best-effort-hold", "500ms",
+         "a best-effort freeze outlasts the last real-time activity by this", "duration"),
+    Flag("policy.best-effort-hold-max", "4s",
+         "the hold doubles while freezes follow thaws closely, up to this", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
     Flag("node.mark-ttl", "5m",
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
@@ -121,7 +130,15 @@ def validate(values: Mapping[str, Any]) -> Config:
         best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
         one_at_a_time=flags.boolean(values, "policy.one-at-a-time"),
+        preempt=flags.boolean(values, "policy.preempt"),
+        preempt_quantum_s=flags.duration(values, "policy.preempt-quantum"),
+        best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
+        best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
     )
+    if policy.best_effort_hold_max_s < policy.best_effort_hold_s:
+        raise ConfigError(
+            "--policy.best-effort-hold-max must be at least --policy.best-effort-hold"
+        )
     max_pause_s = flags.duration(values, "max-pause")
     frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
     if frozen_s >= max_pause_s:

@@ -26,6 +26,7 @@ from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, Outcome
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.failopen import FailOpen
+from gpuguard.actuator.history import RecentHistory
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks import NodeMarks
@@ -34,6 +35,7 @@ from gpuguard.actuator.policy import PAUSE, Action, Decision, Skip, Trigger, dec
 from gpuguard.actuator.reconcile import Reconciler
 from gpuguard.actuator.report import Report
 from gpuguard.actuator.state import ExporterState
+from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import AlertAction, Result, SkipReason, TriggerSource
 
@@ -91,6 +93,10 @@ class Controller:
         self.reconciler = Reconciler(
             executor, journal, audit, config.max_pause_s, self._execute, journal_lost
         )
+        #: real-time activity, best-effort freezes and holds: the policy's ``Recent``
+        self.history = RecentHistory(config.policy)
+        #: decides again when a hold, a share or a quantum falls due (``start_timer``)
+        self.timer = DueTimer(self._timed_decision)
 
     def health(self) -> str:
         """``ok``, or ``degraded: <why>`` (the /healthz body)."""
@@ -125,12 +131,17 @@ class Controller:
             if state is None:
                 state = self.fetch_state()
             t_state = time.monotonic()
-            trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
-            decision = decide(state, trigger, self.config.policy, self.journal.ledger())
+            now = time.time()
+            trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
+            self.history.saw(state, now)
+            recent = self.history.snapshot(now)
+            decision = decide(state, trigger, self.config.policy, self.journal.ledger(), recent)
             if self.fail_open.holding_open:
                 decision = _without_pauses(decision)
             t_decided = time.monotonic()
             report = self._execute(decision, source)
+            if gpu is None:  # a decision for one GPU does not know every device's due time
+                self.timer.at(decision.next_due)
             done = time.monotonic()
             self._last_decision = done
             self.metrics.decision_seconds.labels(source).observe(done - t0)
@@ -151,6 +162,16 @@ class Controller:
                     else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
                 )
             return report
+
+    def start_timer(self) -> None:
+        """Start deciding when holds, shares and quanta fall due."""
+        self.timer.start()
+
+    def _timed_decision(self) -> None:
+        try:
+            self.decide_now(TriggerSource.TIMER)
+        except (ExporterUnavailable, StateError) as exc:
+            log.debug("timed decision: no fresh state: %s", exc)
 
     def fetch_state(self) -> ExporterState:
         try:
@@ -174,6 +195,9 @@ class Controller:
             outcomes = self.executor.execute_many(actions, source, self._pool)
         else:
             outcomes = [self.executor.execute(a, source) for a in actions]
+        self.history.observe(
+            decision, [(a, o.result) for a, o in zip(actions, outcomes, strict=True)], time.time()
+        )
         for action, outcome in zip(actions, outcomes, strict=True):
             self._count(outcome)
             report.docker_down |= outcome.docker_down
@@ -326,6 +350,8 @@ class Controller:
         """Settle the journal against Docker: forget what is gone, resume what must go."""
         with self._lock:
             self.reconciler.reconcile(state)
+            if state is not None:
+                self.history.forget({c.id for c in state.containers})
 
 
 def admission_targets(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard.actuator.policy import Ledger
+from gpuguard.contract import ActionReason
 
 JOURNAL_FILE = "journal.json"
 LOCK_FILE = "journal.lock"
@@ -95,6 +96,9 @@ class Journal:
         with self._lock:
             return Ledger(
                 paused={cid: e.paused_at for cid, e in self.paused.items()},
+                yielded={
+                    cid: e.gpu for cid, e in self.paused.items() if e.reason == ActionReason.YIELD
+                },
                 admitted=dict(self.admitted),
                 exempt_tasks=frozenset(self.exempt_tasks),
             )
@@ -284,6 +288,9 @@ def plan_reconcile(
             steps.append(ReconcileStep(cid, "unpause", "paused longer than --max-pause"))
         elif live_containers_with_tasks is None:
             steps.append(ReconcileStep(cid, "unpause", "exporter unavailable"))
+        elif cid not in live_containers_with_tasks and entry.reason == ActionReason.YIELD:
+            # yielded between two tasks: the policy thaws it in its turn (or --max-yield)
+            steps.append(ReconcileStep(cid, "keep", "yielded its GPU until its turn"))
         elif cid not in live_containers_with_tasks:
             steps.append(ReconcileStep(cid, "unpause", "its GPU task is gone"))
         else:

@@ -36,6 +36,7 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "class": info.priority_class,
         "class_error": info.class_error,
         "demand_sm_ratio": snap.demand.get(info.id),
+        "typical_run_s": snap.typical_run.get(info.id),
     }
 
 

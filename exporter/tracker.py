@@ -185,6 +185,7 @@ class _Task:
         "start_ticks",
         "started_at",
         "task_id",
+        "waited",
     )
 
     def __init__(
@@ -208,6 +209,7 @@ class _Task:
         self.started_at = order[0]
         self.last_active = order[0]  # newest visible activity (end placement)
         self.paused = False
+        self.waited = False  # its container was paused at some poll during the task
         self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
         self.overrun = False
@@ -303,6 +305,7 @@ class Tracker:
         self.recent: deque[TaskView] = deque(maxlen=history_size)
         self.stats: dict[str, ContainerStats] = {}
         self.demand: dict[str, float] = {}  # container id -> expected SM share (EWMA)
+        self.typical_run: dict[str, float] = {}  # container id -> a task's run time (EWMA)
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
 
     # -- per poll ---------------------------------------------------------------------
@@ -363,7 +366,7 @@ class Tracker:
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
-        for table in (self.stats, self.demand):
+        for table in (self.stats, self.demand, self.typical_run):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]
 
@@ -388,6 +391,7 @@ class Tracker:
             "processes": len(self._processes),
             "stats": len(self.stats),
             "demand": len(self.demand),
+            "typical_run": len(self.typical_run),
             "histograms": len(self._hist),
             "recent": len(self.recent),
         }
@@ -479,6 +483,7 @@ class Tracker:
             task.last_active = max(task.last_active, change_at)
         if task.paused:
             task.last_active = now  # waiting is part of the task, not idleness
+            task.waited = True
         phase = task.phase
         if fresh and seen.proc.stopped:
             phase = Phase.DRAINING  # its newest sample shows its kernels stopping
@@ -513,6 +518,7 @@ class Tracker:
         info = seen.info
         task.deadline_s = info.deadline_s if info is not None else None
         task.paused = info is not None and info.paused
+        task.waited = task.paused
         task.blind = seen.blind
         self._emit(
             EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
@@ -528,6 +534,7 @@ class Tracker:
             self._count(task.container_id, hits=int(met), misses=int(not met))
         self._count(task.container_id, finished=1)
         self._learn_demand(task)
+        self._learn_run_time(task, view.run_s)
         self._observe_run(task.gpu, view.run_s or 0.0)
         self.recent.append(view)
         self._emit(
@@ -541,6 +548,16 @@ class Tracker:
         old = self.demand.get(task.container_id)
         self.demand[task.container_id] = (
             share if old is None else DEMAND_EWMA_ALPHA * share + (1 - DEMAND_EWMA_ALPHA) * old
+        )
+
+    def _learn_run_time(self, task: _Task, run_s: float | None) -> None:
+        """A task's run time, learnt from tasks that computed and never waited paused (the
+        actuator's preemption test weighs what a waiter and a holder still need)."""
+        if task.container_id is None or run_s is None or not task.computed or task.waited:
+            return
+        old = self.typical_run.get(task.container_id)
+        self.typical_run[task.container_id] = (
+            run_s if old is None else DEMAND_EWMA_ALPHA * run_s + (1 - DEMAND_EWMA_ALPHA) * old
         )
 
     def _count(

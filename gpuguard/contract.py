@@ -103,6 +103,8 @@ class ActionReason(StrEnum):
     BEST_EFFORT = "best_effort"  # best-effort, and a real-time task runs or waits on its GPU
     REALTIME_IDLE = "realtime_idle"  # best-effort, and no real-time task needs its GPUs now
     BEST_EFFORT_SHARE = "best_effort_share"  # best-effort, thawed for its minimum share
+    PREEMPT = "preempt"  # its task holds a device that a task with precedence waits for
+    YIELD = "yield"  # repeats back to back: frozen as it drains, for the waiter admitted
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
@@ -130,7 +132,9 @@ class SkipReason(StrEnum):
     CAP = "cap"
     STALE_STATE = "stale_state"
     IRRELEVANT_ALERT = "irrelevant_alert"
-    KERNEL_RUNNING = "kernel_running"
+    KERNEL_RUNNING = "kernel_running"  # --policy.preempt=false: a launched task is left alone
+    RUN_QUANTUM = "run_quantum"  # admitted less than --policy.preempt-quantum ago
+    PREEMPT_FUTILE = "preempt_futile"  # the waiter misses anyway; the holder would miss too
     INPUT_TIMEOUT = "input_timeout"
     MEMORY_PRESSURE = "memory_pressure"
     RUNS_ELSEWHERE = "runs_elsewhere"
@@ -145,6 +149,7 @@ class TriggerSource(StrEnum):
     WEBHOOK = "webhook"
     FAST = "fast"
     RECONCILE = "reconcile"
+    TIMER = "timer"  # a hold, a quantum or a best-effort share fell due
 
 
 class StateReason(StrEnum):

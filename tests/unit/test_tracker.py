@@ -549,7 +549,14 @@ def test_tables_stay_bounded_under_process_and_container_churn() -> None:
         h.tracker.forget_containers(h.containers)
         t += 0.3
     sizes = h.tracker.table_sizes()
-    assert sizes == {"processes": 0, "stats": 1, "demand": 1, "histograms": 1, "recent": 8}
+    assert sizes == {
+        "processes": 0,
+        "stats": 1,
+        "demand": 1,
+        "typical_run": 1,
+        "histograms": 1,
+        "recent": 8,
+    }
     assert h.tracker.stats[cid(2999 % 50 + 1)].finished > 0
 
 
