@@ -29,8 +29,6 @@ QUICK_REFREEZE_HOLDS = 2.0
 CALM_HOLDS = 8.0
 #: what a container or image was seen to do is remembered this long
 REPEATER_MEMORY_S = 600.0
-REPEATER = "repeater"
-ONE_SHOT = "one-shot"
 
 
 class RecentHistory:
@@ -47,21 +45,23 @@ class RecentHistory:
         self._thawed_idle_at: dict[str, float] = {}
         self._hold: dict[str, float] = {}
         self._drained_at: dict[str, float] = {}
-        #: container id or "image:<name>" -> (when, REPEATER or ONE_SHOT)
-        self._learnt: dict[str, tuple[float, str]] = {}
+        #: container id or "image:<name>" -> (when, goes straight on)
+        self._learnt: dict[str, tuple[float, bool]] = {}
         self._tasks_seen: dict[str, set[str]] = {}  # up to two task ids per container
         self._image_of: dict[str, str] = {}
-        self._repeaters: frozenset[str] = frozenset()
-        self._oneshots: frozenset[str] = frozenset()
+        self._straight_on: frozenset[str] = frozenset()
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
 
-        A *repeater* computes again within ``REPEAT_GAP_S`` of a drain (its next kernel, or
-        the same task going on). A *one-shot* left (exited or removed) after a single task.
-        What a program does is learnt for its image too: a new container of an image is
-        taken to behave as the last one that showed it, until it shows otherwise itself (a
-        tenant's image only ever speaks for the tenant's own containers).
+        It goes *straight on* when, within ``REPEAT_GAP_S`` of a drain, it is seen computing
+        again with no input phase in between (its memory stays cached, its next kernel is
+        launched at once: the same task going on, or the next one first seen computing). It
+        does not when its next task shows its input first (a newcomer pause catches that
+        in time), or when it left after a single task (paper B's one-shot). What a program
+        does is learnt for its image too: a new container of an image is taken to behave as
+        the last one that showed it, until it shows otherwise itself (a tenant's image only
+        ever speaks for the tenant's own containers).
         """
         images = {c.id: f"image:{c.image}" for c in state.containers if c.image}
         running = {c.id for c in state.containers if c.state in ("running", "paused")}
@@ -81,35 +81,29 @@ class RecentHistory:
             elif task.phase == Phase.COMPUTING or task.phase in PRE_KERNEL:
                 drained = self._drained_at.pop(cid, None)
                 if drained is not None and now - drained <= REPEAT_GAP_S:
-                    self._learn(cid, REPEATER, now)
+                    self._learn(cid, task.phase == Phase.COMPUTING, now)
         for cid in [c for c in self._tasks_seen if c not in running]:
-            self._learn(cid, REPEATER if len(self._tasks_seen.pop(cid)) > 1 else ONE_SHOT, now)
+            if len(self._tasks_seen.pop(cid)) == 1:
+                self._learn(cid, False, now)  # left after one task
             self._drained_at.pop(cid, None)
             self._image_of.pop(cid, None)
         for cid in [c for c, t in self._drained_at.items() if now - t > REPEAT_GAP_S]:
             del self._drained_at[cid]
         for key in [k for k, (t, _) in self._learnt.items() if now - t > REPEATER_MEMORY_S]:
             del self._learnt[key]
-        self._repeaters, self._oneshots = self._classes(state)
+        self._straight_on = frozenset(
+            c.id for c in state.containers if self._goes_straight_on(c.id, c.image)
+        )
 
-    def _learn(self, cid: str, kind: str, now: float) -> None:
-        self._learnt[cid] = (now, kind)
+    def _learn(self, cid: str, straight_on: bool, now: float) -> None:
+        self._learnt[cid] = (now, straight_on)
         image = self._image_of.get(cid)
         if image is not None:
-            self._learnt[image] = (now, kind)
+            self._learnt[image] = (now, straight_on)
 
-    def _classes(self, state: ExporterState) -> tuple[frozenset[str], frozenset[str]]:
-        repeaters, oneshots = set(), set()
-        for c in state.containers:
-            own = self._learnt.get(c.id)
-            learnt = own if own or not c.image else self._learnt.get(f"image:{c.image}")
-            if learnt is None:
-                continue
-            if learnt[1] == REPEATER or len(self._tasks_seen.get(c.id, ())) > 1:
-                repeaters.add(c.id)
-            else:
-                oneshots.add(c.id)
-        return frozenset(repeaters), frozenset(oneshots)
+    def _goes_straight_on(self, cid: str, image: str) -> bool:
+        learnt = self._learnt.get(cid) or (self._learnt.get(f"image:{image}") if image else None)
+        return learnt is not None and learnt[1]
 
     def snapshot(self, now: float) -> Recent:
         """The policy's view; forgets what left the window."""
@@ -124,8 +118,7 @@ class RecentHistory:
             realtime_seen=dict(self._realtime_seen),
             frozen_spans={cid: tuple(spans) for cid, spans in self._spans.items()},
             hold_s=dict(self._hold),
-            repeaters=self._repeaters,
-            oneshots=self._oneshots,
+            straight_on=self._straight_on,
         )
 
     def observe(

@@ -165,18 +165,15 @@ class Recent:
     ``frozen_spans``: best-effort container -> its finished freezes (start, end) that reach
     into the last window; the current freeze is ``Ledger.paused``.
     ``hold_s``: best-effort container -> its current (adaptive) hold.
-    ``repeaters``: containers seen (or whose image was) computing again within
-    ``REPEAT_GAP_S`` of a drain; ``oneshots``: containers whose image left after a single
-    task (they do not yield as they drain).
+    ``straight_on``: containers seen (or whose image was last seen) computing again within
+    ``REPEAT_GAP_S`` of a drain with no input phase between: they yield as they drain.
     """
 
     realtime_seen: Mapping[DeviceKey, float] = field(default_factory=dict)
     frozen_spans: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     hold_s: Mapping[str, float] = field(default_factory=dict)
-    #: containers seen (or whose image was seen) going straight on to a next task
-    repeaters: frozenset[str] = frozenset()
-    #: containers whose image was last seen leaving after a single task
-    oneshots: frozenset[str] = frozenset()
+    #: containers seen (or whose image was last seen) going straight on after a drain
+    straight_on: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -282,9 +279,9 @@ def decide(
     views = [_view(task, state, ledger, trigger.now) for task in state.tasks]
     queued = [v for v in views if v.klass != PriorityClass.BEST_EFFORT]
     best_effort = [v for v in views if v.klass == PriorityClass.BEST_EFFORT]
-    between = _between_tasks(state, recent.oneshots, ledger, trigger.now)
+    between = _between_tasks(state, recent.straight_on, ledger, trigger.now)
     plans = _plan_devices(
-        state.gpus, queued, best_effort, trigger.now, config, ledger, recent.oneshots, between
+        state.gpus, queued, best_effort, trigger.now, config, ledger, recent.straight_on, between
     )
     actions = [a for plan in plans.values() for a in plan.actions]
     skips += [s for plan in plans.values() for s in plan.skips]
@@ -357,8 +354,7 @@ def _view(task: Task, state: ExporterState, ledger: Ledger, now: float) -> _View
     else:
         paused = container.paused if container is not None else task.paused
     since = max(task.started_at, admitted_at or 0.0)
-    demand = container.demand_sm_ratio if container is not None else None
-    share = 1.0 if demand is None else min(1.0, max(_MIN_SHARE, demand))
+    share = _share(container)
     klass = container.priority_class if container is not None else PriorityClass.NORMAL
     blocker = _blocker(task, container, ledger)
     order_task = task
@@ -395,7 +391,7 @@ def _plan_devices(
     now: float,
     config: PolicyConfig,
     ledger: Ledger,
-    oneshots: frozenset[str] = frozenset(),
+    straight_on: frozenset[str] = frozenset(),
     between: Mapping[DeviceKey, Sequence[Container]] | None = None,
 ) -> dict[DeviceKey, _Plan]:
     """Decide every device; then hold back, one at a time, gangs not admitted everywhere."""
@@ -418,7 +414,7 @@ def _plan_devices(
                 ledger,
                 _Gangs(held_back, rank),
                 g.key in be_busy,
-                oneshots,
+                straight_on,
                 (between or {}).get(g.key, ()),
             )
             for g in gpus
@@ -451,7 +447,7 @@ def _plan_device(
     ledger: Ledger,
     gangs: _Gangs,
     be_busy: bool,
-    oneshots: frozenset[str] = frozenset(),
+    straight_on: frozenset[str] = frozenset(),
     between: Sequence[Container] = (),
 ) -> _Plan:
     """One device: what runs (in queue order, while it fits), what waits, and why."""
@@ -506,9 +502,16 @@ def _plan_device(
         keep = _admit(queue, admissible, must, frozen_kernels, last, pressure, config.one_at_a_time)
     admitted = [v for v in keep if v.paused]
     actions += [_action(UNPAUSE, v, ActionReason.ADMIT) for v in admitted]
-    if config.preempt and admitted:
-        actions += _yields(queue, keep, admitted, oneshots, now, config.order)
-        actions += _yields_between(between, admitted[0], gpu.index, now, config.order)
+    # The first task admitted now, or still waiting (behind a frozen kernel, say): the one a
+    # holder that goes straight on makes way for as it drains.
+    waiter = next((v for v in queue if v in admitted or (v in waiting and v not in keep)), None)
+    if config.preempt and waiter is not None:
+        used = sum(v.share for v in [*keep, *frozen_kernels])
+        used += 0.0 if waiter in keep else waiter.share
+        room = 0.0 if config.one_at_a_time else _FULL - used
+        fresh = now - config.preempt_quantum_s
+        actions += _yields(queue, keep, waiter, straight_on, room, now, fresh, config.order)
+        actions += _yields_between(between, waiter, gpu.index, room, now, config.order)
     if waiting and memory_high and not any(a.kind == UNPAUSE for a in actions):
         skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
     occupied = bool(keep or frozen_kernels or reserving) or busy
@@ -564,33 +567,39 @@ def _must_run(
 def _yields(
     queue: list[_View],
     keep: list[_View],
-    admitted: list[_View],
-    oneshots: frozenset[str],
+    waiter: _View,
+    straight_on: frozenset[str],
+    room: float,
     now: float,
+    quantum_start: float,
     order: str,
 ) -> list[Action]:
-    """Draining holders frozen for the waiters admitted now (``yield``).
+    """Draining holders frozen for the first waiter, admitted now or next (``yield``).
 
-    Most GPU programs go straight on to a next task as one drains (a loop, a server under
-    load) and keep their memory, so that next task is first seen with its kernel already
-    launched, beside the waiter's: preempting it then still costs a kernel of overlap.
-    Frozen as it drains instead, it yields before it can launch, and waits as its next task
-    would: from now, after the waiters admitted (FIFO), or by ``now + its deadline`` (EDF),
-    never before a waiter it would precede (a real-time holder does not yield to a normal
-    waiter). Programs whose image was seen to leave after one task (paper B's one-shots)
-    drain in peace: yielding would only hold their results back.
+    A program that goes straight on after a task (a loop, a server under load: learnt,
+    ``Recent.straight_on``) keeps its memory, so its next task is first seen with its kernel
+    already launched, beside the waiter's: preempting it then still costs a kernel of
+    overlap. Frozen as it drains instead, it yields before it can launch, and waits as its
+    next task would: from now, after the waiters admitted (FIFO), or by ``now + its
+    deadline`` (EDF), never before a waiter it would precede (a real-time holder does not
+    yield to a normal waiter). Others drain in peace: a one-shot's results, or a program
+    whose next input shows (a newcomer pause catches it), are not held back; nor is one
+    whose next task fits beside what runs (``room``: headroom left on the device), or one
+    given its turn within its quantum (since ``quantum_start``): it finishes its output.
     """
     kept = {v.cid for v in keep}
-    first = admitted[0]
     actions = []
     for v in queue:
         if (
             v.paused
             or v.blocker
-            or v.cid in oneshots
+            or v.cid not in straight_on
             or v.cid in kept
             or v.task.phase != Phase.DRAINING
-            or not _next_waits(first, v.klass, v.task.deadline_s, now, order)
+            or v.share <= room
+            or v is waiter
+            or (v.admitted_at is not None and v.admitted_at > quantum_start)
+            or not _next_waits(waiter, v.klass, v.task.deadline_s, now, order)
         ):
             continue
         actions.append(_action(PAUSE, v, ActionReason.YIELD))
@@ -598,15 +607,21 @@ def _yields(
 
 
 def _yields_between(
-    between: Sequence[Container], first: _View, gpu: int, now: float, order: str
+    between: Sequence[Container], first: _View, gpu: int, room: float, now: float, order: str
 ) -> list[Action]:
-    """Repeaters whose last task here just ended and whose next is not yet seen: frozen
+    """Containers whose last task here just ended and whose next is not yet seen: frozen
     for the waiter admitted now, like a draining one (``_yields``)."""
     return [
         Action(PAUSE, c.id, c.name, ActionReason.YIELD, gpu)
         for c in between
-        if _next_waits(first, c.priority_class, c.deadline_s, now, order)
+        if _share(c) > room and _next_waits(first, c.priority_class, c.deadline_s, now, order)
     ]
+
+
+def _share(container: Container | None) -> float:
+    """The SM share a container's task is expected to take (unknown: the whole device)."""
+    demand = container.demand_sm_ratio if container is not None else None
+    return 1.0 if demand is None else min(1.0, max(_MIN_SHARE, demand))
 
 
 def _next_waits(
@@ -623,11 +638,11 @@ def _next_waits(
 
 
 def _between_tasks(
-    state: ExporterState, oneshots: frozenset[str], ledger: Ledger, now: float
+    state: ExporterState, straight_on: frozenset[str], ledger: Ledger, now: float
 ) -> dict[DeviceKey, list[Container]]:
-    """Running managed containers with no task whose last task, on that device, ended
-    within ``REPEAT_GAP_S``: unless their image leaves after one task, their next one is
-    about to start there (its input is invisible: the memory stays cached)."""
+    """Running managed containers that go straight on, with no task, whose last task, on
+    that device, ended within ``REPEAT_GAP_S``: their next one is about to start there (its
+    input is invisible: the memory stays cached)."""
     running = {t.container_id for t in state.tasks}
     last: dict[str, tuple[float, DeviceKey]] = {}
     for done in state.recent:
@@ -645,7 +660,7 @@ def _between_tasks(
         if (
             container is None
             or now - ended_at > REPEAT_GAP_S
-            or cid in oneshots
+            or cid not in straight_on
             or cid in ledger.paused
             or container.paused
             or container.state != "running"

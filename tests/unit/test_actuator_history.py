@@ -107,20 +107,23 @@ def snap(tasks: list[tuple[str, str, str]], gone: tuple[str, ...] = ()) -> Expor
     return ExporterState("n", 1, 0.0, {}, (), containers, running)
 
 
-def test_repeaters_and_one_shots_are_learnt_per_container_and_image() -> None:
+def test_what_a_program_does_after_a_task_is_learnt_per_container_and_image() -> None:
     history = RecentHistory(CONFIG)
     c1 = ("c1", "t2", "computing")
     history.saw(snap([("c1", "t1", "computing")]), 100.0)
     history.saw(snap([("c1", "t1", "draining")]), 100.5)
-    history.saw(snap([c1]), 101.0)  # straight on after the drain: a repeater
-    assert history.snapshot(101.0).repeaters == {"c1"}
-    # c2, of the same image, is taken to repeat before it shows it itself
+    history.saw(snap([c1]), 101.0)  # computing again at once: it goes straight on
+    assert history.snapshot(101.0).straight_on == {"c1"}
+    # c2, of the same image, is taken to go straight on before it shows it itself
     history.saw(snap([c1, ("c2", "t3", "input")]), 101.5)
-    assert history.snapshot(101.5).repeaters == {"c1", "c2"}
+    assert history.snapshot(101.5).straight_on == {"c1", "c2"}
     # c3 leaves after a single task: a new container of the image is now taken for a
     # one-shot; c1 keeps what it showed itself
     history.saw(snap([c1, ("c3", "t4", "computing")]), 102.0)
     history.saw(snap([c1], gone=("c3",)), 103.0)
     history.saw(snap([c1, ("c4", "t5", "input")]), 103.5)
-    snapshot = history.snapshot(103.5)
-    assert snapshot.oneshots == {"c4"} and snapshot.repeaters == {"c1"}
+    assert history.snapshot(103.5).straight_on == {"c1"}
+    # a next task whose input shows does not go straight on
+    history.saw(snap([c1, ("c4", "t5", "draining")]), 104.0)
+    history.saw(snap([c1, ("c4", "t6", "input")]), 104.4)
+    assert history.snapshot(104.4).straight_on == {"c1"}

@@ -275,32 +275,34 @@ def with_recent(st: Any, name: str, ended_ago: float) -> Any:
     return replace(st, recent=(*st.recent, done))
 
 
-def test_a_draining_holder_yields_to_the_waiter_admitted_in_its_place() -> None:
-    # most programs go straight on to a next task (memory cached, launched at once):
-    # frozen now, a's next kernel cannot land beside b's
+STRAIGHT_ON_A = Recent(straight_on=frozenset({cid("a")}))
+
+
+def test_a_draining_holder_that_goes_straight_on_yields_to_the_waiter() -> None:
+    # a keeps its memory and launches its next kernel at once (learnt): frozen now, that
+    # kernel cannot land beside b's
     cs = [container("a"), container("b", paused=True)]
     ts = [task("a", "draining", 1, age=1.0), task("b", "input", 2, paused=True)]
-    d = run(state(cs, ts), ours("b"))
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
     assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
     assert {a.reason for a in d.actions} == {"yield", "admit"}
-    # a program whose image left after one task (paper B's one-shot) drains in peace
-    oneshot = Recent(oneshots=frozenset({cid("a")}))
-    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), oneshot)
+    # a one-shot, or a program whose next input shows, drains in peace
+    assert acts(run(state(cs, ts), ours("b"))) == [(UNPAUSE, "b")]
+    # as does one whose next task fits beside the waiter's
+    cs = [container("a", demand=0.3), container("b", paused=True, demand=0.3)]
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
     assert acts(d) == [(UNPAUSE, "b")]
-    assert acts(run(state(cs, ts), ours("b"), preempt=False)) == [(UNPAUSE, "b")]
 
 
 def test_a_container_between_two_tasks_yields_too() -> None:
-    # a's last task ended 0.3 s ago, right after its previous one: its next is coming
+    # a's last task ended 0.3 s ago; it goes straight on: its next is coming
     cs = [container("a"), container("b", paused=True)]
     ts = [task("b", "input", 2, paused=True)]
-    st = with_recent(with_recent(state(cs, ts), "a", ended_ago=2.8), "a", ended_ago=0.3)
+    st = with_recent(state(cs, ts), "a", ended_ago=0.3)
     st = replace(st, recent=tuple(replace(r, gpu=0) for r in st.recent))
-    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"))
+    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
     assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
-    oneshot = Recent(oneshots=frozenset({cid("a")}))
-    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"), oneshot)
-    assert acts(d) == [(UNPAUSE, "b")]  # it is leaving, not coming back
+    assert acts(run(st, ours("b"))) == [(UNPAUSE, "b")]  # not known to go straight on
     # it is thawed in its turn: once nothing else computes on its GPU
     yielded = Ledger(paused={cid("a"): NOW - 1}, yielded={cid("a"): 0})
     ts = [task("b", "computing", 2)]
@@ -320,8 +322,9 @@ def test_a_yielded_container_waits_as_its_next_task_would() -> None:
     )
     assert acts(run(state(cs, ts, util=1.0), ledger)) == []
     ts[1] = task("b", "draining", 2)
-    d = run(state(cs, ts), ledger)  # a's turn; b yields in turn, so the two alternate
-    assert acts(d) == [(PAUSE, "b"), (UNPAUSE, "a")]
+    both = Recent(straight_on=frozenset({cid("a"), cid("b")}))
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ledger, both)
+    assert acts(d) == [(PAUSE, "b"), (UNPAUSE, "a")]  # b yields in turn: they alternate
     assert [a.reason for a in d.actions] == ["yield", "admit"]
 
 
@@ -331,7 +334,8 @@ def test_under_edf_a_tight_repeater_does_not_yield_to_a_looser_waiter() -> None:
         task("a", "draining", 1, age=1.0, deadline=0.5),
         task("b", "input", 2, paused=True, deadline=30),
     ]
-    d = run(with_recent(state(cs, ts), "a", ended_ago=1.2), ours("b"), order="edf")
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(order="edf"), ours("b"),
+               STRAIGHT_ON_A)  # fmt: skip
     assert acts(d) == [(UNPAUSE, "b")]
 
 
@@ -349,8 +353,7 @@ def test_draining_task_frees_the_gpu_and_the_first_waiting_task_is_admitted() ->
         task("b", "input", 2, paused=True),
         task("c", "input", 3, paused=True),
     ]
-    d = run(state(cs, ts), ours("b", "c"))
-    assert acts(d) == [(PAUSE, "a"), (UNPAUSE, "b")]  # a yields as it drains (see below)
+    assert acts(run(state(cs, ts), ours("b", "c"))) == [(UNPAUSE, "b")]
 
 
 def test_admission_order_is_edf_with_deadline_less_tasks_last() -> None:
