@@ -155,6 +155,10 @@ class Controller:
             t_decided = time.monotonic()
             report = self._execute(decision, source)
             done = time.monotonic()
+            # Each managed container's live check, before its first pause needs it.
+            self.executor.vet(
+                [c.id for c in state.containers if c.managed and not c.role and not c.paused]
+            )
             self._last_decision = done
             self.metrics.decision_seconds.labels(source).observe(done - t0)
             if decision.actions:
@@ -527,7 +531,10 @@ class Controller:
         """The journal was unreadable: resume every managed container Docker shows paused
         (``resume_managed_paused`` says why that is the safe reading)."""
         resumed = resume_managed_paused(
-            self.executor.api, self.audit, f"journal unreadable: {self.journal_lost}"
+            self.executor.api,
+            self.audit,
+            f"journal unreadable: {self.journal_lost}",
+            self.executor.freezer,
         )
         log.warning(
             "journal was unreadable: resumed %d paused managed container(s): %s",
