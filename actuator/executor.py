@@ -1,11 +1,13 @@
 """Carry pause/unpause out on Docker: idempotent, journalled first, audited, retried.
 
-* A pause freezes the container through its cgroup (``actuator.freezer``: about 1 ms), then
-  hands the frozen container to Docker (``docker pause``, through ``ContainerFreezer.handover``:
-  runc refuses to pause a cgroup that is already frozen), so ``docker ps``/``inspect`` show it
-  paused and an operator's ``docker unpause`` resumes it. Where no cgroup can be frozen from
-  here (no access, another PID namespace, another layout) it is ``docker pause`` alone, as
-  with ``--pause.method=docker``: runc, 13 ms alone, ~100 ms for ten at once on two cores.
+* A pause freezes the container through its cgroup (``actuator.freezer``: about 1 ms) and is
+  done; then, in the background, the frozen container is handed to Docker (``docker pause``,
+  through ``ContainerFreezer.handover``: runc refuses to pause a cgroup that is already
+  frozen), so ``docker ps``/``inspect`` show it paused and an operator's ``docker unpause``
+  resumes it. Anything that comes next for that container waits for its hand-over (an unpause
+  drops one not yet begun). Where no cgroup can be frozen from here (no access, another PID
+  namespace, another layout) it is ``docker pause`` alone, as with ``--pause.method=docker``:
+  runc, 13 ms alone, ~100 ms for ten at once on two cores.
 * The live container is inspected before its first pause: a vanished container is a skip,
   one already paused is ``already``, and the ``gpuguard.managed`` / ``gpuguard.role`` labels
   are re-checked on the live container (the exporter's view may be stale). Labels never
@@ -31,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, TypeVar
@@ -68,6 +70,9 @@ DOCKER_API_VERSION = "1.41"
 CGROUP, DOCKER = "cgroup", "docker"
 #: containers whose live check is kept; past this the oldest are dropped (re-inspected)
 MAX_VETTED = 4096
+#: hand-overs to Docker at once: each runs runc; more at once only share the same cores with
+#: the exporter and this actuator's next decision (the frozen containers wait either way)
+HANDOVER_WORKERS = 2
 
 
 def docker_api(url: str | None) -> Any:
@@ -145,6 +150,10 @@ class DockerExecutor:
         self._vet_lock = threading.Lock()
         self._vet_pool: ThreadPoolExecutor | None = None
         self._freezer_warned = False
+        #: container id -> its hand-over to Docker, pending or running
+        self._handovers: dict[str, Future[None]] = {}
+        self._handover_lock = threading.Lock()
+        self._handover_pool: ThreadPoolExecutor | None = None
 
     def execute_many(
         self, actions: Sequence[Action], trigger: str, pool: ThreadPoolExecutor
@@ -160,11 +169,13 @@ class DockerExecutor:
             if a.kind == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
         ]
         if entries:
-            self.journal.will_pause_many(entries)
+            self.journal.will_pause_many(entries, durable=self.freezer is None)
         fresh = {e.container_id for e in entries}
         # Every freeze first, here and together (~1 ms for all), before any runc runs: the
         # hand-overs to Docker, and inspects of containers never vetted, then go in parallel.
         frozen = self._freeze_vetted([a.container_id for a in actions if a.container_id in fresh])
+        if entries and self.freezer is not None:
+            self.journal.sync()
         return list(
             pool.map(
                 lambda a: self.execute(
@@ -182,6 +193,9 @@ class DockerExecutor:
         ``journalled``: the pause intent is already in the journal (``execute_many``);
         ``frozen``: and the container is already frozen through its cgroup.
         """
+        # Whatever comes next for a container, its hand-over to Docker comes first (an
+        # unpause drops one not yet begun: thawing the cgroup is then all there is to do).
+        self._settle(action.container_id, cancel=action.kind == UNPAUSE)
         started = time.time() if frozen is None else frozen.asked_at
         if action.kind == PAUSE:
             outcome = self._pause(action, started, journalled, frozen)
@@ -218,11 +232,14 @@ class DockerExecutor:
                 entry = PausedEntry(
                     cid, action.container, action.task_id, action.gpu, started, action.reason
                 )
-                self.journal.will_pause(entry)
+                self.journal.will_pause(entry, durable=False)
                 journalled = True
-            frozen = self._freeze_vetted([cid]).get(cid)
+                frozen = self._freeze_vetted([cid]).get(cid)
+                self.journal.sync()  # see journal.py: durable right after the freeze
+            else:
+                frozen = self._freeze_vetted([cid]).get(cid)
         if frozen is not None:
-            outcome = self._hand_to_docker(action, started, frozen)
+            outcome = self._frozen(action, started, frozen)
         else:
             outcome = self._try_pause(action, started, journalled)
         if (
@@ -260,17 +277,30 @@ class DockerExecutor:
                 None,
                 _SOMEONE_ELSES if journalled else "already paused",
             )
+        cgroup = self._remember(cid, info)
+        if cgroup is not None and _frozen_already(cgroup):
+            # Frozen, though Docker does not say paused: by an earlier pause of ours whose
+            # hand-over to Docker failed (it is in the journal), or by someone else.
+            return self._done(
+                action,
+                started,
+                Result.ALREADY,
+                None,
+                _SOMEONE_ELSES if journalled else "already frozen in its cgroup",
+            )
         if self.dry_run:
             return self._done(action, started, Result.DRY_RUN, None, "dry run: not paused")
         if not journalled:
             entry = PausedEntry(
                 cid, action.container, action.task_id, action.gpu, started, action.reason
             )
-            self.journal.will_pause(entry)
-        if self._remember(cid, info) is not None:
+            self.journal.will_pause(entry, durable=cgroup is None)
+        if cgroup is not None:
             frozen = self._freeze_vetted([cid]).get(cid)
+            if not journalled:
+                self.journal.sync()  # see journal.py: durable right after the freeze
             if frozen is not None:
-                return self._hand_to_docker(action, started, frozen)
+                return self._frozen(action, started, frozen)
         try:
             self._call(lambda: self.api.pause(cid))
         except docker.errors.NotFound:
@@ -401,28 +431,82 @@ class DockerExecutor:
             frozen[cid] = _Frozen(cgroup, asked_at, time.time(), took_ms)
         return frozen
 
-    def _hand_to_docker(self, action: Action, started: float, frozen: _Frozen) -> Outcome:
+    def _frozen(self, action: Action, started: float, frozen: _Frozen) -> Outcome:
+        """The pause is done (the container is frozen); Docker is told in the background.
+
+        ``docker pause`` costs 13-100 ms of runc per container: the decision does not wait
+        for it, and anything that comes next for this container waits for it (``_settle``).
+        Its own audit record (``docker_pause``) says how it went.
+        """
+        detail = frozen.detail or ""
+        with self._handover_lock:
+            if self._handover_pool is None:
+                self._handover_pool = ThreadPoolExecutor(
+                    max_workers=HANDOVER_WORKERS, thread_name_prefix="handover"
+                )
+            future = self._handover_pool.submit(self._hand_to_docker, action, frozen)
+            self._handovers[action.container_id] = future
+        future.add_done_callback(lambda done: self._handover_done(action.container_id, done))
+        outcome = self._done(action, started, Result.OK, None, detail)
+        return _with_freeze(outcome, CGROUP, frozen.frozen_at, frozen.freeze_ms)
+
+    def _handover_done(self, container_id: str, future: Future[None]) -> None:
+        with self._handover_lock:
+            if self._handovers.get(container_id) is future:
+                del self._handovers[container_id]
+
+    def _settle(self, container_id: str, cancel: bool) -> None:
+        """Wait for the container's hand-over to Docker, or drop it if not begun (cancel)."""
+        with self._handover_lock:
+            future = self._handovers.get(container_id)
+        if future is None:
+            return
+        if cancel and future.cancel():
+            self.audit.write(
+                "docker_pause", container_id=container_id, result="cancelled",
+                detail="resumed before docker was told: frozen in its cgroup only",
+            )  # fmt: skip
+            return
+        future.result()  # it never raises: _hand_to_docker audits its own failures
+
+    def settle(self) -> None:
+        """Wait for every hand-over to Docker begun so far (tests, benchmarks, shutdown)."""
+        with self._handover_lock:
+            pending = list(self._handovers.values())
+        for future in pending:
+            if not future.cancelled():
+                future.result()
+
+    def _hand_to_docker(self, action: Action, frozen: _Frozen) -> None:
         """The container is frozen: let Docker pause it too, so its state says so."""
         assert self.freezer is not None
         cid = action.container_id
-        details = [frozen.detail] if frozen.detail else []
+        began = time.time()
+        result, detail = Result.OK, ""
         try:
             self.freezer.handover(frozen.cgroup, lambda: self._docker_pause_frozen(cid))
         except CgroupGone:
             self._forget(cid)
             self.journal.released(cid)
-            outcome = self._done(
-                action, started, Result.SKIPPED, SkipReason.VANISHED, "container is gone"
-            )
-            return _with_freeze(outcome, CGROUP, frozen.frozen_at, frozen.freeze_ms)
-        except FreezerError as exc:
-            details.append(f"frozen through its cgroup only, docker not told: {exc}")
-        except DockerUnavailable as exc:
-            details.append(f"frozen through its cgroup only, docker not told: {exc}")
+            result, detail = Result.SKIPPED, "container is gone"
+        except (FreezerError, DockerUnavailable) as exc:
+            result, detail = Result.FAILED, f"frozen in its cgroup only: {exc}"
         except docker.errors.APIError as exc:
-            details.append(f"frozen through its cgroup only, docker pause failed: {_explain(exc)}")
-        outcome = self._done(action, started, Result.OK, None, "; ".join(details))
-        return _with_freeze(outcome, CGROUP, frozen.frozen_at, frozen.freeze_ms)
+            result, detail = Result.FAILED, f"frozen in its cgroup only: {_explain(exc)}"
+        except Exception as exc:  # a background thread: never lose what happened
+            log.exception("hand-over of %s to docker failed", action.container)
+            result, detail = Result.FAILED, f"frozen in its cgroup only: {exc!r}"
+        if result == Result.FAILED:
+            log.warning("%s: docker pause failed, %s", action.container, detail)
+        self.audit.write(
+            "docker_pause",
+            container_id=cid,
+            container=action.container,
+            result=result,
+            detail=detail or None,
+            started=began,
+            finished=time.time(),
+        )
 
     def _docker_pause_frozen(self, container_id: str) -> None:
         try:
@@ -648,6 +732,13 @@ def _with_freeze(
     outcome: Outcome, method: str, frozen_at: float | None, freeze_ms: float | None
 ) -> Outcome:
     return dataclasses.replace(outcome, method=method, frozen_at=frozen_at, freeze_ms=freeze_ms)
+
+
+def _frozen_already(cgroup: Cgroup) -> bool:
+    try:
+        return cgroup.state() != THAWED
+    except FreezerError:
+        return False  # gone: the Docker path says so
 
 
 def _explain(exc: docker.errors.APIError) -> str:
