@@ -149,6 +149,11 @@ class DockerExecutor:
         self._vetting: set[str] = set()
         self._vet_lock = threading.Lock()
         self._vet_pool: ThreadPoolExecutor | None = None
+        #: False once the kernel refused a freeze from here (no write access): docker
+        #: pause from then on; the freezer still thaws what it can
+        self._freezing = freezer is not None
+        #: containers whose cgroup cannot be found from here: docker pause for them
+        self._unfreezable: set[str] = set()
         self._freezer_warned = False
         #: container id -> its hand-over to Docker, pending or running
         self._handovers: dict[str, Future[None]] = {}
@@ -330,10 +335,11 @@ class DockerExecutor:
     def vet(self, container_ids: Sequence[str]) -> None:
         """Check, in the background, containers that may be paused soon (one inspect in
         each one's life), so that their first pause reads only their cgroup."""
-        if self.freezer is None or self.dry_run:
+        if not self._freezing or self.dry_run:
             return
         with self._vet_lock:
-            todo = [c for c in container_ids if c not in self._vetted and c not in self._vetting]
+            skip = self._vetted.keys() | self._vetting | self._unfreezable
+            todo = [c for c in container_ids if c not in skip]
             if not todo:
                 return
             self._vetting.update(todo)
@@ -358,7 +364,8 @@ class DockerExecutor:
 
     def _remember(self, container_id: str, info: dict[str, Any]) -> Cgroup | None:
         """Keep the container's cgroup when its live labels allow a pause; else forget it."""
-        if self.freezer is None or _refuse_pause(info) is not None:
+        usable = self._freezing and container_id not in self._unfreezable
+        if self.freezer is None or not usable or _refuse_pause(info) is not None:
             self._forget(container_id)
             return None
         try:
@@ -369,6 +376,10 @@ class DockerExecutor:
             return None
         except (FreezerError, OSError) as exc:
             self._forget(container_id)
+            with self._vet_lock:
+                if len(self._unfreezable) >= MAX_VETTED:
+                    self._unfreezable.clear()
+                self._unfreezable.add(container_id)
             self._freezer_unusable(str(exc))
             return None
         with self._vet_lock:
@@ -383,7 +394,7 @@ class DockerExecutor:
 
     def _vetted_cgroup(self, container_id: str) -> Cgroup | None:
         """The vetted container's cgroup if it is the same one and thawed, else None."""
-        if self.freezer is None or self.dry_run:
+        if not self._freezing or self.dry_run:
             return None
         vetted = self._vetted.get(container_id)
         if vetted is None:
@@ -412,9 +423,11 @@ class DockerExecutor:
             except CgroupGone:
                 self._forget(cid)
                 continue
-            except FreezerError as exc:
+            except FreezerError as exc:  # refused (read-only, no permission): stop trying
                 self._forget(cid)
-                self._freezer_unusable(str(exc))
+                if self._freezing:
+                    self._freezing = False
+                    log.warning("the kernel refused a freeze (%s): docker pause from now on", exc)
                 continue
             asked[cid] = (cgroup, asked_at, began)
         frozen = {}

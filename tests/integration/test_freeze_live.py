@@ -236,6 +236,58 @@ def test_without_a_usable_cgroup_a_pause_is_docker_pause(
     assert advancing(tenant)
 
 
+# An actuator whose cgroup tree is read-only (systemd's ProtectControlGroups, a container's
+# default /sys/fs/cgroup): its own mount namespace, so the host's tree stays writable.
+READ_ONLY_CGROUPS = """
+import json, sys
+from pathlib import Path
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.executor import DockerExecutor, docker_api
+from gpuguard.actuator.freezer import ContainerFreezer
+from gpuguard.actuator.journal import Journal
+from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+
+state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+executor = DockerExecutor(
+    docker_api(url), Journal(state), AuditLog(state / "audit.jsonl"), freezer=ContainerFreezer()
+)
+done = [executor.execute(Action(PAUSE, cid, cid[:12], "newcomer"), "fast") for cid in ids]
+print(json.dumps([[o.result, o.method] for o in done]), flush=True)
+input()  # the test looks at the containers meanwhile
+done = [executor.execute(Action(UNPAUSE, cid, cid[:12], "admit"), "fast") for cid in ids]
+print(json.dumps([o.result for o in done]), flush=True)
+"""
+
+
+def test_a_read_only_cgroup_tree_means_docker_pause(
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
+) -> None:
+    pair = [tenants(f"read-only-{i}", MANAGED) for i in range(2)]
+    tree = "/sys/fs/cgroup/freezer" if cgroup_of(pair[0]).version == 1 else "/sys/fs/cgroup"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    script = [sys.executable, "-c", READ_ONLY_CGROUPS, str(state_dir), dockerd.url]
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -o remount,bind,ro {tree} && exec "$@"', "sh", *script,
+            *(c.id for c in pair)]  # fmt: skip
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        paused = json.loads(child.stdout.readline() or "null")
+        # The first is refused by the kernel and paused by Docker; the second is not tried.
+        assert paused == [["ok", "docker"], ["ok", "docker"]]
+        assert all(docker_paused(c) and not advancing(c) for c in pair)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert json.loads(child.stdout.readline() or "null") == ["ok", "ok"]
+        assert all(advancing(c, 0.1) for c in pair)
+        assert child.wait(timeout=10) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_reconcile_resumes_a_container_frozen_only_in_its_cgroup(
     dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
