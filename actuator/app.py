@@ -17,6 +17,7 @@ from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, docker_api
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.fastpath import FastPath
+from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalCorrupt, JournalLock, set_aside
 from gpuguard.actuator.metrics import ActuatorMetrics
@@ -68,7 +69,10 @@ def run(config: Config) -> int:
     local_api = docker_api(config.docker_host)
     manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
     metrics = ActuatorMetrics(config.node_name)
-    executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run)
+    freezer = (
+        None if config.pause_method == "docker" else ContainerFreezer(config.procfs, config.sysfs)
+    )
+    executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run, freezer=freezer)
     controller = Controller(
         config,
         lambda: ExporterClient(config.exporter_url, timeout_s=min(2.0, config.exporter_timeout_s)),

@@ -26,6 +26,7 @@ from gpuguard.flags import Flag
 
 ACTIONS = tuple(AlertAction)
 MODES = ("webhook", "fast", "both")
+PAUSE_METHODS = ("cgroup", "docker")
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -58,6 +59,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.best-effort-hold-max", "4s",
          "the hold doubles while freezes follow thaws closely, up to this", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
+    Flag("pause.method", "cgroup",
+         "cgroup: freeze the container's cgroup (~1 ms), then docker pause it too; "
+         "docker: docker pause only (runc: 13-100 ms)"),
+    Flag("path.procfs", "/proc", "the host's procfs (finds a container's cgroup)"),
+    Flag("path.sysfs", "/sys", "the host's sysfs (its cgroups under fs/cgroup)"),
     Flag("node.mark-ttl", "5m",
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
          "duration"),
@@ -94,6 +100,9 @@ class Config:
     dry_run: bool
     log_level: str
     warnings: tuple[str, ...] = field(default=())
+    pause_method: str = "cgroup"
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
 
     def alerts_for(self, action: str) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -173,6 +182,9 @@ def validate(values: Mapping[str, Any]) -> Config:
         dry_run=flags.boolean(values, "dry-run"),
         log_level=flags.choice(values, "log.level", ("debug", "info", "warning", "error")),
         warnings=tuple(warnings),
+        pause_method=flags.choice(values, "pause.method", PAUSE_METHODS),
+        procfs=host_path(values, "path.procfs"),
+        sysfs=host_path(values, "path.sysfs"),
     )
 
 
@@ -245,6 +257,14 @@ def _token(path: Any, insecure: bool) -> str | None:
             return None
         raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
     return flags.read_token(path)
+
+
+def host_path(values: Mapping[str, Any], name: str) -> Path:
+    """A directory of the host's (``--path.procfs``, ``--path.sysfs``); shared with the guard."""
+    path = Path(str(values[name]))
+    if not path.is_dir():
+        raise ConfigError(f"--{name} {values[name]!r}: not a directory")
+    return path
 
 
 def engine_url(values: Mapping[str, Any], name: str) -> str | None:

@@ -143,6 +143,10 @@ class Controller:
             if gpu is None:  # a decision for one GPU does not know every device's due time
                 self.timer.at(decision.next_due)
             done = time.monotonic()
+            # Each managed container's live check, before its first pause needs it.
+            self.executor.vet(
+                [c.id for c in state.containers if c.managed and not c.role and not c.paused]
+            )
             self._last_decision = done
             self.metrics.decision_seconds.labels(source).observe(done - t0)
             if decision.actions:

@@ -38,14 +38,15 @@ import docker.errors
 from gpuguard import flags
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import engine_url, private_state_dir
+from gpuguard.actuator.config import engine_url, host_path, private_state_dir
 from gpuguard.actuator.errors import ConfigError, DockerUnavailable
 from gpuguard.actuator.executor import (
     docker_api,
     docker_call,
+    resume_container,
     resume_managed_paused,
-    unpause_if_paused,
 )
+from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
     JournalCorrupt,
@@ -70,6 +71,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
          "duration"),
     Flag("log.level", "info", "debug, info, warning or error"),
+    Flag("path.procfs", "/proc", "the host's procfs (the actuator's --path.procfs)"),
+    Flag("path.sysfs", "/sys", "the host's sysfs (the actuator's --path.sysfs)"),
 )  # fmt: skip
 
 
@@ -81,6 +84,8 @@ class GuardConfig:
     lease_timeout_s: float
     log_level: str
     warnings: tuple[str, ...] = ()
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
 
 
 @flags.reraise_as(ConfigError)
@@ -91,10 +96,18 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
     max_pause_s = flags.duration(values, "max-pause")
     lease_timeout_s = flags.duration(values, "lease.timeout")
     log_level = flags.choice(values, "log.level", ("debug", "info", "warning", "error"))
+    procfs, sysfs = host_path(values, "path.procfs"), host_path(values, "path.sysfs")
     # Last: a bad flag must leave no directory behind.
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     return GuardConfig(
-        state_dir, docker_host, max_pause_s, lease_timeout_s, log_level, tuple(warnings)
+        state_dir,
+        docker_host,
+        max_pause_s,
+        lease_timeout_s,
+        log_level,
+        tuple(warnings),
+        procfs,
+        sysfs,
     )
 
 
@@ -105,6 +118,9 @@ class Guard:
         self.config = config
         self.api = api
         self.audit = audit
+        # A pause is a cgroup freeze before Docker hears of it: a crash in between leaves
+        # one only the cgroup shows, and the guard thaws that too.
+        self.freezer = ContainerFreezer(config.procfs, config.sysfs)
         self.lock = JournalLock(config.state_dir)
         self.journal_path = config.state_dir / JOURNAL_FILE
         self.verdict = ""
@@ -188,7 +204,7 @@ class Guard:
         """Unpause one journalled container; True when it is settled (resumed or gone)."""
         cid = entry.container_id
         try:
-            unpaused = docker_call(lambda: unpause_if_paused(self.api, cid))
+            unpaused = docker_call(lambda: resume_container(self.api, self.freezer, cid))
         except docker.errors.NotFound:
             result = "vanished"
         except DockerUnavailable as exc:
@@ -209,7 +225,7 @@ class Guard:
 
     def _undo_managed_pauses(self, why: str) -> None:
         try:
-            resumed = resume_managed_paused(self.api, self.audit, why)
+            resumed = resume_managed_paused(self.api, self.audit, why, self.freezer)
         except DockerUnavailable as exc:
             self._docker_failing(str(exc))
             return
