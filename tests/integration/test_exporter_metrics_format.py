@@ -45,6 +45,8 @@ def golden_text(tmp_path: Path) -> str:
     rt, batch, odd = containers.snapshot().values()
     containers.set(rt, batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'"))
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
+    backend.next = sample(1_763_775_999.9, {})  # the tasks are seen to begin: exact
+    poller.poll_once()
     for t in (1_763_776_000.0, 1_763_776_000.2):  # a whole sample period: its demand
         backend.next = sample(t, procs, sm={100: 0.5})
         poller.poll_once()
