@@ -564,8 +564,9 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         misses.append((labels, stats.misses))
         paused_s.append((labels, stats.paused_s))
         resumes.append((labels, stats.resumes))
-        busy_periods.append((labels, stats.busy_periods))
-        busy_s.append((labels, stats.busy_s))
+        if stats.busy_periods:  # only once it had one: most containers never do
+            busy_periods.append((labels, stats.busy_periods))
+            busy_s.append((labels, stats.busy_s))
     if snap.joined is None:
         return
     memory = g["gpuguard_container_gpu_memory_bytes"]

@@ -38,7 +38,8 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
 
 
 def golden_text(tmp_path: Path) -> str:
-    """The exposition of a fixed scene: every metric family has at least one series."""
+    """The exposition of a fixed scene: every metric family has at least one series but
+    the busy-time counters (present once a container had a merged burst: none here)."""
     backend, containers, poller = three_container_poller(
         tmp_path / "proc", ("rt-1", "batch", 'odd"name')
     )
