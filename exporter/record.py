@@ -18,8 +18,8 @@ Definitions (paper C's Algorithm 2, made precise; docs/interfaces.md §3 and §5
   add nothing: a busy server never takes its own node out. Its work still shows in the
   busy window and in memory.
 - **State 0** when, on that GPU: more than ``--record.miss-ratio`` (10%) of the tasks
-  judged in the record window missed their deadline (a running task already past it counts
-  as a miss now), or a kernel ran at least ``busy_threshold`` (0.99) of the busy window
+  judged in the record window missed their deadline (a running ``exact`` task already past
+  it counts as a miss now), or a kernel ran at least ``busy_threshold`` (0.99) of the busy window
   (``--record.busy-window``, 5 s), or used memory is at least ``memory_threshold`` (0.95)
   of the total.
   NVML's utilization is the share of time *any* kernel ran, so one tiny kernel already reads

@@ -48,7 +48,9 @@ its first since an earlier task ended, or a new input phase after a kernel) and 
 without a visible idle inside that activity then followed (a poll at which no sample stood
 for it, a sample showing its kernels stopping, or a sample in which the device was idle for
 part of the period while it computed alone: a request may have ended there and the next
-begun). Otherwise it is ``merged``: busy time that may hold several requests of a server,
+begun). Its end may be the idle gap, its exit, its memory back to 0 or a new input phase:
+each shows that its work stopped there (a process that exits mid-request has no later
+request). Otherwise it is ``merged``: busy time that may hold several requests of a server,
 counted apart, never a hit or a miss. A running burst is ``open`` until it ends: only then
 can the tracker say whether it stayed one task, so a burst is judged at its end, never as an
 overrun while it runs. Requests that follow each other with no idle the ~1/6 s samples can
