@@ -49,6 +49,7 @@ _CG = ("node", "gpu", "container", "container_id")
 _G = ("node", "gpu")
 _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
+_BOUNDARY_LABELS = (*_CG, "boundary")
 _INFO_LABELS = (*_C, "image")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
@@ -103,6 +104,13 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Phase of the container's oldest running task on the GPU.",
         _PHASE_LABELS,
     ),
+    "gpuguard_container_task_boundary": (
+        "gauge",
+        "1 for what is known of the boundaries of the container's oldest running task on the "
+        "GPU: exact (judged against the deadline), open (a burst, judged when it ends), merged "
+        "(busy time that may hold several tasks, never judged).",
+        _BOUNDARY_LABELS,
+    ),
     "gpuguard_container_task_elapsed_seconds": (
         "gauge",
         "Run time so far of the container's oldest running task on the GPU.",
@@ -113,13 +121,23 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Deadline minus elapsed time of the oldest running task (negative: overrun).",
         _CG,
     ),
-    "gpuguard_container_tasks_finished": ("counter", "GPU tasks of the container that ended.", _C),
+    "gpuguard_container_tasks_finished": (
+        "counter",
+        "GPU tasks of the container that ended, with exact boundaries (the tasks judged).",
+        _C,
+    ),
     "gpuguard_container_deadline_hits": ("counter", "Tasks that ended within the deadline.", _C),
     "gpuguard_container_deadline_misses": (
         "counter",
         "Tasks that overran the container's deadline.",
         _C,
     ),
+    "gpuguard_container_busy_periods": (
+        "counter",
+        "Merged bursts of the container: busy time that may hold several tasks, never judged.",
+        _C,
+    ),
+    "gpuguard_container_busy_seconds": ("counter", "Run time of its merged bursts.", _C),
     "gpuguard_container_paused_seconds": (
         "counter",
         "Time the container spent paused (a best-effort one: frozen), at poll resolution.",
@@ -130,7 +148,11 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Times the container was resumed (a best-effort one: thawed).",
         _C,
     ),
-    "gpuguard_task_run_seconds": ("histogram", "Run time of finished GPU tasks.", _G),
+    "gpuguard_task_run_seconds": (
+        "histogram",
+        "Run time of finished GPU tasks with exact boundaries.",
+        _G,
+    ),
     "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
     "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
     # paper C's node record (exporter/record.py)
@@ -487,6 +509,10 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         g["gpuguard_container_deadline_misses"],
     )
     paused_s, resumes = g["gpuguard_container_paused_seconds"], g["gpuguard_container_resumes"]
+    busy_periods, busy_s = (
+        g["gpuguard_container_busy_periods"],
+        g["gpuguard_container_busy_seconds"],
+    )
     demand = g["gpuguard_container_demand_sm_ratio"]
     no_stats = ContainerStats()
     for info in snap.containers.values():
@@ -500,6 +526,9 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         misses.append((labels, stats.misses))
         paused_s.append((labels, stats.paused_s))
         resumes.append((labels, stats.resumes))
+        if stats.busy_periods:  # only once it had one: most containers never do
+            busy_periods.append((labels, stats.busy_periods))
+            busy_s.append((labels, stats.busy_s))
     if snap.joined is None:
         return
     memory = g["gpuguard_container_gpu_memory_bytes"]
@@ -526,6 +555,7 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
             waiting[task.gpu] = waiting.get(task.gpu, 0) + 1
         oldest.setdefault((info.id, task.gpu), task)
     phase_rows = g["gpuguard_container_task_phase"]
+    boundary_rows = g["gpuguard_container_task_boundary"]
     elapsed = g["gpuguard_container_task_elapsed_seconds"]
     slack_rows = g["gpuguard_container_task_slack_seconds"]
     for (cid, gpu), task in oldest.items():
@@ -533,6 +563,7 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
         values = (node, gpu, info.name, info.short_id)
         for phase, phase_labels in zip(PHASES, cache.phases(values), strict=True):
             phase_rows.append((phase_labels, 1 if task.phase == phase else 0))
+        boundary_rows.append((cache.get(_BOUNDARY_LABELS, (*values, task.boundary)), 1))
         labels = cache.get(_CG, values)
         elapsed.append((labels, task.elapsed_s(snap.timestamp)))
         slack = task.slack_s(snap.timestamp)

@@ -41,7 +41,9 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
 
 
 def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
-    """One task; finished tasks also get ``ended_at``, ``run_s`` and ``met_deadline``."""
+    """One task; finished tasks also get ``ended_at``, ``run_s`` and ``met_deadline`` (null
+    unless its ``boundary`` is ``exact``: busy time and tasks without a kernel are not judged).
+    """
     info = snap.containers.get(task.container_id) if task.container_id else None
     doc: dict[str, Any] = {
         "task_id": task.task_id,
@@ -61,6 +63,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
         "absolute_deadline": task.absolute_deadline,
         "slack_s": task.slack_s(snap.timestamp),
         "overrun": task.overrun,
+        "boundary": task.boundary,
         "paused": bool(info is not None and info.paused),
     }
     if task.ended_at is not None:

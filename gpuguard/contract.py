@@ -35,6 +35,21 @@ class TaskMode(StrEnum):
     BURST = "burst"  # a busy period (SM activity or memory growth) ended by an idle gap
 
 
+class TaskBoundary(StrEnum):
+    """Whether a task's start and end are the real boundaries of one piece of work, and so
+    whether it is judged against its deadline (the exporter's tracker, issue 15).
+
+    NVML samples a process every ~1/6 s and cannot see where one request of a busy server
+    ends and the next begins: a burst with no idle gap may hold several requests, and
+    timing it against one request's deadline would count false misses.
+    """
+
+    EXACT = "exact"  # process or memory mode, or a burst with an idle gap seen at both ends
+    OPEN = "open"  # a running burst that began after an idle gap: judged when it ends
+    MERGED = "merged"  # a burst that may hold several tasks: busy time, never a hit or miss
+    NO_KERNEL = "no_kernel"  # ended without a kernel (a start-up context): not counted
+
+
 class PriorityClass(StrEnum):
     """How the actuator treats a container's tasks (label ``gpuguard.class``).
 

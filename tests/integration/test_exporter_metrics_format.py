@@ -38,13 +38,16 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
 
 
 def golden_text(tmp_path: Path) -> str:
-    """The exposition of a fixed scene: every metric family has at least one series."""
+    """The exposition of a fixed scene: every metric family has at least one series but
+    the busy-time counters (present once a container had a merged burst: none here)."""
     backend, containers, poller = three_container_poller(
         tmp_path / "proc", ("rt-1", "batch", 'odd"name')
     )
     rt, batch, odd = containers.snapshot().values()
     containers.set(rt, batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'"))
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
+    backend.next = sample(1_763_775_999.9, {})  # the tasks are seen to begin: exact
+    poller.poll_once()
     for t in (1_763_776_000.0, 1_763_776_000.2):  # a whole sample period: its demand
         backend.next = sample(t, procs, sm={100: 0.5})
         poller.poll_once()
