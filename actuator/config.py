@@ -46,6 +46,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.best-effort-min-share", 0.1,
          "share of each window a frozen best-effort container runs anyway (0: none)", "float"),
     Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
+    Flag("policy.slo-best-effort-min-share", 0.02,
+         "that share where a real-time container's SLO alert fires (protect_slo)", "float"),
     Flag("policy.one-at-a-time", False,
          "admit one task per device at a time (paper B), not by headroom", "bool"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
@@ -120,6 +122,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
         best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
+        slo_best_effort_min_share=flags.share(values, "policy.slo-best-effort-min-share"),
         one_at_a_time=flags.boolean(values, "policy.one-at-a-time"),
     )
     max_pause_s = flags.duration(values, "max-pause")

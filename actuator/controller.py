@@ -10,6 +10,11 @@ paused is resumed once and nothing is paused again, so Alertmanager's duplicates
 change nothing. The state ends when the alert resolves, or when no repeat renewed it within
 ``--node.mark-ttl`` (like a node mark). Each alert's deliveries are put in order first
 (``AlertOrder``): a late duplicate from a clustered Alertmanager is dropped.
+
+SLO pressure (``protect_slo``, ``actuator/slo.py``) is such a state too: while a real-time
+container's SLO alert fires for this node, every decision freezes the best-effort
+containers on its GPUs sooner and longer; when none of them can be frozen, the alert marks
+the node like a ``mark_node`` alert.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from gpuguard.actuator.journal import Journal, plan_reconcile
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import NodeList, SwarmMarker
 from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.slo import SloPressure
 from gpuguard.actuator.state import ExporterClient, ExporterState
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import (
@@ -108,6 +114,8 @@ class Controller:
         self.order = AlertOrder.from_doc(journal.nodes.get("resolved_alerts"), time.time())
         #: fingerprint -> last delivery, of resume_all alerts firing for this node
         self._fail_open_alerts: dict[str, float] = {}
+        #: protect_slo alerts firing for this node: devices whose best-effort work yields
+        self.slo = SloPressure(config.node_name)
         self.docker_error: str | None = None
         #: set when the journal was unreadable: undo every managed pause once Docker answers
         self.journal_lost: str | None = None
@@ -149,7 +157,9 @@ class Controller:
                 state = self.fetch_state()
             t_state = time.monotonic()
             trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
-            decision = decide(state, trigger, self.config.policy, self.journal.ledger())
+            decision = decide(
+                state, trigger, self.config.policy, self.journal.ledger(), self.slo.devices(state)
+            )
             if self.holding_open:
                 decision = _without_pauses(decision)
             t_decided = time.monotonic()
@@ -270,14 +280,50 @@ class Controller:
             self.audit.write(
                 "alert", alertname=alert.name, status=alert.status, labels=dict(alert.labels)
             )
+        slo_marks: frozenset[str] = frozenset()
+        if AlertAction.PROTECT_SLO in by_action:
+            slo_report, message, partial = self._protect_slo(message, partial, now)
+            report.merge(slo_report)
+            slo_marks = self.config.alerts_for(AlertAction.PROTECT_SLO)
         if (
             AlertAction.MARK_NODE in by_action
+            or slo_marks
             or self._applied_provisionable != self.nodes.provisionable
         ):
-            report.merge(self._update_nodes(message, partial))
+            report.merge(self._update_nodes(message, partial, slo_marks))
         report.merge(self._fail_open_alert(by_action.get(AlertAction.RESUME_ALL, []), now))
         report.merge(self._admission(by_action.get(AlertAction.ADMISSION, [])))
         return report
+
+    def _protect_slo(
+        self, message: WebhookMessage, partial: bool, now: float
+    ) -> tuple[Report, WebhookMessage, bool]:
+        """Take a webhook's protect_slo alerts: renew or end the SLO pressure, decide for this
+        node at once, and return the message as the node list should read it: of the firing
+        protect_slo alerts, only those with nothing on their GPUs that could be frozen."""
+        report = Report()
+        slo = self.config.alerts_for(AlertAction.PROTECT_SLO)
+        ours = [a for a in message.alerts if a.name in slo]
+        with self._lock:
+            if self.slo.apply(ours, now):
+                log.info("SLO pressure: %s", self.slo.to_doc() or "none")
+                self.audit.write("slo_pressure", alerts=self.slo.to_doc())
+            try:
+                state = self.fetch_state()
+                report.merge(
+                    self.decide_now(TriggerSource.WEBHOOK, alert=ours[0].name, state=state)
+                )
+                unrelieved = self.slo.unrelieved(state)
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("protect_slo: no fresh state, nothing done: %s", exc)
+                report.exporter_down = True
+                unrelieved, partial = set(), True  # marks stay as they are
+        kept = tuple(
+            a
+            for a in message.alerts
+            if a.name not in slo or not a.firing or a.fingerprint in unrelieved
+        )
+        return report, dataclasses.replace(message, alerts=kept), partial
 
     def _fail_open_alert(self, alerts: list[Alert], now: float) -> Report:
         """Enter, renew or leave the fail-open state for this node's resume_all alerts."""
@@ -322,11 +368,13 @@ class Controller:
                 report.exporter_down = True
         return report
 
-    def _update_nodes(self, message: WebhookMessage, partial: bool = False) -> Report:
+    def _update_nodes(
+        self, message: WebhookMessage, partial: bool = False, also: frozenset[str] = frozenset()
+    ) -> Report:
+        """``also``: more alert names that mark the node (protect_slo's, where unrelieved)."""
         with self._lock:
-            changed = self.nodes.apply(
-                message, self.config.alerts_for(AlertAction.MARK_NODE), time.time(), partial
-            )
+            marks = self.config.alerts_for(AlertAction.MARK_NODE) | also
+            changed = self.nodes.apply(message, marks, time.time(), partial)
             if changed:
                 state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
                 reasons = ", ".join(r.alertname for r in self.nodes.reasons()) or "no reasons left"
@@ -439,6 +487,7 @@ class Controller:
                 log.warning("node mark expired: no webhook renewed it within the mark TTL")
                 self._save_nodes()
             self._expire_fail_open(time.time())
+            self._expire_slo(time.time(), state)
             if self._applied_provisionable != self.nodes.provisionable:
                 self.apply_node_mark()
             self.metrics.paused_containers.set(len(self.journal.paused))
@@ -451,6 +500,15 @@ class Controller:
         if stale and not self._fail_open_alerts:
             log.warning("fail-open alert not renewed within the mark TTL: admission resumes")
             self.audit.write("fail_open_end", why="not renewed within --node.mark-ttl")
+
+    def _expire_slo(self, now: float, state: ExporterState | None) -> None:
+        expired = self.slo.expire(now, self.config.node_mark_ttl_s)
+        if not expired:
+            return
+        log.warning("SLO alert(s) not renewed within the mark TTL: pressure ends")
+        self.audit.write("slo_pressure", alerts=self.slo.to_doc(), why="not renewed")
+        if state is not None:  # thaw what the pressure alone held, even in webhook mode
+            self.decide_now(TriggerSource.RECONCILE, state=state)
 
     def _maybe_fail_open(self, why: str) -> None:
         down_for = time.monotonic() - self._last_exporter_ok

@@ -42,6 +42,11 @@ pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
   one frozen for ``(1 - best_effort_min_share) * best_effort_window_s`` is thawed for
   ``best_effort_min_share * best_effort_window_s``, so it keeps its share of every window.
   Containers of the ``normal`` class keep paper B's admission and never freeze anyone.
+* SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
+  fires, ``actuator/slo.py``): a best-effort container on such a device is frozen even while
+  no real-time task runs or waits there (between the server's requests, which NVML's samples
+  see too late to freeze for), and its starvation share is ``slo_best_effort_min_share``
+  instead, so it is frozen sooner and longer (reason ``slo_pressure``).
 * Only ``gpuguard.managed=true`` containers that are not gpuguard's own (role exporter or
   actuator) are ever paused; unmanaged tasks, including processes in no container, count for
   occupancy but are never touched. At most ``max_actions`` containers per decision.
@@ -91,6 +96,8 @@ class PolicyConfig:
     #: share of each window a frozen best-effort container runs anyway (0: never).
     best_effort_min_share: float = 0.1
     best_effort_window_s: float = 10.0
+    #: that share on a device under SLO pressure (a real-time SLO alert fires there)
+    slo_best_effort_min_share: float = 0.02
     #: paper B's one task per device at a time, whatever the demands (headroom off)
     one_at_a_time: bool = False
 
@@ -200,8 +207,13 @@ def decide(
     trigger: Trigger,
     config: PolicyConfig,
     ledger: Ledger | None = None,
+    slo_pressure: frozenset[DeviceKey] = frozenset(),
 ) -> Decision:
-    """The actions for one fresh snapshot; never raises on well-formed input."""
+    """The actions for one fresh snapshot; never raises on well-formed input.
+
+    ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
+    containers there are frozen sooner and longer).
+    """
     ledger = ledger or Ledger()
     if trigger.node is not None and trigger.node != state.node:
         return Decision(
@@ -220,7 +232,9 @@ def decide(
     actions = [a for plan in plans.values() for a in plan.actions]
     skips += [s for plan in plans.values() for s in plan.skips]
     realtime = {key for key, plan in plans.items() if plan.realtime_busy}
-    be_actions, be_skips = _best_effort(best_effort, realtime, trigger.now, config, ledger)
+    be_actions, be_skips = _best_effort(
+        best_effort, realtime, trigger.now, config, ledger, slo_pressure
+    )
     actions += be_actions
     skips += be_skips
     if trigger.gpu is not None:
@@ -481,23 +495,27 @@ def _best_effort(
     now: float,
     config: PolicyConfig,
     ledger: Ledger,
+    slo_pressure: frozenset[DeviceKey] = frozenset(),
 ) -> tuple[list[Action], list[Skip]]:
-    """Freeze best-effort containers while real-time work needs one of their devices."""
+    """Freeze best-effort containers while real-time work needs one of their devices, or a
+    real-time SLO fails on one of them."""
     actions: list[Action] = []
     skips: list[Skip] = []
     by_container: dict[str, list[_View]] = {}
     for v in views:
         if v.cid is not None:
             by_container.setdefault(v.cid, []).append(v)
-    share_s = config.best_effort_min_share * config.best_effort_window_s
-    frozen_s = config.best_effort_window_s - share_s
     for cid, mine in by_container.items():
         v = mine[0]
         needed = any(m.task.device in realtime for m in mine)
-        if not needed:
+        protecting = any(m.task.device in slo_pressure for m in mine)
+        if not (needed or protecting):
             if v.ours:
                 actions.append(_action(UNPAUSE, v, ActionReason.REALTIME_IDLE))
             continue
+        share = config.slo_best_effort_min_share if protecting else config.best_effort_min_share
+        share_s = share * config.best_effort_window_s
+        frozen_s = config.best_effort_window_s - share_s
         if v.blocker:
             if not v.paused:
                 skips.append(_skip(v, v.blocker, "best-effort, but cannot be paused"))
@@ -507,7 +525,8 @@ def _best_effort(
         elif not v.paused:
             admitted = ledger.admitted.get(cid)
             if admitted is None or now - admitted >= share_s:
-                actions.append(_action(PAUSE, v, ActionReason.BEST_EFFORT))
+                why = ActionReason.BEST_EFFORT if needed else ActionReason.SLO_PRESSURE
+                actions.append(_action(PAUSE, v, why))
     return actions, skips
 
 

@@ -6,6 +6,10 @@ the kernels, as ``cudaMemcpy`` does). Requests arrive at a rate (Poisson or fixe
 a trace file. A request that arrives while another runs waits. The GPU share of the
 requests alone is ``rate x work`` (work in seconds of the whole GPU; on gpusim times the
 daemon's time scale), so ``--rate 10 --request-work 0.03`` keeps about 30% of it busy.
+
+With ``--metrics-port`` it also serves each request's latency (arrival to answer) as vLLM's
+``vllm:e2e_request_latency_seconds`` histogram on ``--metrics-address`` (127.0.0.1), for a
+latency SLO declared by container labels (``gpuguard.slo.*``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import itertools
 import math
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from gpuguard.contract import WorkloadEvent as Ev
 from gpuguard.gpusim.workload.arrivals import Arrival
 from gpuguard.gpusim.workload.devices import Devices
 from gpuguard.gpusim.workload.events import EventLog
+from gpuguard.gpusim.workload.latency_metrics import LatencyMetrics
 from gpuguard.gpusim.workload.timing import Stopped, wait_until
 
 
@@ -55,7 +61,13 @@ def run_server(
     devices.open()
     devices.alloc(args.memory_bytes)  # the model, cached for the process's life
     devices.copy_in(args.memory_bytes)
-    log.event(Ev.READY, memory_bytes=args.memory_bytes)
+    metrics = None
+    ready: dict[str, Any] = {"memory_bytes": args.memory_bytes}
+    if args.metrics_port is not None:
+        metrics = LatencyMetrics(args.model_name)
+        metrics.serve(args.metrics_port, args.metrics_address)
+        ready["metrics_port"] = args.metrics_port
+    log.event(Ev.READY, **ready)
     start = wait_until(args.start_at)
     latencies: list[float] = []
     limited = itertools.islice(schedule, args.requests) if args.requests else schedule
@@ -69,6 +81,8 @@ def run_server(
             gpu_start, gpu_end = answer(devices, request, args.kernels)
             end = time.time()
             latencies.append(end - arrival)
+            if metrics is not None:
+                metrics.observe(end - arrival)
             log.event(
                 Ev.REQUEST, t=end, id=number, arrival=arrival, start=began, end=end,
                 gpu_start=gpu_start, gpu_end=gpu_end, work=request.work, bytes=request.nbytes,
