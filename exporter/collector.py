@@ -59,7 +59,8 @@ _INFO_LABELS = (*_C, "image")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
 _SLO_INFO_LABELS = (*_C, "metric")
-_SLO_BUCKET_LABELS = (*_C, "metric", "le")
+# `bound`, not `le`: promtool refuses `le` on a gauge; the rules copy it into `le`.
+_SLO_BUCKET_LABELS = (*_C, "metric", "bound")
 
 # name -> (type, help, labels)
 _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {

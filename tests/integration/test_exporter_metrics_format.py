@@ -17,6 +17,7 @@ from exporter_support import SCALE, ExporterProcess
 
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.poller import SourceStatus
+from gpuguard.slo import SloDeclaration
 from gpuguard.stack.dockerd import PrivateDockerd
 from gpuguard.stack.gpusim import GpusimService
 from tests.prereq import require_binary
@@ -43,7 +44,10 @@ def golden_text(tmp_path: Path) -> str:
         tmp_path / "proc", ("rt-1", "batch", 'odd"name')
     )
     rt, batch, odd = containers.snapshot().values()
-    containers.set(rt, batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'"))
+    slo = SloDeclaration("vllm:e2e_request_latency_seconds", 1.0, 0.99, 8000)
+    containers.set(
+        replace(rt, slo=slo), batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'")
+    )
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
     for t in (1_763_776_000.0, 1_763_776_000.2):  # a whole sample period: its demand
         backend.next = sample(t, procs, sm={100: 0.5})

@@ -186,7 +186,7 @@ def test_slo_series(tmp_path: Path) -> None:
     assert v("gpuguard_container_slo_target_seconds", c1) == 1.0
     assert v("gpuguard_container_slo_objective_ratio", c1) == 0.95
     for le in ("1.0", "1"):
-        assert v("gpuguard_container_slo_bucket_info", {**c1, "metric": VLLM, "le": le}) == 1
+        assert v("gpuguard_container_slo_bucket_info", {**c1, "metric": VLLM, "bound": le}) == 1
     assert v("gpuguard_container_label_invalid", {**c3, "label": labels.SLO_TARGET}) == 1
     assert v("gpuguard_container_slo_target_seconds", c3) is None
 
@@ -200,7 +200,7 @@ def test_slo_series(tmp_path: Path) -> None:
 
     fast = TextRenderer().render_snapshot(poller.snapshot).decode()
     assert samples(fast) == samples(generate_latest(registry).decode())
-    assert 'le="1"' in fast
+    assert 'bound="1"' in fast
 
 
 def test_state_carries_the_slo(tmp_path: Path) -> None:
