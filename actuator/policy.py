@@ -525,7 +525,7 @@ def _best_effort(
         elif not v.paused:
             admitted = ledger.admitted.get(cid)
             if admitted is None or now - admitted >= share_s:
-                why = ActionReason.BEST_EFFORT if needed else ActionReason.SLO_PRESSURE
+                why = ActionReason.SLO_PRESSURE if protecting else ActionReason.BEST_EFFORT
                 actions.append(_action(PAUSE, v, why))
     return actions, skips
 

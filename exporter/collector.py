@@ -95,7 +95,8 @@ _SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # the tenant's own latency objective (gpuguard/slo.py), joined by the SLO rules
     "gpuguard_container_slo_info": (
         "gauge",
-        "The container's latency SLO is measured by this histogram of its own (always 1).",
+        "The container's latency SLO is measured by this histogram of its own (always 1; "
+        "metric: its name with : written _).",
         _SLO_INFO_LABELS,
     ),
     "gpuguard_container_slo_target_seconds": (
@@ -551,12 +552,13 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
 
 def _add_slo(r: Rows, values: tuple[str, ...], labels: LabelSet, slo: SloDeclaration) -> None:
     g, cache = r.gauges, r.cache
-    g["gpuguard_container_slo_info"].append((cache.get(_SLO_INFO_LABELS, (*values, slo.metric)), 1))
+    metric = slo.series_name
+    g["gpuguard_container_slo_info"].append((cache.get(_SLO_INFO_LABELS, (*values, metric)), 1))
     g["gpuguard_container_slo_target_seconds"].append((labels, slo.target_s))
     g["gpuguard_container_slo_objective_ratio"].append((labels, slo.objective))
     buckets = g["gpuguard_container_slo_bucket_info"]
     for le in slo.bucket_bounds:
-        buckets.append((cache.get(_SLO_BUCKET_LABELS, (*values, slo.metric, le)), 1))
+        buckets.append((cache.get(_SLO_BUCKET_LABELS, (*values, metric, le)), 1))
 
 
 def _add_containers(r: Rows, snap: PollSnapshot) -> None:

@@ -106,7 +106,8 @@ class ActionReason(StrEnum):
     BEST_EFFORT = "best_effort"  # best-effort, and a real-time task runs or waits on its GPU
     REALTIME_IDLE = "realtime_idle"  # best-effort, and no real-time task needs its GPUs now
     BEST_EFFORT_SHARE = "best_effort_share"  # best-effort, thawed for its minimum share
-    #: best-effort, and a real-time container's SLO alert fires on its GPU (protect_slo)
+    #: best-effort, and a real-time container's SLO alert fires on its GPU (protect_slo):
+    #: frozen sooner and longer, whether or not a real-time task runs there now
     SLO_PRESSURE = "slo_pressure"
 
 

@@ -50,6 +50,17 @@ class SloDeclaration:
     port: int | None = None
 
     @property
+    def series_name(self) -> str:
+        """The name as the rules match it: ``:`` written ``_``.
+
+        prometheus_client escapes ``:`` to ``_`` when Prometheus negotiates OpenMetrics
+        (``escaping=underscores``: client_python issue 1177), so a vLLM histogram may reach
+        Prometheus as ``vllm_e2e_request_latency_seconds`` or with its colon, by client and
+        server version. The tenants' scrape job writes its ``metric`` label this way too.
+        """
+        return self.metric.replace(":", "_")
+
+    @property
     def per_second(self) -> float:
         """The histogram's units in one second (1 for seconds, 1000 for ``_ms``)."""
         return unit_per_second(self.metric)

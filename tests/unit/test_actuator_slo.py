@@ -54,10 +54,13 @@ def test_slo_pressure_on_a_mig_device_is_that_device_only() -> None:
     assert acts(d) == [(PAUSE, "u")]
 
 
-def test_a_running_real_time_task_keeps_its_reason_under_pressure() -> None:
+def test_under_pressure_the_reason_is_the_slo_even_while_a_real_time_task_runs() -> None:
+    # the pressure also sets how long it stays frozen: the audit says which rule held it
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "computing", 2, sm=0.3), task("t", "computing", 1, sm=0.7)]
     d = run(state(cs, ts, util=1.0))
+    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "slo_pressure"
+    d = run(state(cs, ts, util=1.0), pressure=frozenset())
     assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "best_effort"
 
 

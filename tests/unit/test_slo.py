@@ -182,11 +182,12 @@ def test_slo_series(tmp_path: Path) -> None:
     v = registry.get_sample_value
     c1 = {"node": "node-a", "container": "rt-1", "container_id": cid(1)[:12]}
     c3 = {"node": "node-a", "container": "bad", "container_id": cid(3)[:12]}
-    assert v("gpuguard_container_slo_info", {**c1, "metric": VLLM}) == 1
+    escaped = "vllm_e2e_request_latency_seconds"  # as Prometheus may store it
+    assert v("gpuguard_container_slo_info", {**c1, "metric": escaped}) == 1
     assert v("gpuguard_container_slo_target_seconds", c1) == 1.0
     assert v("gpuguard_container_slo_objective_ratio", c1) == 0.95
     for le in ("1.0", "1"):
-        assert v("gpuguard_container_slo_bucket_info", {**c1, "metric": VLLM, "bound": le}) == 1
+        assert v("gpuguard_container_slo_bucket_info", {**c1, "metric": escaped, "bound": le}) == 1
     assert v("gpuguard_container_label_invalid", {**c3, "label": labels.SLO_TARGET}) == 1
     assert v("gpuguard_container_slo_target_seconds", c3) is None
 
