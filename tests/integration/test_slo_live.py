@@ -28,6 +28,7 @@ from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
 from gpuguard.stack.images import python_container_kwargs
 from gpuguard.stack.localstack import LocalStack, NodeStack
 from gpuguard.stack.process import ServiceError, free_port
+from tests.dashboards import load_dashboards, panel_queries
 from tests.prereq import require_binary, unavailable
 from tests.waiting import wait_for
 
@@ -196,6 +197,13 @@ def test_a_failing_slo_freezes_the_best_effort_neighbour(
         reasons = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
         marks = {r["alertname"] for r in reasons["nodes"][0]["reasons"]}
         assert not marks & {"GpuguardSloAtRisk", "GpuguardSloViolated"}  # it could freeze
+
+        # The tasks dashboard's SLO panel has data (tests/dashboards.py: MAY_BE_EMPTY).
+        board = load_dashboards()["gpuguard-tasks"]
+        for uid, title, expr in panel_queries(board):
+            if title == "Latency SLO attainment":
+                result = prometheus.query(expr)
+                assert [r["metric"]["container"] for r in result] == [SERVER], (uid, expr)
 
         # The server goes: nothing is under pressure any more, the trainer runs again.
         server.remove(force=True)
