@@ -8,7 +8,8 @@ best-effort ``train`` container shares the GPU. Its kernels double the server's 
 (solo about 33 ms, shared about 67 ms: over the 50 ms target), and the actuator's per-task
 freezing cannot help: NVML samples a request only after it has ended. The SLO rules see
 the misses, ``GpuguardSloAtRisk`` fires through Alertmanager, and the actuator freezes the
-trainer because of it (reason ``slo_pressure``) and keeps it frozen between requests.
+trainer because of it (reason ``slo_pressure``) and keeps it frozen between requests. A
+server whose SLO fails with nothing beside it to freeze marks its node instead.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ OBJECTIVE = 0.9
 RUN_S = "150"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack(short_tmp: Path) -> Iterator[LocalStack]:
     """One node (actuator in its default mode: fast path and webhooks), Prometheus with the
     tenants' job on the node's engine, Alertmanager routing to the actuator."""
@@ -215,4 +216,44 @@ def test_a_failing_slo_freezes_the_best_effort_neighbour(
                 container.remove(force=True)
             except Exception:  # removed above
                 pass
+        client.close()
+
+
+def _slo_marks(node: NodeStack) -> set[str]:
+    doc = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
+    return {r["alertname"] for r in doc["nodes"][0]["reasons"]} & {
+        "GpuguardSloAtRisk",
+        "GpuguardSloViolated",
+    }
+
+
+def test_a_failing_slo_with_nothing_to_freeze_marks_the_node(stack: LocalStack) -> None:
+    """Alone on its GPU with a target below what it does alone (33 ms against 25 ms):
+    freezing cannot help, so new real-time containers should go elsewhere."""
+    node = stack.nodes[0]
+    client = node.client()
+    port = free_port()
+    server = None
+    try:
+        server = _workload(
+            node,
+            client,
+            "slo-alone",
+            {
+                labels.CLASS: "real-time",
+                labels.SLO_METRIC: E2E_LATENCY,
+                labels.SLO_TARGET: "25ms",
+                labels.SLO_PORT: str(port),
+            },
+            ["server", "--arrivals", "fixed", "--rate", "4", "--duration", RUN_S,
+             "--request-work", "0.3", "--metrics-port", str(port)],
+        )  # fmt: skip
+        wait_for(lambda: _slo_marks(node), 60, "the node marked for the SLO", interval=0.3)
+        server.remove(force=True)
+        server = None
+        # its series go stale, the alert resolves, the mark goes with it
+        wait_for(lambda: not _slo_marks(node), 45, "the SLO mark gone", interval=0.3)
+    finally:
+        if server is not None:
+            server.remove(force=True)
         client.close()
