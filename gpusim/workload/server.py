@@ -22,11 +22,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuguard.contract import WorkloadEvent as Ev
+from gpuguard.gpusim.errors import GpusimError
 from gpuguard.gpusim.workload.arrivals import Arrival
 from gpuguard.gpusim.workload.devices import Devices
 from gpuguard.gpusim.workload.events import EventLog
 from gpuguard.gpusim.workload.latency_metrics import LatencyMetrics
 from gpuguard.gpusim.workload.timing import Stopped, wait_until
+
+#: the ``error`` a server logs when it cannot serve ``--metrics-port``
+METRICS_PORT = "metrics_port"
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -58,15 +62,19 @@ def run_server(
     args: argparse.Namespace, devices: Devices, schedule: Iterable[Arrival], log: EventLog
 ) -> None:
     """Load the model, then answer every scheduled request until the limits; log each."""
+    metrics = None
+    ready: dict[str, Any] = {"memory_bytes": args.memory_bytes}
+    if args.metrics_port is not None:  # first: a port in use fails before the GPU is taken
+        metrics = LatencyMetrics(args.model_name)
+        try:
+            metrics.serve(args.metrics_port, args.metrics_address)
+        except OSError as exc:
+            where = f"{args.metrics_address}:{args.metrics_port}"
+            raise GpusimError(METRICS_PORT, f"cannot serve /metrics on {where}: {exc}") from None
+        ready["metrics_port"] = args.metrics_port
     devices.open()
     devices.alloc(args.memory_bytes)  # the model, cached for the process's life
     devices.copy_in(args.memory_bytes)
-    metrics = None
-    ready: dict[str, Any] = {"memory_bytes": args.memory_bytes}
-    if args.metrics_port is not None:
-        metrics = LatencyMetrics(args.model_name)
-        metrics.serve(args.metrics_port, args.metrics_address)
-        ready["metrics_port"] = args.metrics_port
     log.event(Ev.READY, **ready)
     start = wait_until(args.start_at)
     latencies: list[float] = []

@@ -239,3 +239,22 @@ def test_server_metrics_flags() -> None:
     assert parse_args(["server", "--rate", "5", "--duration", "1"]).metrics_port is None
     with pytest.raises(SystemExit):
         parse_args(["server", "--rate", "5", "--duration", "1", "--metrics-port", "0"])
+
+
+def test_a_metrics_port_in_use_fails_before_the_gpu_is_taken(tmp_path: Path) -> None:
+    import json
+    import socket
+
+    from gpuguard.gpusim.workload.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = tmp_path / "server.jsonl"
+        argv = ["server", "--rate", "2", "--duration", "1", "--metrics-port", str(port),
+                "--socket", str(tmp_path / "no-daemon.sock"), "--log", str(log)]  # fmt: skip
+        assert main(argv) == 1
+    [line] = [json.loads(text) for text in log.read_text().splitlines()]
+    assert (line["event"], line["error"]) == ("error", "metrics_port")
+    assert "in use" in line["message"]
