@@ -59,6 +59,11 @@ pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
   ``Decision.next_due`` says when a hold, a share or a quantum falls due, and the
   controller decides again then (``timer``), not only on the next event.
   Containers of the ``normal`` class keep paper B's admission and never freeze anyone.
+* SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
+  fires, ``actuator/slo.py``): a best-effort container on such a device is frozen even while
+  no real-time task runs or waits there (between the server's requests, which NVML's samples
+  see too late to freeze for), and its starvation share is ``slo_best_effort_min_share``
+  instead, so it is frozen sooner and longer (reason ``slo_pressure``).
 * Only ``gpuguard.managed=true`` containers that are not gpuguard's own (role exporter or
   actuator) are ever paused; unmanaged tasks, including processes in no container, count for
   occupancy but are never touched. At most ``max_actions`` containers per decision.
@@ -112,6 +117,8 @@ class PolicyConfig:
     #: share of each window a frozen best-effort container runs anyway (0: never).
     best_effort_min_share: float = 0.1
     best_effort_window_s: float = 10.0
+    #: that share on a device under SLO pressure (a real-time SLO alert fires there)
+    slo_best_effort_min_share: float = 0.02
     #: paper B's one task per device at a time, whatever the demands (headroom off)
     one_at_a_time: bool = False
     #: freeze a computing task that holds a device a task with precedence waits for
@@ -262,8 +269,13 @@ def decide(
     config: PolicyConfig,
     ledger: Ledger | None = None,
     recent: Recent | None = None,
+    slo_pressure: frozenset[DeviceKey] = frozenset(),
 ) -> Decision:
-    """The actions for one fresh snapshot; never raises on well-formed input."""
+    """The actions for one fresh snapshot; never raises on well-formed input.
+
+    ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
+    containers there are frozen sooner and longer).
+    """
     ledger = ledger or Ledger()
     recent = recent or Recent()
     if trigger.node is not None and trigger.node != state.node:
@@ -287,7 +299,7 @@ def decide(
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
     realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy)
-    be = _best_effort(best_effort, realtime, trigger.now, config, ledger, recent)
+    be = _best_effort(best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure)
     actions += be.actions
     skips += be.skips
     due += be.due
@@ -790,34 +802,39 @@ def _best_effort(
     config: PolicyConfig,
     ledger: Ledger,
     recent: Recent,
+    slo_pressure: frozenset[DeviceKey] = frozenset(),
 ) -> _BestEffortPlan:
-    """Freeze best-effort containers while real-time work needs one of their devices, hold
-    the freeze past its last activity, and keep the minimum share of every window."""
+    """Freeze best-effort containers while real-time work needs one of their devices (or a
+    real-time SLO fails on one of them), hold the freeze past its last activity, and keep
+    the minimum share of every window."""
     plan = _BestEffortPlan()
     by_container: dict[str, list[_View]] = {}
     for v in views:
         if v.cid is not None:
             by_container.setdefault(v.cid, []).append(v)
     window = config.best_effort_window_s
-    limit = (1 - config.best_effort_min_share) * window  # most frozen time in any window
     for cid, mine in by_container.items():
         v = mine[0]
         devices = {m.task.device for m in mine}
         hold = recent.hold_s.get(cid, config.best_effort_hold_s)
-        if not devices & realtime:
+        protecting = bool(devices & slo_pressure)
+        share = config.slo_best_effort_min_share if protecting else config.best_effort_min_share
+        limit = (1 - share) * window  # most frozen time in any window
+        if not devices & realtime and not protecting:
             last_seen = max(recent.realtime_seen.get(d, -math.inf) for d in devices)
             if v.ours and now - last_seen < hold:
                 plan.due.append(last_seen + hold)  # real-time work paused for a moment
             elif v.ours:
                 plan.actions.append(_action(UNPAUSE, v, ActionReason.REALTIME_IDLE))
             continue
+        why = ActionReason.SLO_PRESSURE if protecting else ActionReason.BEST_EFFORT
         if v.blocker:
             if not v.paused:
                 plan.skips.append(_skip(v, v.blocker, "best-effort, but cannot be paused"))
             continue
-        if config.best_effort_min_share <= 0:
+        if share <= 0:
             if not v.paused:
-                plan.actions.append(_action(PAUSE, v, ActionReason.BEST_EFFORT))
+                plan.actions.append(_action(PAUSE, v, why))
             continue
         frozen = frozen_in_window(
             recent.frozen_spans.get(cid, ()), ledger.paused.get(cid), now, window
@@ -830,7 +847,7 @@ def _best_effort(
         elif not v.paused:
             room = limit - frozen
             if room >= hold:
-                plan.actions.append(_action(PAUSE, v, ActionReason.BEST_EFFORT))
+                plan.actions.append(_action(PAUSE, v, why))
             else:
                 plan.due.append(now + (hold - room))  # the window slides at most 1 s/s
     return plan

@@ -43,6 +43,7 @@ from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 from gpuguard.labels import CLASS, TASK
+from gpuguard.slo import SloDeclaration
 
 _C = ("node", "container", "container_id")
 _CG = ("node", "gpu", "container", "container_id")
@@ -53,6 +54,9 @@ _BOUNDARY_LABELS = (*_CG, "boundary")
 _INFO_LABELS = (*_C, "image")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
+_SLO_INFO_LABELS = (*_C, "metric")
+# `bound`, not `le`: promtool refuses `le` on a gauge; the rules copy it into `le`.
+_SLO_BUCKET_LABELS = (*_C, "metric", "bound")
 
 #: Every family of /metrics: name -> (type, help, label names), in exposition order.
 SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -80,8 +84,31 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "gpuguard_container_label_invalid": (
         "gauge",
-        "1 for each gpuguard.task or gpuguard.class label that cannot be parsed (ignored).",
+        "1 for each gpuguard.task, gpuguard.class or gpuguard.slo.* label that cannot be used "
+        "(ignored).",
         _LABEL_INVALID_LABELS,
+    ),
+    # the tenant's own latency objective (gpuguard/slo.py), joined by the SLO rules
+    "gpuguard_container_slo_info": (
+        "gauge",
+        "The container's latency SLO is measured by this histogram of its own (always 1; "
+        "metric: its name with : written _).",
+        _SLO_INFO_LABELS,
+    ),
+    "gpuguard_container_slo_target_seconds": (
+        "gauge",
+        "Latency a request must stay within to meet the container's SLO.",
+        _C,
+    ),
+    "gpuguard_container_slo_objective_ratio": (
+        "gauge",
+        "Share of the container's requests that must meet the SLO's target.",
+        _C,
+    ),
+    "gpuguard_container_slo_bucket_info": (
+        "gauge",
+        "1 for each way a histogram may spell the bucket bound that is the SLO's target.",
+        _SLO_BUCKET_LABELS,
     ),
     "gpuguard_container_demand_sm_ratio": (
         "gauge",
@@ -324,6 +351,10 @@ _IDENTITY_FAMILIES = (
     "gpuguard_container_deadline_invalid",
     "gpuguard_container_task_info",
     "gpuguard_container_label_invalid",
+    "gpuguard_container_slo_info",
+    "gpuguard_container_slo_target_seconds",
+    "gpuguard_container_slo_objective_ratio",
+    "gpuguard_container_slo_bucket_info",
 )
 
 
@@ -497,6 +528,21 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
             if error:
                 label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        for label, _ in info.slo_errors:
+            label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        if info.slo is not None:
+            _add_slo(r, values, labels, info.slo)
+
+
+def _add_slo(r: Rows, values: tuple[str, ...], labels: LabelSet, slo: SloDeclaration) -> None:
+    g, cache = r.gauges, r.cache
+    metric = slo.series_name
+    g["gpuguard_container_slo_info"].append((cache.get(_SLO_INFO_LABELS, (*values, metric)), 1))
+    g["gpuguard_container_slo_target_seconds"].append((labels, slo.target_s))
+    g["gpuguard_container_slo_objective_ratio"].append((labels, slo.objective))
+    buckets = g["gpuguard_container_slo_bucket_info"]
+    for le in slo.bucket_bounds:
+        buckets.append((cache.get(_SLO_BUCKET_LABELS, (*values, metric, le)), 1))
 
 
 def _add_containers(r: Rows, snap: PollSnapshot) -> None:

@@ -37,6 +37,18 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "class_error": info.class_error,
         "demand_sm_ratio": snap.demand.get(info.id),
         "typical_run_s": snap.typical_run.get(info.id),
+        "slo": _slo_json(info),
+    }
+
+
+def _slo_json(info: ContainerInfo) -> dict[str, Any] | None:
+    if info.slo is None:
+        return None
+    return {
+        "metric": info.slo.metric,
+        "target_s": info.slo.target_s,
+        "objective": info.slo.objective,
+        "port": info.slo.port,
     }
 
 

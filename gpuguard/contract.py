@@ -92,6 +92,9 @@ class AlertAction(StrEnum):
     MARK_NODE = "mark_node"  # node unprovisionable while the alert fires
     RESUME_ALL = "resume_all"  # fail open: resume what this actuator paused on the node
     RECORD = "record"  # audit only
+    #: a real-time container's latency SLO fails: freeze best-effort containers on its GPUs
+    #: (sooner and longer) while the alert fires; mark the node when none can be frozen
+    PROTECT_SLO = "protect_slo"
 
 
 class ActionKind(StrEnum):
@@ -119,7 +122,10 @@ class ActionReason(StrEnum):
     REALTIME_IDLE = "realtime_idle"  # best-effort, and no real-time task needs its GPUs now
     BEST_EFFORT_SHARE = "best_effort_share"  # best-effort, thawed for its minimum share
     PREEMPT = "preempt"  # its task holds a device that a task with precedence waits for
-    YIELD = "yield"  # repeats back to back: frozen as it drains, for the waiter admitted
+    YIELD = "yield"  # goes straight on: frozen as it drains, for the first waiter
+    #: best-effort, and a real-time container's SLO alert fires on its GPU (protect_slo):
+    #: frozen sooner and longer, whether or not a real-time task runs there now
+    SLO_PRESSURE = "slo_pressure"
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
