@@ -243,6 +243,12 @@ def figures(samples: dict[str, list[dict[str, float]]], n: int) -> dict[str, Any
     }
 
 
+def measure(bench: Any) -> dict[str, Any]:
+    """``bench/realtime.py``'s scenario (e), on the bench's node: ten tasks at once."""
+    rounds = {"smoke": 1, "quick": 2}.get(bench.mode, 5)
+    return measure_burst(bench.node, rounds, progress=bench.progress)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds per method (< 2 minutes)")
