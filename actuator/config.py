@@ -58,6 +58,9 @@ FLAGS: tuple[Flag, ...] = (
          "a task admitted this recently is not preempted", "duration"),
     Flag("policy.best-effort-hold", "500ms",
          "a best-effort freeze outlasts the last real-time activity by this", "duration"),
+    Flag("policy.best-effort-coexist-demand", 0.5,
+         "best-effort runs on beside a real-time server whose requests NVML cannot separate"
+         " and whose demand is at most this share (0: never)", "float"),
     Flag("policy.best-effort-hold-max", "4s",
          "the hold doubles while freezes follow thaws closely, up to this", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
@@ -146,6 +149,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         preempt_quantum_s=flags.duration(values, "policy.preempt-quantum"),
         best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
         best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
+        best_effort_coexist_demand=flags.share(values, "policy.best-effort-coexist-demand"),
     )
     if policy.best_effort_hold_max_s < policy.best_effort_hold_s:
         raise ConfigError(

@@ -88,6 +88,8 @@ class EndedTask:
     ended_at: float
     gpu: int | None = None
     mig_index: int | None = None
+    #: ``TaskBoundary``'s value: ``merged`` when the task may have held several requests
+    boundary: str = "exact"
 
     @property
     def device(self) -> DeviceKey | None:
@@ -237,6 +239,7 @@ def _ended(doc: Any, where: str) -> EndedTask:
         ended_at=float(_get(obj, "ended_at", (int, float), where)),
         gpu=_opt(obj, "gpu", int, where),
         mig_index=_opt(obj, "mig_index", int, where),
+        boundary=_opt(obj, "boundary", str, where) or "exact",
     )
 
 
