@@ -681,6 +681,7 @@ def _light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
     ``bench/realtime.py`` scenario (c)); its own latency SLO (``protect_slo``) says when
     the server needs the device to itself after all."""
     merged = {t.container_id for t in state.recent if t.boundary == TaskBoundary.MERGED}
+    merged |= {t.container_id for t in state.tasks if t.boundary == TaskBoundary.MERGED}
     return {
         c.id
         for c in state.containers

@@ -73,6 +73,8 @@ class Task:
     mig_index: int | None = None
     mode: TaskMode = TaskMode.BURST
     proc_start_ticks: int = 0
+    #: ``TaskBoundary``'s value (``merged``: a busy period holding several requests)
+    boundary: str = "exact"
 
     @property
     def device(self) -> DeviceKey:
@@ -228,6 +230,7 @@ def _task(doc: Any, where: str) -> Task:
         mig_index=_opt(obj, "mig_index", int, where),
         mode=_enum(obj, "mode", TaskMode, where),
         proc_start_ticks=_get(obj, "proc_start_ticks", int, where),
+        boundary=_opt(obj, "boundary", str, where) or "exact",
     )
 
 
