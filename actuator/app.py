@@ -18,7 +18,14 @@ from gpuguard.actuator.executor import DockerExecutor, docker_api
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.fastpath import FastPath
 from gpuguard.actuator.http import ActuatorServer
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalCorrupt, JournalLock, set_aside
+from gpuguard.actuator.journal import (
+    JOURNAL_FILE,
+    Journal,
+    JournalContent,
+    JournalCorrupt,
+    JournalLock,
+    set_aside,
+)
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.contract import TriggerSource
@@ -42,9 +49,14 @@ def claim_journal(state_dir: Path) -> JournalLock:
 
 
 def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
-    """The journal, or a fresh one plus why, when the file on disk cannot be read."""
+    """The journal, and why every managed pause must be undone (or None).
+
+    A journal that cannot be read, or holds an entry that is not valid, is moved aside for
+    the operator; its valid part is kept, and the loss is recorded in the new journal, so
+    the undoing survives a restart until it is done.
+    """
     try:
-        return Journal(state_dir), None
+        journal = Journal(state_dir)
     except JournalCorrupt as exc:
         kept = set_aside(state_dir / JOURNAL_FILE)
         log.error(
@@ -52,7 +64,9 @@ def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
             "actuator paused is unknown: every paused container labelled gpuguard.managed=true "
             "will be resumed as soon as Docker answers.", exc, kept,
         )  # fmt: skip
-        return Journal(state_dir), f"{exc}; kept as {kept.name}"
+        journal = Journal(state_dir, exc.salvaged or JournalContent())
+        journal.set_lost(f"{exc}; kept as {kept.name}")
+    return journal, journal.lost
 
 
 def run(config: Config) -> int:

@@ -73,7 +73,7 @@ class Controller:
         self._last_decision = 0.0
         self.last_state: ExporterState | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="executor")
-        self.order = AlertOrder.from_doc(journal.nodes.get("resolved_alerts"), time.time())
+        self.order = AlertOrder.from_doc(journal.resolved_alerts, time.time())
         self.marks = NodeMarks(
             config.node_name,
             config.alerts_for(AlertAction.MARK_NODE),

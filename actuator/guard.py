@@ -48,12 +48,12 @@ from gpuguard.actuator.executor import (
 )
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
+    Journal,
+    JournalContent,
     JournalCorrupt,
     JournalLock,
     PausedEntry,
-    atomic_write_json,
-    paused_entries,
-    read_journal,
+    load,
     set_aside,
 )
 from gpuguard.flags import Flag
@@ -117,11 +117,14 @@ class Guard:
         """Look at the actuator and do what its state calls for; returns the verdict."""
         lease.renew(self.config.state_dir / lease.GUARD_LEASE)
         if self.lock.try_acquire():
+            verdict = "gone"
             try:
-                verdict = "gone"
-                self._take_over()
+                left = self._read_left_behind()
             finally:
+                # Docker may take seconds per call (or hang until its timeout): never keep
+                # a restarted actuator waiting for the lock that long.
                 self.lock.release()
+            self._take_over(left)
         else:
             held = lease.read(self.config.state_dir / lease.ACTUATOR_LEASE)
             stuck = held is None or held.age() > self.config.lease_timeout_s
@@ -144,36 +147,65 @@ class Guard:
             )  # fmt: skip
         self.audit.write("guard", verdict=verdict)
 
-    def _take_over(self) -> None:
-        """The actuator is gone and the journal is ours: resume, then record it."""
+    def _read_left_behind(self) -> JournalContent:
+        """What a gone actuator left (the journal is ours while we hold its lock). One that
+        cannot be trusted is moved aside and replaced by its valid part, marked ``lost``:
+        every managed pause is undone, by us or by the next actuator, until it is done."""
         try:
-            doc = read_journal(self.journal_path)
-            paused = paused_entries(doc)
+            return load(self.journal_path)
         except JournalCorrupt as exc:
             kept = set_aside(self.journal_path)
             log.error("JOURNAL UNREADABLE: %s; moved to %s", exc, kept)
             self.audit.write("journal_unreadable", detail=f"{exc}; kept as {kept.name}")
-            self._undo_managed_pauses(f"journal unreadable ({exc})")
-            return
-        if not paused:
-            return
-        done = [e.container_id for e in paused.values() if self._resume(e, "actuator gone")]
-        if done:
-            for cid in done:
-                doc["paused"].pop(cid, None)
-            atomic_write_json(self.journal_path, doc)
+            content = exc.salvaged or JournalContent()
+            content.lost = f"journal unreadable ({exc}); kept as {kept.name}"
+            Journal(self.config.state_dir, content).save()
+            return content
+
+    def _take_over(self, left: JournalContent) -> None:
+        """The actuator is gone: resume what it left paused, without the lock, then record
+        it if the journal is still nobody else's."""
+        undone = left.lost is not None and self._undo_managed_pauses(left.lost)
+        done = []
+        for entry in left.paused.values():
+            settled = self._resume(entry, "actuator gone")
+            if settled is None:
+                break  # Docker is down or hung: the next check tries again
+            if settled:
+                done.append(entry)
+        if (done or undone) and self.lock.try_acquire():
+            try:
+                self._record(done, left.lost if undone else None)
+            finally:
+                self.lock.release()
+
+    def _record(self, resumed: list[PausedEntry], undone: str | None) -> None:
+        """Remove what was resumed from the journal (holding its lock)."""
+        try:
+            journal = Journal(self.config.state_dir)
+        except JournalCorrupt:
+            return  # changed meanwhile: the next check reads it again
+        for entry in resumed:
+            if journal.paused.get(entry.container_id) == entry:  # not paused anew since
+                del journal.paused[entry.container_id]
+        if undone is not None and journal.lost == undone:
+            journal.lost = None
+        journal.save()
 
     def _watch(self, resume_all: bool) -> None:
         """The actuator holds the journal: read it, resume what is due, never write it."""
         try:
-            doc = read_journal(self.journal_path)
-            paused = paused_entries(doc)
+            content = load(self.journal_path)
         except JournalCorrupt as exc:
             if resume_all:  # stuck, and its record unreadable: the managed fallback
                 self._undo_managed_pauses(f"actuator stuck, journal unreadable ({exc})")
-            return
+                return
+            if exc.salvaged is None:
+                return
+            content = exc.salvaged  # alive: its valid entries still get --max-pause
+        paused = content.paused
         self._resumed &= {(e.container_id, e.paused_at) for e in paused.values()}
-        limit = _max_pause(doc, self.config.max_pause_s)
+        limit = _max_pause(content.max_pause_s, self.config.max_pause_s)
         now = time.time()  # the journal's paused_at is wall time
         for entry in paused.values():
             key = (entry.container_id, entry.paused_at)
@@ -181,11 +213,15 @@ class Guard:
             if key in self._resumed or not (resume_all or overdue):
                 continue
             why = "actuator stuck" if resume_all else "paused longer than --max-pause"
-            if self._resume(entry, why):
+            settled = self._resume(entry, why)
+            if settled is None:
+                break
+            if settled:
                 self._resumed.add(key)
 
-    def _resume(self, entry: PausedEntry, why: str) -> bool:
-        """Unpause one journalled container; True when it is settled (resumed or gone)."""
+    def _resume(self, entry: PausedEntry, why: str) -> bool | None:
+        """Unpause one journalled container; True when it is settled (resumed or gone),
+        False when Docker refused (retried next check), None when Docker is unreachable."""
         cid = entry.container_id
         try:
             unpaused = docker_call(lambda: unpause_if_paused(self.api, cid))
@@ -193,7 +229,7 @@ class Guard:
             result = "vanished"
         except DockerUnavailable as exc:
             self._docker_failing(str(exc))
-            return False
+            return None
         except docker.errors.APIError as exc:
             log.warning("guard: unpause %s failed, retrying: %s", entry.name, exc)
             return False
@@ -207,14 +243,16 @@ class Guard:
         )
         return True
 
-    def _undo_managed_pauses(self, why: str) -> None:
+    def _undo_managed_pauses(self, why: str) -> bool:
+        """Resume every paused managed container; False when Docker could not be asked."""
         try:
             resumed = resume_managed_paused(self.api, self.audit, why)
         except DockerUnavailable as exc:
             self._docker_failing(str(exc))
-            return
+            return False
         self._docker_failing(None)
         log.error("guard: %s: resumed %d paused managed container(s)", why, len(resumed))
+        return True
 
     def _docker_failing(self, error: str | None) -> None:
         if error is not None and not self._docker_down:
@@ -224,12 +262,9 @@ class Guard:
         self._docker_down = error is not None
 
 
-def _max_pause(doc: Mapping[str, Any], own: float) -> float:
+def _max_pause(recorded: float | None, own: float) -> float:
     """The stricter of the guard's --max-pause and the one the actuator recorded."""
-    recorded = doc.get("max_pause_s")
-    if isinstance(recorded, int | float) and not isinstance(recorded, bool) and recorded > 0:
-        return min(own, float(recorded))
-    return own
+    return own if recorded is None else min(own, recorded)
 
 
 def run(config: GuardConfig) -> int:

@@ -47,7 +47,7 @@ class Reconciler:
         self.max_pause_s = max_pause_s
         self.execute = execute
         #: set when the journal was unreadable: undo every managed pause once Docker answers
-        self.journal_lost = journal_lost
+        self.journal_lost = journal_lost or journal.lost
         #: why Docker did not answer, until it does again
         self.docker_error: str | None = None
 
@@ -126,3 +126,4 @@ class Reconciler:
             len(resumed), ", ".join(c[:12] for c in resumed) or "none",
         )  # fmt: skip
         self.journal_lost = None
+        self.journal.set_lost(None)

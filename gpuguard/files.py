@@ -22,6 +22,7 @@ import errno
 import os
 import secrets
 import stat
+import time
 from pathlib import Path
 
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
@@ -105,6 +106,19 @@ def replace(path: Path, data: bytes, *, durable: bool = True) -> None:
             os.fsync(dir_fd)  # the rename itself must survive a power cut
         finally:
             os.close(dir_fd)
+
+
+def set_aside(path: Path, tag: str) -> Path:
+    """Rename ``path`` to ``<name>.<tag>-<time>-<pid>`` (``-<n>`` when taken), keeping it
+    for the operator. Whatever it is (a file, a directory, a FIFO, a link) is renamed,
+    never opened or followed."""
+    stem = f"{path.name}.{tag}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    for n in range(1000):
+        target = path.with_name(stem if n == 0 else f"{stem}-{n}")
+        if not os.path.lexists(target):
+            os.replace(path, target)
+            return target
+    raise OSError(errno.EEXIST, "too many files set aside", str(path))
 
 
 def _open(path: os.PathLike[str] | str, flags: int, follow: bool, mode: int = 0o600) -> int:

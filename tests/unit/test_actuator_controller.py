@@ -175,4 +175,24 @@ def test_a_malformed_node_list_in_the_journal_does_not_stop_the_start(tmp_path: 
     assert [r.fingerprint for r in restarted.marks.nodes.reasons()] == [good["fingerprint"]]
     assert not restarted.marks.nodes.provisionable
     assert len(restarted.order) == 0
+    assert restarted.reconciler.journal_lost  # moved aside: managed pauses get resumed
+    restarted.audit.close()
+
+
+def test_a_timezone_naive_time_in_the_journal_is_no_500(tmp_path: Path) -> None:
+    # Issue 20: a naive startsAt restored from the journal met the webhook's aware one in a
+    # comparison: TypeError, and every webhook with that fingerprint answered 500.
+    first = make_controller(tmp_path)
+    first.journal.save()
+    first.audit.close()
+    path = first.journal.path
+    doc = json.loads(path.read_text())
+    naive = ["2025-11-22T01:00:00", time.time()]
+    doc["nodes"] = {"node": "host-a", "resolved_alerts": {"fgpuguardexporte": naive}}
+    path.write_text(json.dumps(doc))
+    restarted = make_controller(tmp_path)
+    report = restarted.handle_webhook(webhook("GpuguardExporterDown"))
+    assert restarted.reconciler.journal_lost  # moved aside; managed pauses get resumed
+    assert report.skips == []
+    assert restarted.fail_open.holding_open
     restarted.audit.close()
