@@ -27,7 +27,6 @@ import argparse
 import logging
 import signal
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from gpuguard.actuator.journal import (
     load,
     set_aside,
 )
+from gpuguard.actuator.pauseclock import PauseClock, host_clock
 from gpuguard.flags import Flag
 
 log = logging.getLogger("gpuguard.guard")
@@ -101,8 +101,12 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
 class Guard:
     """One ``check()`` per period; every Docker or journal failure is retried next time."""
 
-    def __init__(self, config: GuardConfig, api: Any, audit: AuditLog) -> None:
+    def __init__(
+        self, config: GuardConfig, api: Any, audit: AuditLog, clock: PauseClock | None = None
+    ) -> None:
         self.config = config
+        #: --max-pause is judged on the boot clock (``pauseclock``), never on wall time
+        self.clock = clock or host_clock()
         self.api = api
         self.audit = audit
         self.lock = JournalLock(config.state_dir)
@@ -186,7 +190,8 @@ class Guard:
         except JournalCorrupt:
             return  # changed meanwhile: the next check reads it again
         for entry in resumed:
-            if journal.paused.get(entry.container_id) == entry:  # not paused anew since
+            now = journal.paused.get(entry.container_id)
+            if now is not None and now.paused_at == entry.paused_at:  # not paused anew since
                 del journal.paused[entry.container_id]
         if undone is not None and journal.lost == undone:
             journal.lost = None
@@ -205,11 +210,11 @@ class Guard:
             content = exc.salvaged  # alive: its valid entries still get --max-pause
         paused = content.paused
         self._resumed &= {(e.container_id, e.paused_at) for e in paused.values()}
+        self.clock.forget_except(list(paused.values()))
         limit = _max_pause(content.max_pause_s, self.config.max_pause_s)
-        now = time.time()  # the journal's paused_at is wall time
         for entry in paused.values():
             key = (entry.container_id, entry.paused_at)
-            overdue = now - entry.paused_at > limit
+            overdue = self.clock.paused_for(entry) > limit
             if key in self._resumed or not (resume_all or overdue):
                 continue
             why = "actuator stuck" if resume_all else "paused longer than --max-pause"

@@ -24,13 +24,14 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuguard import files
 from gpuguard.actuator.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
+from gpuguard.actuator.pauseclock import PauseClock, host_clock
 from gpuguard.actuator.policy import Ledger
 
 __all__ = ["FORMAT_VERSION", "Journal", "JournalContent", "JournalCorrupt", "PausedEntry"]
@@ -59,15 +60,25 @@ class Journal:
     """The on-disk record; all methods are thread-safe and every mutation is durable.
 
     Made from the file in ``state_dir`` (``JournalCorrupt`` when it cannot be trusted), or
-    from ``content`` (what was salvaged from one that was moved aside).
+    from ``content`` (what was salvaged from one that was moved aside). Every pause carries
+    its moment on the boot clock (``clock``): entries of older journals are dated when
+    loaded, and keep that date once saved.
     """
 
-    def __init__(self, state_dir: Path, content: JournalContent | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        content: JournalContent | None = None,
+        clock: PauseClock | None = None,
+    ) -> None:
         self.path = state_dir / JOURNAL_FILE
         self._lock = threading.RLock()
+        self.clock = clock or host_clock()
         if content is None:
             content = load(self.path)
-        self.paused: dict[str, PausedEntry] = content.paused
+        self.paused: dict[str, PausedEntry] = {
+            cid: self.clock.stamp(entry) for cid, entry in content.paused.items()
+        }
         self.admitted: dict[str, float] = content.admitted
         self.exempt_tasks: dict[str, float] = content.exempt_tasks
         self.nodes: dict[str, Any] = content.nodes
@@ -100,7 +111,8 @@ class Journal:
     def ledger(self) -> Ledger:
         with self._lock:
             return Ledger(
-                paused={cid: e.paused_at for cid, e in self.paused.items()},
+                # judged on the boot clock: a step of the wall clock moves no pause's start
+                paused={cid: self.clock.started_at(e) for cid, e in self.paused.items()},
                 admitted=dict(self.admitted),
                 exempt_tasks=frozenset(self.exempt_tasks),
             )
@@ -108,7 +120,7 @@ class Journal:
     def will_pause(self, entry: PausedEntry) -> None:
         """Record a pause before it is taken."""
         with self._lock:
-            self.paused[entry.container_id] = entry
+            self.paused[entry.container_id] = self.clock.stamp(entry)
             self.admitted.pop(entry.container_id, None)
             self.save()
 
@@ -116,7 +128,7 @@ class Journal:
         """Record several pauses, in one durable write, before they are taken."""
         with self._lock:
             for entry in entries:
-                self.paused[entry.container_id] = entry
+                self.paused[entry.container_id] = self.clock.stamp(entry)
                 self.admitted.pop(entry.container_id, None)
             self.save()
 
@@ -288,12 +300,13 @@ def plan_reconcile(
     paused: Mapping[str, PausedEntry],
     docker_paused: Mapping[str, bool | None],
     live_containers_with_tasks: set[str] | None,
-    now: float,
+    paused_for: Callable[[PausedEntry], float],
     max_pause_s: float,
 ) -> list[ReconcileStep]:
     """Compare the journal with Docker (pure).
 
     ``docker_paused``: container id -> Docker's ``State.Paused``, or None when it is gone.
+    ``paused_for``: how long an entry has been paused (``PauseClock.paused_for``).
     ``live_containers_with_tasks``: containers with a running GPU task per the exporter, or
     None when the exporter cannot be asked (then every journalled container is resumed:
     holding a tenant without knowing why is never right).
@@ -306,7 +319,7 @@ def plan_reconcile(
             steps.append(ReconcileStep(cid, "forget", "container is gone"))
         elif not state:
             steps.append(ReconcileStep(cid, "forget", "not paused any more"))
-        elif now - entry.paused_at > max_pause_s:
+        elif paused_for(entry) > max_pause_s:
             steps.append(ReconcileStep(cid, "unpause", "paused longer than --max-pause"))
         elif live_containers_with_tasks is None:
             steps.append(ReconcileStep(cid, "unpause", "exporter unavailable"))

@@ -59,7 +59,7 @@ class Reconciler:
         """Resume, for good, whatever has been paused longer than ``--max-pause``."""
         now = time.time()
         for entry in list(self.journal.paused.values()):
-            if now - entry.paused_at <= self.max_pause_s:
+            if self.journal.clock.paused_for(entry) <= self.max_pause_s:
                 continue
             log.warning("%s paused longer than --max-pause: resuming it for good", entry.name)
             if entry.task_id:
@@ -93,7 +93,11 @@ class Reconciler:
             None if state is None else {t.container_id for t in state.tasks if t.container_id}
         )
         steps = plan_reconcile(
-            self.journal.paused, docker_view, with_tasks, time.time(), self.max_pause_s
+            self.journal.paused,
+            docker_view,
+            with_tasks,
+            self.journal.clock.paused_for,
+            self.max_pause_s,
         )
         for step in steps:
             if step.verdict == "forget":

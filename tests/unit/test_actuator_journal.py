@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,9 @@ def test_pause_is_on_disk_before_it_is_taken(tmp_path: Path) -> None:
     doc = read_journal(tmp_path / JOURNAL_FILE)
     assert doc["pid"] == os.getpid()
     assert doc["paused"]["c1"]["reason"] == "newcomer"
-    assert Journal(tmp_path).paused == {"c1": entry("c1")}
+    again = Journal(tmp_path).paused["c1"]
+    assert replace(again, paused_boot=None, boot_id=None) == entry("c1")
+    assert again == journal.paused["c1"]  # with its boot clock reading (pauseclock)
 
 
 def test_release_records_the_admission(tmp_path: Path) -> None:
@@ -110,12 +113,14 @@ def test_foreign_file_is_refused(tmp_path: Path) -> None:
 def test_plan_reconcile(
     docker: bool | None, with_tasks: set[str] | None, paused_at: float, verdict: str
 ) -> None:
-    steps = plan_reconcile({"c1": entry("c1", paused_at)}, {"c1": docker}, with_tasks, 110.0, 60.0)
+    steps = plan_reconcile(
+        {"c1": entry("c1", paused_at)}, {"c1": docker}, with_tasks, lambda e: 110 - e.paused_at, 60
+    )
     assert [(s.container_id, s.verdict) for s in steps] == [("c1", verdict)]
 
 
 def test_reconcile_leaves_containers_paused_by_someone_else() -> None:
-    assert plan_reconcile({}, {"other": True}, set(), 110.0, 60.0) == []
+    assert plan_reconcile({}, {"other": True}, set(), lambda e: 0.0, 60.0) == []
 
 
 GOOD = {"version": 1, "paused": {"c1": {"container_id": "c1", "name": "n", "task_id": None,
