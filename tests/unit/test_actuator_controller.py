@@ -196,3 +196,67 @@ def test_a_timezone_naive_time_in_the_journal_is_no_500(tmp_path: Path) -> None:
     assert report.skips == []
     assert restarted.fail_open.holding_open
     restarted.audit.close()
+
+
+# Issue 20, item 1: failing open, and the end of it, survive a restart.
+
+
+def test_a_late_resume_all_firing_after_a_restart_is_stale(tmp_path: Path) -> None:
+    # GpuguardExporterDown fires and resolves; the actuator restarts; the second
+    # Alertmanager's late firing reaches the new one. It must not switch admission off.
+    first = make_controller(tmp_path)
+    first.handle_webhook(webhook("GpuguardExporterDown"))
+    first.handle_webhook(webhook("GpuguardExporterDown", "resolved", ends="2025-11-22T01:01:00Z"))
+    assert not first.fail_open.holding_open
+    first.audit.close()
+    second = make_controller(tmp_path)
+    report = second.handle_webhook(webhook("GpuguardExporterDown"))
+    assert report.skips == [{"reason": "stale_alert", "alert": "GpuguardExporterDown"}]
+    assert not second.fail_open.holding_open
+    assert audit_events(second, "resume_all") == [] or all(
+        r["containers"] == [] for r in audit_events(second, "resume_all")
+    )
+    second.audit.close()
+
+
+def test_failing_open_survives_a_restart(tmp_path: Path) -> None:
+    # Restarted while the alert fires: it must go on pausing nothing until the alert
+    # resolves (or no repeat renews it within --node.mark-ttl), not until the next repeat.
+    first = make_controller(tmp_path, **{"node.mark-ttl": "60s"})
+    first.handle_webhook(webhook("GpuguardExporterDown"))
+    assert first.fail_open.holding_open
+    first.audit.close()
+    second = make_controller(tmp_path, **{"node.mark-ttl": "60s"})
+    assert second.fail_open.holding_open
+    assert "failing open" in second.health()
+    pause = Action(PAUSE, "c" * 64, "rt-1", ActionReason.NEWCOMER, 0, "t1")
+    assert _without_pauses(Decision((pause,))).actions == ()
+    second.fail_open.expire(time.time() + 61)  # the TTL still counts from the last delivery
+    assert not second.fail_open.holding_open
+    second.save_alerts()  # as maintain() does after expiring
+    second.audit.close()
+    third = make_controller(tmp_path, **{"node.mark-ttl": "60s"})
+    assert not third.fail_open.holding_open  # and its end was recorded too
+    third.audit.close()
+
+
+def test_a_restart_while_failing_open_resumes_what_is_still_paused(tmp_path: Path) -> None:
+    first = make_controller(tmp_path)
+    first.handle_webhook(webhook("GpuguardExporterDown"))  # Docker unreachable: unpause fails
+    first.journal.will_pause(PausedEntry("c" * 64, "held", "t", 0, time.time(), "newcomer"))
+    first.audit.close()
+    second = make_controller(tmp_path)
+    second.reconcile(None)
+    resumes = audit_events(second, "resume_all")
+    assert resumes and resumes[-1]["containers"] == ["c" * 64]
+    second.audit.close()
+
+
+def test_duplicate_deliveries_do_not_rewrite_the_journal(tmp_path: Path) -> None:
+    controller = make_controller(tmp_path)
+    controller.handle_webhook(webhook("GpuguardExporterDown"))
+    before = controller.journal.path.stat().st_mtime_ns
+    for _ in range(20):
+        controller.handle_webhook(webhook("GpuguardExporterDown"))
+    assert controller.journal.path.stat().st_mtime_ns == before
+    controller.audit.close()
