@@ -99,13 +99,14 @@ class Reconciler:
             self.journal.clock.paused_for,
             self.max_pause_s,
         )
+        forget = [step for step in steps if step.verdict == "forget"]
+        self.journal.forget(step.container_id for step in forget)  # one write for them all
+        for step in forget:
+            self.audit.write(
+                "reconcile", container_id=step.container_id, verdict="forget", why=step.why
+            )
         for step in steps:
-            if step.verdict == "forget":
-                self.journal.released(step.container_id)
-                self.audit.write(
-                    "reconcile", container_id=step.container_id, verdict="forget", why=step.why
-                )
-            elif step.verdict == "unpause":
+            if step.verdict == "unpause":
                 entry = self.journal.paused[step.container_id]
                 action = Action(
                     UNPAUSE,
