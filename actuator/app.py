@@ -94,8 +94,6 @@ def run(config: Config) -> int:
         journal_lost,
     )
     _warn_without_guard(config.state_dir)
-    _start_up_reconcile(controller)
-    lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
     try:
         server = ActuatorServer((config.listen_host, config.listen_port), controller, config.token)
     except OSError as exc:
@@ -104,6 +102,10 @@ def run(config: Config) -> int:
         lock.release()
         return 1
     server.serve_in_thread()
+    # Listening first: Docker may hang for its whole timeout, and /healthz should say so
+    # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
+    _start_up_reconcile(controller)
+    lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
     fast = None
     if config.mode in ("fast", "both"):
         fast = FastPath(controller, ExporterClient(config.exporter_url, timeout_s=2.0))

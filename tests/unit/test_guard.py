@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.executor import docker_api
 from gpuguard.actuator.guard import Guard, GuardConfig
-from gpuguard.actuator.journal import JOURNAL_FILE, JournalLock
+from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalLock, PausedEntry
 
 
 @pytest.fixture
@@ -80,3 +81,95 @@ def test_a_hostile_journal_of_a_live_actuator_is_left_to_it(
         assert not list(tmp_path.glob(f"{JOURNAL_FILE}.corrupt-*"))  # the actuator's to do
     finally:
         actuator.release()
+
+
+class SlowEngine:
+    """A Docker engine that takes ``delay`` seconds to answer each call (a hung or
+    overloaded dockerd, short of its client timeout)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.unpaused: list[str] = []
+
+    def inspect_container(self, cid: str) -> dict[str, object]:
+        threading.Event().wait(self.delay)
+        return {"State": {"Paused": cid not in self.unpaused}}
+
+    def unpause(self, cid: str) -> None:
+        threading.Event().wait(self.delay)
+        self.unpaused.append(cid)
+
+
+def test_the_guard_does_not_hold_the_journal_through_docker_calls(tmp_path: Path) -> None:
+    # Issue 20, item 4: with a hung dockerd each entry cost 3 retries x 5 s under the lock,
+    # and a restarted actuator waited 66 s (3 entries) before it could even start.
+    now = time.time()
+    journal = Journal(tmp_path)
+    journal.will_pause_many(
+        [PausedEntry(f"{i:064x}", f"rt-{i}", None, 0, now, "newcomer") for i in range(3)]
+    )
+    engine = SlowEngine(delay=0.5)
+    config = GuardConfig(tmp_path, None, 120.0, lease_timeout_s=15.0, log_level="info")
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    guard = Guard(config, engine, audit)
+    checking = threading.Thread(target=guard.check)
+    checking.start()
+    try:
+        time.sleep(0.3)  # the guard is inside its first Docker call
+        actuator = JournalLock(tmp_path)
+        started = time.monotonic()
+        assert actuator.try_acquire(), "the guard holds the journal while it waits for Docker"
+        assert time.monotonic() - started < 0.1
+        actuator.release()
+    finally:
+        checking.join(10)
+        audit.close()
+    assert len(engine.unpaused) == 3
+    assert json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"] == {}
+
+
+def test_the_guard_stops_at_the_first_unreachable_docker_call(guard: Guard, tmp_path: Path) -> None:
+    now = time.time()
+    Journal(tmp_path).will_pause_many(
+        [PausedEntry(f"{i:064x}", f"rt-{i}", None, 0, now, "newcomer") for i in range(5)]
+    )
+    calls = []
+    api = guard.api
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            calls.append(name)
+            return getattr(api, name)
+
+    guard.api = Counting()
+    assert check_in_time(guard) == "gone"
+    assert calls.count("inspect_container") <= 3  # one entry's retries, not 5 x 3
+    assert len(json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"]) == 5
+
+
+def test_a_hung_engine_is_not_asked_three_times(tmp_path: Path) -> None:
+    # A timeout on an engine that accepted the request will time out again: retrying it
+    # only multiplied the wait (3 x 5 s per call). A refused connection is still retried.
+    import requests
+
+    from gpuguard.actuator.errors import DockerUnavailable
+    from gpuguard.actuator.executor import docker_call
+
+    calls = []
+
+    def hung() -> None:
+        calls.append(1)
+        raise requests.ReadTimeout("no answer")
+
+    with pytest.raises(DockerUnavailable):
+        docker_call(hung, retries=3, delay_s=0.0)
+    assert len(calls) == 1
+
+    def refused() -> None:
+        calls.append(1)
+        raise requests.ConnectionError("refused")
+
+    calls.clear()
+    with pytest.raises(DockerUnavailable):
+        docker_call(refused, retries=3, delay_s=0.0)
+    assert len(calls) == 3
