@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -218,3 +219,54 @@ def test_http_adapter(server: str) -> None:
     assert 'gpuguard_placer_requests_total{code="401",endpoint="placement"} 2.0' in metrics
     listed = requests.get(server + "/api/v1/nodes", headers=auth, timeout=5).json()
     assert [c["node"] for c in listed["ranked"]] == ["a", "b", "c"]  # b has one pending
+
+
+# --- issue 20, item 2: one bad record cannot break placement for the whole cluster ----------
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-1", "1e40"])
+@pytest.mark.parametrize(
+    "field",
+    ["free_memory_bytes", "memory_total_bytes", "state", "running_tasks", "busy_ratio"],
+)
+def test_a_gpu_whose_record_is_not_a_number_is_passed_over(field: str, bad: str) -> None:
+    samples = [
+        s if s["metric"]["__name__"] != f"gpuguard_gpu_{field}" else {**s, "value": [0, bad]}
+        for s in reply("broken")
+    ] + reply("good")
+    views = views_from_samples(samples, now=1000.0)
+    placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
+    chosen = placer.placement("deadline=9s&memory=1GiB")
+    assert chosen.code == 200 and chosen.doc["node"] == "good"
+    listed = placer.nodes("")
+    assert listed.code == 200
+    reasons = {c["node"]: c["reasons"] for c in listed.doc["ranked"]}
+    assert reasons == {"good": [], "broken": ["invalid_record"]}
+    assert "NaN" not in json.dumps(listed.doc) and "Infinity" not in json.dumps(listed.doc)
+
+
+def test_an_unbounded_float_time_is_fine_and_a_nan_one_is_not() -> None:
+    views = views_from_samples([*reply("a", float="+Inf"), *reply("b", float="NaN")], 1000.0)
+    placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
+    reasons = {c["node"]: c["reasons"] for c in placer.nodes("").doc["ranked"]}
+    assert reasons == {"a": [], "b": ["invalid_record"]}
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        {"metric": {"__name__": "gpuguard_exporter_last_poll_timestamp_seconds", "node": "x"},
+         "value": [0, "NaN"]},
+        {"metric": {"__name__": "gpuguard_gpu_state", "node": "a", "gpu": "0"}},
+        {"metric": "junk", "value": [0, "1"]},
+        {"metric": {"__name__": "gpuguard_gpu_state", "node": "a", "gpu": "0"}, "value": [0, 1]},
+        {"metric": {"__name__": "gpuguard_actuator_node_provisionable", "node": "a"},
+         "value": [0, "NaN"]},
+        "junk",
+    ],
+)  # fmt: skip
+def test_a_malformed_sample_never_stops_the_node_list(sample: Any) -> None:
+    views = views_from_samples([*reply("a"), sample, *reply("b")], now=1000.0)
+    assert {v.record.node for v in views} >= {"b"}
+    placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
+    assert placer.nodes("").code == 200
