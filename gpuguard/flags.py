@@ -276,6 +276,11 @@ def share(values: Mapping[str, Any], name: str) -> float:
     return _fraction(values, name, lambda x: 0 <= x < 1, "[0, 1)")
 
 
+def positive(values: Mapping[str, Any], name: str, maximum: float) -> float:
+    """A finite number in (0, ``maximum``]."""
+    return _fraction(values, name, lambda x: 0 < x <= maximum, f"(0, {maximum:g}]")
+
+
 def _fraction(
     values: Mapping[str, Any], name: str, within: Callable[[float], bool], span: str
 ) -> float:
