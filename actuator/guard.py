@@ -27,6 +27,7 @@ import argparse
 import logging
 import signal
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from gpuguard.actuator.executor import (
     resume_managed_paused,
     unpause_if_paused,
 )
+from gpuguard.actuator.guardmetrics import Seen, guard_server
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
     Journal,
@@ -69,6 +71,8 @@ FLAGS: tuple[Flag, ...] = (
          "duration"),
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
          "duration"),
+    Flag("web.listen-address", "127.0.0.1:10838",
+         "host:port of the guard's /metrics (Prometheus job gpuguard-guard)"),
     Flag("log.level", "info", "debug, info, warning or error"),
 )  # fmt: skip
 
@@ -81,6 +85,8 @@ class GuardConfig:
     lease_timeout_s: float
     log_level: str
     warnings: tuple[str, ...] = ()
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10838
 
 
 @flags.reraise_as(ConfigError)
@@ -91,10 +97,22 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
     max_pause_s = flags.duration(values, "max-pause")
     lease_timeout_s = flags.duration(values, "lease.timeout")
     log_level = flags.choice(values, "log.level", ("debug", "info", "warning", "error"))
+    host, port = flags.listen_address(
+        {"web.listen-address": values.get("web.listen-address", "127.0.0.1:10838")},
+        "web.listen-address",
+        "127.0.0.1:10838",
+    )
     # Last: a bad flag must leave no directory behind.
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     return GuardConfig(
-        state_dir, docker_host, max_pause_s, lease_timeout_s, log_level, tuple(warnings)
+        state_dir,
+        docker_host,
+        max_pause_s,
+        lease_timeout_s,
+        log_level,
+        tuple(warnings),
+        host,
+        port,
     )
 
 
@@ -116,10 +134,13 @@ class Guard:
         # once, not on every check, for as long as the journal keeps naming it.
         self._resumed: set[tuple[str, float]] = set()
         self._docker_down = False
+        self.seen = Seen()
 
     def check(self) -> str:
         """Look at the actuator and do what its state calls for; returns the verdict."""
         lease.renew(self.config.state_dir / lease.GUARD_LEASE)
+        self.seen.last_check = time.time()
+        self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
         if self.lock.try_acquire():
             verdict = "gone"
             try:
@@ -169,6 +190,7 @@ class Guard:
     def _take_over(self, left: JournalContent) -> None:
         """The actuator is gone: resume what it left paused, without the lock, then record
         it if the journal is still nobody else's."""
+        self.seen.journal_paused = len(left.paused)
         undone = left.lost is not None and self._undo_managed_pauses(left.lost)
         done = []
         for entry in left.paused.values():
@@ -209,6 +231,7 @@ class Guard:
                 return
             content = exc.salvaged  # alive: its valid entries still get --max-pause
         paused = content.paused
+        self.seen.journal_paused = len(paused)
         self._resumed &= {(e.container_id, e.paused_at) for e in paused.values()}
         self.clock.forget_except(list(paused.values()))
         limit = _max_pause(content.max_pause_s, self.config.max_pause_s)
@@ -242,6 +265,7 @@ class Guard:
             result = "ok" if unpaused else "already"
         self._docker_failing(None)
         if result == "ok":
+            self.seen.resumed += 1
             log.warning("guard resumed %s (%s): %s", entry.name, cid[:12], why)
         self.audit.write(
             "guard_resume", container_id=cid, container=entry.name, result=result, why=why
@@ -264,7 +288,7 @@ class Guard:
             log.warning("docker engine unreachable, retrying: %s", error)
         elif error is None and self._docker_down:
             log.info("docker engine answers again")
-        self._docker_down = error is not None
+        self._docker_down = self.seen.docker_down = error is not None
 
 
 def _max_pause(recorded: float | None, own: float) -> float:
@@ -277,6 +301,7 @@ def run(config: GuardConfig) -> int:
     flags.start_logging(config.log_level, config.warnings, "gpuguard.guard")
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     guard = Guard(config, docker_api(config.docker_host), audit)
+    server = guard_server(guard, config.listen_host, config.listen_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -292,6 +317,9 @@ def run(config: GuardConfig) -> int:
         guard.check()  # an actuator stopped just before us may have left something paused
     except Exception:
         log.exception("final guard check failed")
+    if server is not None:
+        server.shutdown()
+        server.server_close()
     audit.close()
     return 0
 

@@ -4,6 +4,7 @@ listens): it must neither crash, nor hang, nor hold the journal's lock while it 
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -173,3 +174,58 @@ def test_a_hung_engine_is_not_asked_three_times(tmp_path: Path) -> None:
     with pytest.raises(DockerUnavailable):
         docker_call(refused, retries=3, delay_s=0.0)
     assert len(calls) == 3
+
+
+def test_the_guard_publishes_what_it_sees(guard: Guard, tmp_path: Path) -> None:
+    # Issue 20, item 9: GpuguardGuardMissing came only from the actuator's gauge, so with
+    # both dead nothing said the tenants it paused would stay paused. The guard is scraped
+    # itself now (job gpuguard-guard): its `up`, and what it knows of the actuator.
+    from prometheus_client import CollectorRegistry
+
+    from gpuguard.actuator.guardmetrics import GuardCollector
+
+    registry = CollectorRegistry()
+    registry.register(GuardCollector(guard))
+    Journal(tmp_path).will_pause(PausedEntry("c" * 64, "rt", None, 0, time.time(), "newcomer"))
+    assert check_in_time(guard) == "gone"
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("gpuguard_guard_actuator_lease_age_seconds") == math.inf  # none ever
+    assert value("gpuguard_guard_actuator", state="gone") == 1
+    assert value("gpuguard_guard_actuator", state="alive") == 0
+    assert value("gpuguard_guard_journal_paused_containers") == 1  # Docker is unreachable
+    assert value("gpuguard_guard_docker_up") == 0
+    assert time.time() - (value("gpuguard_guard_last_check_timestamp_seconds") or 0) < 5
+
+
+def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
+    import requests
+
+    from gpuguard.actuator.guard import validate
+    from gpuguard.actuator.guardmetrics import guard_server
+    from gpuguard.demo.stack.process import free_port
+
+    port = free_port()
+    config = validate(
+        {"state.dir": str(tmp_path), "docker.host": None, "max-pause": "120s",
+         "lease.timeout": "15s", "log.level": "info",
+         "web.listen-address": f"127.0.0.1:{port}"}
+    )  # fmt: skip
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", port)
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    guard = Guard(config, docker_api(f"unix://{tmp_path}/none.sock"), audit)
+    server = guard_server(guard, config.listen_host, config.listen_port)
+    assert server is not None
+    try:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "gpuguard_guard_last_check_timestamp_seconds" in text
+        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        assert (
+            guard_server(guard, config.listen_host, config.listen_port) is None
+        )  # the port is taken: logged, and it guards on
+    finally:
+        server.shutdown()
+        server.server_close()
+        audit.close()
