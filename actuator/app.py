@@ -17,6 +17,7 @@ from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, docker_api
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.fastpath import FastPath
+from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
@@ -82,7 +83,10 @@ def run(config: Config) -> int:
     local_api = docker_api(config.docker_host)
     manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
     metrics = ActuatorMetrics(config.node_name)
-    executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run)
+    freezer = (
+        None if config.pause_method == "docker" else ContainerFreezer(config.procfs, config.sysfs)
+    )
+    executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run, freezer=freezer)
     controller = Controller(
         config,
         lambda: ExporterClient(config.exporter_url, timeout_s=min(2.0, config.exporter_timeout_s)),
@@ -106,6 +110,7 @@ def run(config: Config) -> int:
     # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
     _start_up_reconcile(controller)
     lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
+    controller.start_timer()
     fast = None
     if config.mode in ("fast", "both"):
         fast = FastPath(controller, ExporterClient(config.exporter_url, timeout_s=2.0))
@@ -133,6 +138,7 @@ def run(config: Config) -> int:
     server.shutdown()
     if fast is not None:
         fast.stop()
+    controller.timer.stop()
     controller.resume_all("actuator stopping", TriggerSource.RECONCILE)
     audit.write("stop")
     audit.close()

@@ -26,6 +26,7 @@ from gpuguard.flags import Flag
 
 ACTIONS = tuple(AlertAction)
 MODES = ("webhook", "fast", "both")
+PAUSE_METHODS = ("cgroup", "docker")
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -46,9 +47,28 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.best-effort-min-share", 0.1,
          "share of each window a frozen best-effort container runs anyway (0: none)", "float"),
     Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
+    Flag("policy.slo-best-effort-min-share", 0.02,
+         "that share where a real-time container's SLO alert fires (protect_slo)", "float"),
     Flag("policy.one-at-a-time", False,
          "admit one task per device at a time (paper B), not by headroom", "bool"),
+    Flag("policy.preempt", True,
+         "freeze a computing task that holds a device a task with precedence waits for",
+         "bool"),
+    Flag("policy.preempt-quantum", "500ms",
+         "a task admitted this recently is not preempted", "duration"),
+    Flag("policy.best-effort-hold", "500ms",
+         "a best-effort freeze outlasts the last real-time activity by this", "duration"),
+    Flag("policy.best-effort-coexist-demand", 0.5,
+         "best-effort runs on beside a real-time server whose requests NVML cannot separate"
+         " and whose demand is at most this share (0: never)", "float"),
+    Flag("policy.best-effort-hold-max", "4s",
+         "the hold doubles while freezes follow thaws closely, up to this", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
+    Flag("pause.method", "cgroup",
+         "cgroup: freeze the container's cgroup (~1 ms), then docker pause it too; "
+         "docker: docker pause only (runc: 13-100 ms)"),
+    Flag("path.procfs", "/proc", "the host's procfs (finds a container's cgroup)"),
+    Flag("path.sysfs", "/sys", "the host's sysfs (its cgroups under fs/cgroup)"),
     Flag("node.mark-ttl", "5m",
          "a node mark no webhook renewed this long expires (Alertmanager repeats every 1m)",
          "duration"),
@@ -85,6 +105,9 @@ class Config:
     dry_run: bool
     log_level: str
     warnings: tuple[str, ...] = field(default=())
+    pause_method: str = "cgroup"
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
 
     def alerts_for(self, action: str) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -120,8 +143,18 @@ def validate(values: Mapping[str, Any]) -> Config:
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
         best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
         best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
+        slo_best_effort_min_share=flags.share(values, "policy.slo-best-effort-min-share"),
         one_at_a_time=flags.boolean(values, "policy.one-at-a-time"),
+        preempt=flags.boolean(values, "policy.preempt"),
+        preempt_quantum_s=flags.duration(values, "policy.preempt-quantum"),
+        best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
+        best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
+        best_effort_coexist_demand=flags.share(values, "policy.best-effort-coexist-demand"),
     )
+    if policy.best_effort_hold_max_s < policy.best_effort_hold_s:
+        raise ConfigError(
+            "--policy.best-effort-hold-max must be at least --policy.best-effort-hold"
+        )
     max_pause_s = flags.duration(values, "max-pause")
     frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
     if frozen_s >= max_pause_s:
@@ -156,6 +189,9 @@ def validate(values: Mapping[str, Any]) -> Config:
         dry_run=flags.boolean(values, "dry-run"),
         log_level=flags.choice(values, "log.level", ("debug", "info", "warning", "error")),
         warnings=tuple(warnings),
+        pause_method=flags.choice(values, "pause.method", PAUSE_METHODS),
+        procfs=host_path(values, "path.procfs"),
+        sysfs=host_path(values, "path.sysfs"),
     )
 
 
@@ -243,6 +279,14 @@ def _token(path: Any, insecure: bool) -> str | None:
             return None
         raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
     return flags.read_token(path)
+
+
+def host_path(values: Mapping[str, Any], name: str) -> Path:
+    """A directory of the host's (``--path.procfs``, ``--path.sysfs``); shared with the guard."""
+    path = Path(str(values[name]))
+    if not path.is_dir():
+        raise ConfigError(f"--{name} {values[name]!r}: not a directory")
+    return path
 
 
 def engine_url(values: Mapping[str, Any], name: str) -> str | None:

@@ -7,6 +7,11 @@ and the Swarm label), ``FailOpen`` (when admission steps aside and everything is
 the exporter unseen, or a ``resume_all`` alert firing for this node) and ``Reconciler``
 (the journal against Docker, ``--max-pause``). Each alert's deliveries are put in order
 first (``AlertOrder``): a late duplicate from a clustered Alertmanager is dropped.
+
+SLO pressure (``protect_slo``, ``actuator/slo.py``) is such a state too: while a real-time
+container's SLO alert fires for this node, every decision freezes the best-effort
+containers on its GPUs sooner and longer; when none of them can be frozen, the alert marks
+the node like a ``mark_node`` alert.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, Outcome
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.failopen import FailOpen
+from gpuguard.actuator.history import RecentHistory
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks import NodeMarks
@@ -33,7 +39,9 @@ from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.actuator.policy import PAUSE, Action, Decision, Skip, Trigger, decide
 from gpuguard.actuator.reconcile import Reconciler
 from gpuguard.actuator.report import Report
+from gpuguard.actuator.slo import SloPressure
 from gpuguard.actuator.state import ExporterState
+from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import AlertAction, Result, SkipReason, TriggerSource
 
@@ -97,6 +105,12 @@ class Controller:
         self.reconciler = Reconciler(
             executor, journal, audit, config.max_pause_s, self._execute, journal_lost
         )
+        #: real-time activity, best-effort freezes and holds: the policy's ``Recent``
+        self.history = RecentHistory(config.policy)
+        #: decides again when a hold, a share or a quantum falls due (``start_timer``)
+        self.timer = DueTimer(self._timed_decision)
+        #: protect_slo alerts firing for this node: devices whose best-effort work yields
+        self.slo = SloPressure(config.node_name)
 
     def health(self) -> str:
         """``ok``, or ``degraded: <why>`` (the /healthz body)."""
@@ -131,13 +145,24 @@ class Controller:
             if state is None:
                 state = self.fetch_state()
             t_state = time.monotonic()
-            trigger = Trigger(source, time.time(), node=node, gpu=gpu, alert=alert)
-            decision = decide(state, trigger, self.config.policy, self.journal.ledger())
+            now = time.time()
+            trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
+            self.history.saw(state, now)
+            recent = self.history.snapshot(now)
+            ledger = self.journal.ledger()
+            pressure = self.slo.devices(state)
+            decision = decide(state, trigger, self.config.policy, ledger, recent, pressure)
             if self.fail_open.holding_open:
                 decision = _without_pauses(decision)
             t_decided = time.monotonic()
             report = self._execute(decision, source)
+            if gpu is None:  # a decision for one GPU does not know every device's due time
+                self.timer.at(decision.next_due)
             done = time.monotonic()
+            # Each managed container's live check, before its first pause needs it.
+            self.executor.vet(
+                [c.id for c in state.containers if c.managed and not c.role and not c.paused]
+            )
             self._last_decision = done
             self.metrics.decision_seconds.labels(source).observe(done - t0)
             if decision.actions:
@@ -157,6 +182,16 @@ class Controller:
                     else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
                 )
             return report
+
+    def start_timer(self) -> None:
+        """Start deciding when holds, shares and quanta fall due."""
+        self.timer.start()
+
+    def _timed_decision(self) -> None:
+        try:
+            self.decide_now(TriggerSource.TIMER)
+        except (ExporterUnavailable, StateError) as exc:
+            log.debug("timed decision: no fresh state: %s", exc)
 
     def fetch_state(self) -> ExporterState:
         try:
@@ -180,6 +215,9 @@ class Controller:
             outcomes = self.executor.execute_many(actions, source, self._pool)
         else:
             outcomes = [self.executor.execute(a, source) for a in actions]
+        self.history.observe(
+            decision, [(a, o.result) for a, o in zip(actions, outcomes, strict=True)], time.time()
+        )
         for action, outcome in zip(actions, outcomes, strict=True):
             self._count(outcome)
             report.docker_down |= outcome.docker_down
@@ -249,8 +287,13 @@ class Controller:
             self.audit.write(
                 "alert", alertname=alert.name, status=alert.status, labels=dict(alert.labels)
             )
-        if AlertAction.MARK_NODE in by_action or self.marks.pending:
-            report.merge(self._update_nodes(message, partial))
+        slo_marks: frozenset[str] = frozenset()
+        if AlertAction.PROTECT_SLO in by_action:
+            slo_report, message, partial = self._protect_slo(message, partial, now)
+            report.merge(slo_report)
+            slo_marks = self.config.alerts_for(AlertAction.PROTECT_SLO)
+        if AlertAction.MARK_NODE in by_action or slo_marks or self.marks.pending:
+            report.merge(self._update_nodes(message, partial, slo_marks))
         report.merge(self._fail_open_alert(by_action.get(AlertAction.RESUME_ALL, []), now))
         report.merge(self._admission(by_action.get(AlertAction.ADMISSION, [])))
         return report
@@ -265,6 +308,36 @@ class Controller:
             self.journal.set_alerts(self.order.to_doc(time.time()), self.fail_open.to_doc())
             self._saved_resolutions = self.order.resolutions
             self.fail_open.saved()
+
+    def _protect_slo(
+        self, message: WebhookMessage, partial: bool, now: float
+    ) -> tuple[Report, WebhookMessage, bool]:
+        """Take a webhook's protect_slo alerts: renew or end the SLO pressure, decide for this
+        node at once, and return the message as the node list should read it: of the firing
+        protect_slo alerts, only those with nothing on their GPUs that could be frozen."""
+        report = Report()
+        slo = self.config.alerts_for(AlertAction.PROTECT_SLO)
+        ours = [a for a in message.alerts if a.name in slo]
+        with self._lock:
+            if self.slo.apply(ours, now):
+                log.info("SLO pressure: %s", self.slo.to_doc() or "none")
+                self.audit.write("slo_pressure", alerts=self.slo.to_doc())
+            try:
+                state = self.fetch_state()
+                report.merge(
+                    self.decide_now(TriggerSource.WEBHOOK, alert=ours[0].name, state=state)
+                )
+                unrelieved = self.slo.unrelieved(state)
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("protect_slo: no fresh state, nothing done: %s", exc)
+                report.exporter_down = True
+                unrelieved, partial = set(), True  # marks stay as they are
+        kept = tuple(
+            a
+            for a in message.alerts
+            if a.name not in slo or not a.firing or a.fingerprint in unrelieved
+        )
+        return report, dataclasses.replace(message, alerts=kept), partial
 
     def _fail_open_alert(self, alerts: list[Alert], now: float) -> Report:
         """Enter, renew or leave the fail-open state for this node's resume_all alerts."""
@@ -294,9 +367,12 @@ class Controller:
                 report.exporter_down = True
         return report
 
-    def _update_nodes(self, message: WebhookMessage, partial: bool = False) -> Report:
+    def _update_nodes(
+        self, message: WebhookMessage, partial: bool = False, also: frozenset[str] = frozenset()
+    ) -> Report:
+        """``also``: more alert names that mark the node (protect_slo's, where unrelieved)."""
         with self._lock:
-            return self.marks.update(message, partial)
+            return self.marks.update(message, partial, also)
 
     def apply_node_mark(self) -> Report:
         """Make the Swarm label (if any) match the node list; safe to call any time."""
@@ -337,9 +413,19 @@ class Controller:
             self.marks.expire(time.time())
             self.fail_open.expire(time.time())
             self.save_alerts()
+            self._expire_slo(time.time(), state)
             if self.marks.pending:
                 self.marks.apply()
             self.metrics.paused_containers.set(len(self.journal.paused))
+
+    def _expire_slo(self, now: float, state: ExporterState | None) -> None:
+        expired = self.slo.expire(now, self.config.node_mark_ttl_s)
+        if not expired:
+            return
+        log.warning("SLO alert(s) not renewed within the mark TTL: pressure ends")
+        self.audit.write("slo_pressure", alerts=self.slo.to_doc(), why="not renewed")
+        if state is not None:  # thaw what the pressure alone held, even in webhook mode
+            self.decide_now(TriggerSource.RECONCILE, state=state)
 
     def reconcile(self, state: ExporterState | None) -> None:
         """Settle the journal against Docker: forget what is gone, resume what must go; and
@@ -350,6 +436,8 @@ class Controller:
                 self.resume_all(
                     "a resume_all alert fires (from the journal)", TriggerSource.RECONCILE
                 )
+            if state is not None:
+                self.history.forget({c.id for c in state.containers})
 
 
 def admission_targets(

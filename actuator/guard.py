@@ -38,14 +38,15 @@ import docker.errors
 from gpuguard import flags
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import engine_url, private_state_dir
+from gpuguard.actuator.config import engine_url, host_path, private_state_dir
 from gpuguard.actuator.errors import ConfigError, DockerUnavailable
 from gpuguard.actuator.executor import (
     docker_api,
     docker_call,
+    resume_container,
     resume_managed_paused,
-    unpause_if_paused,
 )
+from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.guardmetrics import Seen, guard_server
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
@@ -74,6 +75,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("web.listen-address", "127.0.0.1:10838",
          "host:port of the guard's /metrics (Prometheus job gpuguard-guard)"),
     Flag("log.level", "info", "debug, info, warning or error"),
+    Flag("path.procfs", "/proc", "the host's procfs (the actuator's --path.procfs)"),
+    Flag("path.sysfs", "/sys", "the host's sysfs (the actuator's --path.sysfs)"),
 )  # fmt: skip
 
 
@@ -85,6 +88,8 @@ class GuardConfig:
     lease_timeout_s: float
     log_level: str
     warnings: tuple[str, ...] = ()
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
     listen_host: str = "127.0.0.1"
     listen_port: int = 10838
 
@@ -97,6 +102,7 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
     max_pause_s = flags.duration(values, "max-pause")
     lease_timeout_s = flags.duration(values, "lease.timeout")
     log_level = flags.choice(values, "log.level", ("debug", "info", "warning", "error"))
+    procfs, sysfs = host_path(values, "path.procfs"), host_path(values, "path.sysfs")
     host, port = flags.listen_address(
         {"web.listen-address": values.get("web.listen-address", "127.0.0.1:10838")},
         "web.listen-address",
@@ -111,6 +117,8 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
         lease_timeout_s,
         log_level,
         tuple(warnings),
+        procfs,
+        sysfs,
         host,
         port,
     )
@@ -127,6 +135,9 @@ class Guard:
         self.clock = clock or host_clock()
         self.api = api
         self.audit = audit
+        # A pause is a cgroup freeze before Docker hears of it: a crash in between leaves
+        # one only the cgroup shows, and the guard thaws that too.
+        self.freezer = ContainerFreezer(config.procfs, config.sysfs)
         self.lock = JournalLock(config.state_dir)
         self.journal_path = config.state_dir / JOURNAL_FILE
         self.verdict = ""
@@ -252,7 +263,7 @@ class Guard:
         False when Docker refused (retried next check), None when Docker is unreachable."""
         cid = entry.container_id
         try:
-            unpaused = docker_call(lambda: unpause_if_paused(self.api, cid))
+            unpaused = docker_call(lambda: resume_container(self.api, self.freezer, cid))
         except docker.errors.NotFound:
             result = "vanished"
         except DockerUnavailable as exc:
@@ -275,7 +286,7 @@ class Guard:
     def _undo_managed_pauses(self, why: str) -> bool:
         """Resume every paused managed container; False when Docker could not be asked."""
         try:
-            resumed = resume_managed_paused(self.api, self.audit, why)
+            resumed = resume_managed_paused(self.api, self.audit, why, self.freezer)
         except DockerUnavailable as exc:
             self._docker_failing(str(exc))
             return False

@@ -64,9 +64,12 @@ class NodeMarks:
         """The Swarm label does not (yet) say what the node list says."""
         return self._applied_provisionable != self.nodes.provisionable
 
-    def update(self, message: WebhookMessage, partial: bool = False) -> Report:
-        """Apply one webhook snapshot of the mark_node alerts, save, and mark."""
-        changed = self.nodes.apply(message, self.mark_alerts, time.time(), partial)
+    def update(
+        self, message: WebhookMessage, partial: bool = False, also: frozenset[str] = frozenset()
+    ) -> Report:
+        """Apply one webhook snapshot of the mark_node alerts (and ``also``: more alert names
+        that mark the node, protect_slo's where nothing can be frozen), save, and mark."""
+        changed = self.nodes.apply(message, self.mark_alerts | also, time.time(), partial)
         if changed:
             state = "provisionable" if self.nodes.provisionable else "NOT provisionable"
             reasons = ", ".join(r.alertname for r in self.nodes.reasons()) or "no reasons left"

@@ -124,7 +124,10 @@ class Reconciler:
         """The journal was unreadable: resume every managed container Docker shows paused
         (``resume_managed_paused`` says why that is the safe reading)."""
         resumed = resume_managed_paused(
-            self.executor.api, self.audit, f"journal unreadable: {self.journal_lost}"
+            self.executor.api,
+            self.audit,
+            f"journal unreadable: {self.journal_lost}",
+            self.executor.freezer,
         )
         log.warning(
             "journal was unreadable: resumed %d paused managed container(s): %s",

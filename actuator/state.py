@@ -47,6 +47,10 @@ class Container:
     gpus: tuple[str, ...] = ()
     #: expected SM share of its tasks while computing; None: not learnt yet
     demand_sm_ratio: float | None = None
+    #: a task's typical run time (exact task boundaries only); None: not learnt yet
+    typical_run_s: float | None = None
+    image: str = ""
+    state: str = "running"
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,23 @@ class Task:
 
 
 @dataclass(frozen=True)
+class EndedTask:
+    """A finished task from the state's ``recent`` history (what the policy needs of it)."""
+
+    container_id: str | None
+    started_at: float
+    ended_at: float
+    gpu: int | None = None
+    mig_index: int | None = None
+    #: ``TaskBoundary``'s value: ``merged`` when the task may have held several requests
+    boundary: str = "exact"
+
+    @property
+    def device(self) -> DeviceKey | None:
+        return None if self.gpu is None else (self.gpu, self.mig_index)
+
+
+@dataclass(frozen=True)
 class ExporterState:
     node: str
     seq: int
@@ -84,6 +105,7 @@ class ExporterState:
     gpus: tuple[Gpu, ...]
     containers: tuple[Container, ...]
     tasks: tuple[Task, ...]
+    recent: tuple[EndedTask, ...] = ()
 
     def container(self, container_id: str | None) -> Container | None:
         if container_id is None:
@@ -125,6 +147,7 @@ def parse_state(doc: Any) -> ExporterState:
             _container(c, f"containers[{i}]") for i, c in enumerate(_list(obj, "containers"))
         ),
         tasks=tuple(_task(t, f"tasks[{i}]") for i, t in enumerate(_list(obj, "tasks"))),
+        recent=tuple(_ended(t, f"recent[{i}]") for i, t in enumerate(obj.get("recent") or [])),
     )
 
 
@@ -177,6 +200,9 @@ def _container(doc: Any, where: str) -> Container:
         priority_class=_enum(obj, "class", PriorityClass, where),
         gpus=tuple(_check(g, str, f"gpus[{i}]", where) for i, g in enumerate(_list(obj, "gpus"))),
         demand_sm_ratio=_opt_float(obj, "demand_sm_ratio", where),
+        typical_run_s=_opt_float(obj, "typical_run_s", where),
+        image=_opt(obj, "image", str, where) or "",
+        state=_opt(obj, "state", str, where) or "running",
     )
 
 
@@ -202,6 +228,18 @@ def _task(doc: Any, where: str) -> Task:
         mig_index=_opt(obj, "mig_index", int, where),
         mode=_enum(obj, "mode", TaskMode, where),
         proc_start_ticks=_get(obj, "proc_start_ticks", int, where),
+    )
+
+
+def _ended(doc: Any, where: str) -> EndedTask:
+    obj = _obj(doc, where)
+    return EndedTask(
+        container_id=_opt(obj, "container_id", str, where),
+        started_at=float(_get(obj, "started_at", (int, float), where)),
+        ended_at=float(_get(obj, "ended_at", (int, float), where)),
+        gpu=_opt(obj, "gpu", int, where),
+        mig_index=_opt(obj, "mig_index", int, where),
+        boundary=_opt(obj, "boundary", str, where) or "exact",
     )
 
 

@@ -10,8 +10,8 @@ single run time), so deadline hit rates compare side by side.
 
 Measured from the workloads' own JSON-lines logs (ground truth): total time (first start to
 last finish), mean completion time, deadline hit rate; and pause latency = the workload's
-``context_created`` (its task appears on the GPU) -> the actuator's audit record of the
-finished ``docker pause`` of that container.
+``context_created`` (its task appears on the GPU) -> the actuator's audit record of that
+container frozen (its cgroup, or the finished ``docker pause`` with ``--pause.method=docker``).
 
 Light tasks (paper C's Fig. 4: light inference tasks run together at little cost): each of
 several containers runs a few tasks of memory input, kernels that keep about 40% of the GPU
@@ -116,7 +116,10 @@ def pause_latencies(node: NodeStack, result: ScenarioResult, since: float) -> li
             continue
         if name in appeared and appeared[name] is not None:
             seen.add(name)
-            out.append(1000 * (record["finished"] - appeared[name]))
+            # ``frozen``: the kernel confirmed the cgroup frozen (Docker hears of it later);
+            # for a plain ``docker pause`` it is when that returned, as ``finished`` is.
+            frozen = record.get("frozen") or record["finished"]
+            out.append(1000 * (frozen - appeared[name]))
     return out
 
 

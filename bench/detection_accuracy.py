@@ -12,10 +12,20 @@ A second scene measures bursts (the default task mode) of long-lived servers: ea
 of three kernels, about 2 s apart; each request logs when the device started its first kernel
 and ended its last (``gpu_start``, ``gpu_end``), the truth each burst is matched with.
 
+A third scene finds where request boundaries stop being visible (issue 15): one server at
+a time answers requests of ``GAP_REQUEST_S`` of kernels (the whole device) with a fixed idle
+gap between them, for each gap in ``GAPS_S``; each request is classed by the task the
+exporter made of it: ``own`` (a task of its own with exact boundaries: judged against its
+deadline), ``merged`` (inside a merged burst: busy time, never judged) or ``joined`` (inside
+an exact burst with other requests: no idle between them was visible at all, so they were
+judged as one task).
+
 gpusim runs at time scale 0.05 (kernel 20 device-seconds -> 1 s); copies at real length.
 
 The last line is one JSON object: ``{"start_err_mean_s": ..., "end_err_mean_s": ...,
-"runtime_err_mean_s": ..., "burst_start_err_mean_s": ..., "burst_end_err_mean_s": ...}``.
+"runtime_err_mean_s": ..., "burst_start_err_mean_s": ..., "burst_end_err_mean_s": ...,
+"gap_<ms>ms_own": ..., "gap_<ms>ms_merged": ..., "gap_<ms>ms_joined": ...}`` (shares of the
+requests at each gap).
 
     python bench/detection_accuracy.py            # 10 x 5 tasks, 4 servers x 6 requests
     python bench/detection_accuracy.py --quick    # 4 x 3 tasks, 2 servers x 4 requests
@@ -24,6 +34,7 @@ The last line is one JSON object: ``{"start_err_mean_s": ..., "end_err_mean_s": 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -54,6 +65,11 @@ REQUEST_WORK_S = 4.0  # device-seconds: 0.2 s of kernels per request at TIME_SCA
 REQUEST_EVERY_S = 2.037  # not a multiple of the poll: requests fall at every phase of it
 # the start-up burst (context, model) ends after --task.idle-timeout (2 s) without activity
 FIRST_REQUEST_AFTER_S = 5.0
+# the gap sweep: idle between two requests (s), around the sample period (1/6 s) and the
+# tracker's idle gap (0.5 s); each request 0.1 s of kernels, the whole device
+GAPS_S = (0.004, 0.01, 0.02, 0.05, 0.12, 0.3, 0.45, 0.6, 1.0)
+GAP_REQUEST_S = 0.1
+GAP_LEAD_IN_S = 3.0  # the start-up (context, model, no kernel) ends after the idle timeout
 
 
 def summary(errors: list[float]) -> dict[str, float]:
@@ -136,6 +152,79 @@ def burst_errors(
     return starts, ends
 
 
+def run_gap_server(client: Any, sim: GpusimService, gap: float, requests: int) -> Any:
+    """One server whose requests are ``gap`` s apart (end to start), run to its end; returns
+    its container (named ``gap-<ms>ms``), not yet removed: the state names it while it is
+    there."""
+    name = f"gap-{round(gap * 1000)}ms"
+    every = GAP_REQUEST_S + gap
+    args = [
+        "gpuguard.gpusim.workload", "server", "--socket", str(sim.socket),
+        "--log", str(sim.dir / f"{name}.log"), "--memory-bytes", "256MiB",
+        "--arrivals", "fixed", "--rate", f"{1 / every:.6f}", "--requests", str(requests),
+        "--request-work", f"{GAP_REQUEST_S / TIME_SCALE:g}", "--kernels", "1",
+        "--io-bytes", "4096", "--start-at", f"{time.time() + GAP_LEAD_IN_S:.3f}",
+    ]  # fmt: skip
+    container = run_workload(client, sim, name, args, deadline="1s")
+    status = container.wait(timeout=300)["StatusCode"]
+    assert status == 0, container.logs().decode()[-2000:]
+    return container
+
+
+def classify_requests(
+    state: dict[str, Any], sim: GpusimService, name: str
+) -> tuple[dict[str, int], float]:
+    """How many requests were a task of their own, in a merged burst, or joined unseen;
+    and the mean idle the device really had between two requests (s)."""
+    log = [json.loads(line) for line in (sim.dir / f"{name}.log").read_text().splitlines()]
+    spans = [(e["gpu_start"], e["gpu_end"]) for e in log if e["event"] == "request"]
+    idle = statistics.fmean(b[0] - a[1] for a, b in itertools.pairwise(spans))
+    spans.pop()  # the server exits right after it, often before NVML's next sample of it
+    tasks = [t for t in state["recent"] if t["container"] == name and t["boundary"] != "no_kernel"]
+    out = {"own": 0, "merged": 0, "joined": 0, "unseen": 0}
+
+    def holds(task: dict[str, Any], span: tuple[float, float]) -> bool:
+        return bool(task["started_at"] < span[1] and span[0] < task["ended_at"])
+
+    for span in spans:
+        found = [t for t in tasks if holds(t, span)]
+        if not found:
+            out["unseen"] += 1
+        elif found[0]["boundary"] == "merged":
+            out["merged"] += 1
+        else:
+            out["own" if sum(holds(found[0], s) for s in spans) == 1 else "joined"] += 1
+    return out, idle
+
+
+def gap_sweep(client: Any, sim: GpusimService, url: str, requests: int) -> dict[str, float]:
+    """Shares of requests seen as their own task, merged, or joined, at each gap."""
+    result: dict[str, float] = {}
+    print(f"{'gap (ms)':>9}{'real':>7}{'own':>7}{'merged':>8}{'joined':>8}{'unseen':>8}   "
+          f"({requests} requests of {1000 * GAP_REQUEST_S:.0f} ms each; real: the mean "
+          f"idle between two, from their logs)")  # fmt: skip
+    for gap in GAPS_S:
+        container = run_gap_server(client, sim, gap, requests + 1)
+        time.sleep(1.0)  # the last burst's end is known after the idle gap
+        state = requests_get_state(url)
+        counts, idle = classify_requests(state, sim, container.name)
+        container.remove(force=True)
+        total = sum(counts.values())
+        shares = "".join(
+            f"{counts[k] / total:>8.0%}" for k in ("own", "merged", "joined", "unseen")
+        )
+        print(f"{1000 * gap:>9.0f}{1000 * idle:>7.1f}{shares}")
+        result[f"gap_{round(gap * 1000)}ms_real_idle_s"] = round(idle, 4)
+        for kind in ("own", "merged", "joined"):
+            result[f"gap_{round(gap * 1000)}ms_{kind}"] = round(counts[kind] / total, 3)
+    return result
+
+
+def requests_get_state(url: str) -> dict[str, Any]:
+    doc: dict[str, Any] = requests.get(url + "/api/v1/state", timeout=5).json()
+    return doc
+
+
 def truth(sim: GpusimService, name: str) -> list[tuple[float, float]]:
     events = [json.loads(line) for line in (sim.dir / f"{name}.log").read_text().splitlines()]
     starts = {e["run"]: e["t"] for e in events if e["event"] == "task_start"}
@@ -200,6 +289,7 @@ def main() -> int:
             burst_end += ends
         for container in servers.values():
             container.remove(force=True)
+        sweep = gap_sweep(client, sim, url, 5 if args.quick else 8)
         stats = {"start": summary(start_err), "end": summary(end_err), "runtime": summary(run_err),
                  "burst_start": summary(burst_start), "burst_end": summary(burst_end)}  # fmt: skip
         print(f"{len(start_err)} tasks in {n} containers, {len(burst_start)} requests of "
@@ -216,6 +306,7 @@ def main() -> int:
         for key, s in stats.items():
             for stat, value in s.items():
                 result[f"{key}_err_{stat}_s"] = round(value, 4)
+        result.update(sweep)
         client.close()
     finally:
         if exporter is not None:

@@ -46,7 +46,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from gpuguard.contract import Phase  # noqa: E402
+from gpuguard.contract import Phase, TaskMode  # noqa: E402
 from gpuguard.exporter.model import DeviceSample  # noqa: E402
 from gpuguard.exporter.record import RecordConfig, gpu_record  # noqa: E402
 from gpuguard.exporter.tracker import TaskView  # noqa: E402
@@ -230,6 +230,7 @@ class SimGpu:
             mig_index=None,
             proc_start_ticks=0,
             order=(task.container.id, task.number),
+            mode=TaskMode.PROCESS,  # the record reads no mode: any would do
             phase=Phase.ENDED if ended is not None else Phase.COMPUTING,
             started_at=task.started,
             memory_bytes=task.container.memory_bytes,

@@ -43,15 +43,20 @@ from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 from gpuguard.labels import CLASS, TASK
+from gpuguard.slo import SloDeclaration
 
 _C = ("node", "container", "container_id")
 _CG = ("node", "gpu", "container", "container_id")
 _G = ("node", "gpu")
 _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
+_BOUNDARY_LABELS = (*_CG, "boundary")
 _INFO_LABELS = (*_C, "image")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
+_SLO_INFO_LABELS = (*_C, "metric")
+# `bound`, not `le`: promtool refuses `le` on a gauge; the rules copy it into `le`.
+_SLO_BUCKET_LABELS = (*_C, "metric", "bound")
 
 #: Every family of /metrics: name -> (type, help, label names), in exposition order.
 SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -79,8 +84,31 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "gpuguard_container_label_invalid": (
         "gauge",
-        "1 for each gpuguard.task or gpuguard.class label that cannot be parsed (ignored).",
+        "1 for each gpuguard.task, gpuguard.class or gpuguard.slo.* label that cannot be used "
+        "(ignored).",
         _LABEL_INVALID_LABELS,
+    ),
+    # the tenant's own latency objective (gpuguard/slo.py), joined by the SLO rules
+    "gpuguard_container_slo_info": (
+        "gauge",
+        "The container's latency SLO is measured by this histogram of its own (always 1; "
+        "metric: its name with : written _).",
+        _SLO_INFO_LABELS,
+    ),
+    "gpuguard_container_slo_target_seconds": (
+        "gauge",
+        "Latency a request must stay within to meet the container's SLO.",
+        _C,
+    ),
+    "gpuguard_container_slo_objective_ratio": (
+        "gauge",
+        "Share of the container's requests that must meet the SLO's target.",
+        _C,
+    ),
+    "gpuguard_container_slo_bucket_info": (
+        "gauge",
+        "1 for each way a histogram may spell the bucket bound that is the SLO's target.",
+        _SLO_BUCKET_LABELS,
     ),
     "gpuguard_container_demand_sm_ratio": (
         "gauge",
@@ -103,6 +131,13 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Phase of the container's oldest running task on the GPU.",
         _PHASE_LABELS,
     ),
+    "gpuguard_container_task_boundary": (
+        "gauge",
+        "1 for what is known of the boundaries of the container's oldest running task on the "
+        "GPU: exact (judged against the deadline), open (a burst, judged when it ends), merged "
+        "(busy time that may hold several tasks, never judged).",
+        _BOUNDARY_LABELS,
+    ),
     "gpuguard_container_task_elapsed_seconds": (
         "gauge",
         "Run time so far of the container's oldest running task on the GPU.",
@@ -113,13 +148,23 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Deadline minus elapsed time of the oldest running task (negative: overrun).",
         _CG,
     ),
-    "gpuguard_container_tasks_finished": ("counter", "GPU tasks of the container that ended.", _C),
+    "gpuguard_container_tasks_finished": (
+        "counter",
+        "GPU tasks of the container that ended, with exact boundaries (the tasks judged).",
+        _C,
+    ),
     "gpuguard_container_deadline_hits": ("counter", "Tasks that ended within the deadline.", _C),
     "gpuguard_container_deadline_misses": (
         "counter",
         "Tasks that overran the container's deadline.",
         _C,
     ),
+    "gpuguard_container_busy_periods": (
+        "counter",
+        "Merged bursts of the container: busy time that may hold several tasks, never judged.",
+        _C,
+    ),
+    "gpuguard_container_busy_seconds": ("counter", "Run time of its merged bursts.", _C),
     "gpuguard_container_paused_seconds": (
         "counter",
         "Time the container spent paused (a best-effort one: frozen), at poll resolution.",
@@ -130,7 +175,11 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Times the container was resumed (a best-effort one: thawed).",
         _C,
     ),
-    "gpuguard_task_run_seconds": ("histogram", "Run time of finished GPU tasks.", _G),
+    "gpuguard_task_run_seconds": (
+        "histogram",
+        "Run time of finished GPU tasks with exact boundaries.",
+        _G,
+    ),
     "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
     "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
     # paper C's node record (exporter/record.py)
@@ -302,6 +351,10 @@ _IDENTITY_FAMILIES = (
     "gpuguard_container_deadline_invalid",
     "gpuguard_container_task_info",
     "gpuguard_container_label_invalid",
+    "gpuguard_container_slo_info",
+    "gpuguard_container_slo_target_seconds",
+    "gpuguard_container_slo_objective_ratio",
+    "gpuguard_container_slo_bucket_info",
 )
 
 
@@ -475,6 +528,21 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
             if error:
                 label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        for label, _ in info.slo_errors:
+            label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        if info.slo is not None:
+            _add_slo(r, values, labels, info.slo)
+
+
+def _add_slo(r: Rows, values: tuple[str, ...], labels: LabelSet, slo: SloDeclaration) -> None:
+    g, cache = r.gauges, r.cache
+    metric = slo.series_name
+    g["gpuguard_container_slo_info"].append((cache.get(_SLO_INFO_LABELS, (*values, metric)), 1))
+    g["gpuguard_container_slo_target_seconds"].append((labels, slo.target_s))
+    g["gpuguard_container_slo_objective_ratio"].append((labels, slo.objective))
+    buckets = g["gpuguard_container_slo_bucket_info"]
+    for le in slo.bucket_bounds:
+        buckets.append((cache.get(_SLO_BUCKET_LABELS, (*values, metric, le)), 1))
 
 
 def _add_containers(r: Rows, snap: PollSnapshot) -> None:
@@ -487,6 +555,10 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         g["gpuguard_container_deadline_misses"],
     )
     paused_s, resumes = g["gpuguard_container_paused_seconds"], g["gpuguard_container_resumes"]
+    busy_periods, busy_s = (
+        g["gpuguard_container_busy_periods"],
+        g["gpuguard_container_busy_seconds"],
+    )
     demand = g["gpuguard_container_demand_sm_ratio"]
     no_stats = ContainerStats()
     for info in snap.containers.values():
@@ -500,6 +572,9 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         misses.append((labels, stats.misses))
         paused_s.append((labels, stats.paused_s))
         resumes.append((labels, stats.resumes))
+        if stats.busy_periods:  # only once it had one: most containers never do
+            busy_periods.append((labels, stats.busy_periods))
+            busy_s.append((labels, stats.busy_s))
     if snap.joined is None:
         return
     memory = g["gpuguard_container_gpu_memory_bytes"]
@@ -526,6 +601,7 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
             waiting[task.gpu] = waiting.get(task.gpu, 0) + 1
         oldest.setdefault((info.id, task.gpu), task)
     phase_rows = g["gpuguard_container_task_phase"]
+    boundary_rows = g["gpuguard_container_task_boundary"]
     elapsed = g["gpuguard_container_task_elapsed_seconds"]
     slack_rows = g["gpuguard_container_task_slack_seconds"]
     for (cid, gpu), task in oldest.items():
@@ -533,6 +609,7 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
         values = (node, gpu, info.name, info.short_id)
         for phase, phase_labels in zip(PHASES, cache.phases(values), strict=True):
             phase_rows.append((phase_labels, 1 if task.phase == phase else 0))
+        boundary_rows.append((cache.get(_BOUNDARY_LABELS, (*values, task.boundary)), 1))
         labels = cache.get(_CG, values)
         elapsed.append((labels, task.elapsed_s(snap.timestamp)))
         slack = task.slack_s(snap.timestamp)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from gpuguard import labels
+from gpuguard import labels, slo
 from gpuguard.contract import EventType
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
@@ -74,14 +74,16 @@ def _label(
 def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
     """Build a ContainerInfo from a ``docker inspect`` document (pure).
 
-    An invalid ``gpuguard.deadline``, ``gpuguard.task`` or ``gpuguard.class`` is kept as an
-    error beside the container, which then behaves as if the label were absent.
+    An invalid ``gpuguard.deadline``, ``gpuguard.task``, ``gpuguard.class`` or
+    ``gpuguard.slo.*`` is kept as an error beside the container, which then behaves as if the
+    label were absent.
     """
     config = attrs.get("Config") or {}
     container_labels = config.get("Labels") or {}
     deadline_s, deadline_error = _label(container_labels, labels.DEADLINE, labels.parse_duration)
     task_mode, task_mode_error = _label(container_labels, labels.TASK, labels.parse_task_mode)
     class_label, class_error = _label(container_labels, labels.CLASS, labels.parse_priority_class)
+    declared, slo_errors = slo.declaration(container_labels)
     args = [attrs.get("Path") or "", *(attrs.get("Args") or ())]
     return ContainerInfo(
         id=attrs["Id"],
@@ -98,6 +100,8 @@ def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
         task_mode_error=task_mode_error,
         class_label=class_label,
         class_error=class_error,
+        slo=declared,
+        slo_errors=slo_errors,
     )
 
 
@@ -230,6 +234,7 @@ class ContainerIndex:
             return None
         info = container_info(attrs)
         errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
+        errors += [error for _, error in info.slo_errors]
         if errors and info.id not in self._warned_labels:
             self._warned_labels.add(info.id)  # logged once per container, never fatal
             log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuguard.contract import PriorityClass, TaskMode
+from gpuguard.slo import SloDeclaration
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,8 @@ class ContainerInfo:
     task_mode_error: str | None = None
     class_label: PriorityClass | None = None  # gpuguard.class as given (valid only)
     class_error: str | None = None
+    slo: SloDeclaration | None = None  # gpuguard.slo.* (gpuguard/slo.py)
+    slo_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
 
     @property
     def paused(self) -> bool:

@@ -76,6 +76,7 @@ class PollSnapshot:
     record: NodeRecord | None = None  # paper C's node record (exporter/record.py)
     default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
     demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
+    typical_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
 
 
 def _not_connected(error: str | None) -> str:
@@ -182,6 +183,7 @@ class Poller:
             record=self.recorder.update(timestamp, sample, joined, tasks, recent, containers),
             default_task_mode=self.tracker.rules.default_mode,
             demand=dict(self.tracker.demand),
+            typical_run=dict(self.tracker.typical_run),
         )
         self.snapshot = snapshot
         return snapshot

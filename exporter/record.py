@@ -12,9 +12,15 @@ Definitions (paper C's Algorithm 2, made precise; docs/interfaces.md §3 and §5
   float time is the sum over its tasks with a deadline; with none it is unbounded (``inf``):
   an idle GPU has nothing to protect. (Paper C's sum over zero tasks would be 0 and keep
   every idle node out of its list.)
+- Only tasks whose boundaries are real count (``TaskView.boundary``, issue 15): ``exact``
+  ones are judged and summed as above; a running burst that is still ``open`` (judged when
+  it ends) adds its slack while that is positive and is never a miss while it runs; a
+  ``merged`` burst (busy time that may hold several requests) and a task without a kernel
+  add nothing: a busy server never takes its own node out. Its work still shows in the
+  busy window and in memory.
 - **State 0** when, on that GPU: more than ``--record.miss-ratio`` (10%) of the tasks
-  judged in the record window missed their deadline (a running task already past it counts
-  as a miss now), or a kernel ran at least ``busy_threshold`` (0.99) of the busy window
+  judged in the record window missed their deadline (a running ``exact`` task already past
+  it counts as a miss now), or a kernel ran at least ``busy_threshold`` (0.99) of the busy window
   (``--record.busy-window``, 5 s), or used memory is at least ``memory_threshold`` (0.95)
   of the total.
   NVML's utilization is the share of time *any* kernel ran, so one tiny kernel already reads
@@ -40,7 +46,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuguard.contract import PriorityClass, StateReason
+from gpuguard.contract import PriorityClass, StateReason, TaskBoundary
 from gpuguard.exporter.model import ContainerInfo, DeviceSample, GpuSample, Joined
 from gpuguard.exporter.tracker import TaskView
 from gpuguard.noderecord import GpuRecord, NodeRecord
@@ -71,8 +77,10 @@ def gpu_record(
     for task in running:
         tasks += 1
         slack = task.slack_s(now)  # counts what the tracker saw (a burst's last activity)
-        if slack is None:
-            continue
+        if slack is None or task.boundary is TaskBoundary.MERGED:
+            continue  # busy time, no task's deadline
+        if task.boundary is TaskBoundary.OPEN:
+            slack = max(0.0, slack)  # judged when it ends: no miss, no negative float yet
         floats.append(slack)
         slacks.append(slack)
         misses += task.overrun
@@ -81,6 +89,8 @@ def gpu_record(
     for task in finished:
         if task.absolute_deadline is None or task.ended_at is None or task.ended_at < since:
             continue
+        if not task.judged:
+            continue  # busy time, or no kernel: neither met nor missed
         floats.append(task.absolute_deadline - task.ended_at)
         misses += task.met_deadline is False
         judged += 1

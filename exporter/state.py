@@ -36,11 +36,26 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "class": info.priority_class,
         "class_error": info.class_error,
         "demand_sm_ratio": snap.demand.get(info.id),
+        "typical_run_s": snap.typical_run.get(info.id),
+        "slo": _slo_json(info),
+    }
+
+
+def _slo_json(info: ContainerInfo) -> dict[str, Any] | None:
+    if info.slo is None:
+        return None
+    return {
+        "metric": info.slo.metric,
+        "target_s": info.slo.target_s,
+        "objective": info.slo.objective,
+        "port": info.slo.port,
     }
 
 
 def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
-    """One task; finished tasks also get ``ended_at``, ``run_s`` and ``met_deadline``."""
+    """One task; finished tasks also get ``ended_at``, ``run_s`` and ``met_deadline`` (null
+    unless its ``boundary`` is ``exact``: busy time and tasks without a kernel are not judged).
+    """
     info = snap.containers.get(task.container_id) if task.container_id else None
     doc: dict[str, Any] = {
         "task_id": task.task_id,
@@ -60,6 +75,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
         "absolute_deadline": task.absolute_deadline,
         "slack_s": task.slack_s(snap.timestamp),
         "overrun": task.overrun,
+        "boundary": task.boundary,
         "paused": bool(info is not None and info.paused),
     }
     if task.ended_at is not None:

@@ -40,6 +40,25 @@ poll cannot see: a process that frees and re-allocates, or stops and launches ag
 about one poll interval plus NVML's sample period (~1/6 s) looks busy throughout, and its
 work is merged into one task.
 
+Boundaries (issue 15). A deadline is a promise about one piece of work, so a task is judged
+against it only where its boundaries are real (``TaskBoundary``): ``process`` and ``memory``
+tasks always (``exact``; a running one past its deadline is a miss at that moment). A burst
+is ``exact`` only when it began after an idle the tracker saw (the process's first activity,
+its first since an earlier task ended, or a new input phase after a kernel) and it ran
+without a visible idle inside that activity then followed (a poll at which no sample stood
+for it, a sample showing its kernels stopping, or a sample in which the device was idle for
+part of the period while it computed alone: a request may have ended there and the next
+begun). Its end may be the idle gap, its exit, its memory back to 0 or a new input phase:
+each shows that its work stopped there (a process that exits mid-request has no later
+request). Otherwise it is ``merged``: busy time that may hold several requests of a server,
+counted apart, never a hit or a miss. A running burst is ``open`` until it ends: only then
+can the tracker say whether it stayed one task, so a burst is judged at its end, never as an
+overrun while it runs. Requests that follow each other with no idle the ~1/6 s samples can
+show remain one ``exact`` burst: NVML cannot tell them from one long request (README,
+"What NVML's samples can see"). Bursts on devices without samples are ``merged`` (no idle
+can be seen there). A task outside ``process`` mode that ended without a kernel (a start-up
+context: memory in, no SM activity) is ``no_kernel``: neither met nor missed, not counted.
+
 Run time so far (elapsed, slack, overruns) counts what the tracker has seen: up to the
 task's last visible activity (its newest SM sample or memory growth), or up to now in
 ``process`` mode and while its container is paused (waiting belongs to the task). So a
@@ -65,9 +84,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskMode
+from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskBoundary, TaskMode
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
+from gpuguard.exporter.samples import BUSY_SHARE
 
 PHASES = RUNNING_PHASES
 
@@ -113,6 +133,8 @@ class TaskView(NamedTuple):
     ended_at: float | None = None
     #: Its run time so far counts up to here (its last visible activity); None: up to now.
     busy_until: float | None = None
+    #: Whether its start and end are one task's (only ``exact`` tasks meet or miss).
+    boundary: TaskBoundary = TaskBoundary.EXACT
 
     @property
     def absolute_deadline(self) -> float | None:
@@ -123,8 +145,13 @@ class TaskView(NamedTuple):
         return None if self.ended_at is None else self.ended_at - self.started_at
 
     @property
+    def judged(self) -> bool:
+        """Whether it counts against its deadline: a hit, a miss, the node record."""
+        return self.boundary is TaskBoundary.EXACT
+
+    @property
     def met_deadline(self) -> bool | None:
-        if self.deadline_s is None or self.run_s is None:
+        if self.deadline_s is None or self.run_s is None or not self.judged:
             return None
         return not self.overrun and self.run_s <= self.deadline_s
 
@@ -147,6 +174,8 @@ class ContainerStats:
     misses: int = 0
     paused_s: float = 0.0  # time the container spent paused, at poll resolution
     resumes: int = 0  # times it was resumed (a best-effort container's thaws)
+    busy_periods: int = 0  # merged bursts: busy time that may hold several tasks
+    busy_s: float = 0.0  # their run time
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +198,14 @@ class _Task:
         "computed",
         "container_id",
         "deadline_s",
+        "exact_start",
         "floor",
+        "gap_seen",
         "gpu",
         "gpu_index",
         "last_active",
         "memory",
+        "merged",
         "mig_index",
         "mode",
         "order",
@@ -185,6 +217,8 @@ class _Task:
         "start_ticks",
         "started_at",
         "task_id",
+        "thawing",
+        "waited",
     )
 
     def __init__(
@@ -208,11 +242,32 @@ class _Task:
         self.started_at = order[0]
         self.last_active = order[0]  # newest visible activity (end placement)
         self.paused = False
+        self.waited = False  # its container was paused at some poll during the task
         self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
         self.overrun = False
         self.alone_sm = 0.0
         self.alone_n = 0
+        self.exact_start = True  # it began after an idle that was seen (bursts)
+        self.gap_seen = False  # a visible idle since its last fresh activity
+        self.merged = False  # activity went on after a visible idle inside it
+        self.thawing = False  # paused since its last fresh activity: idle is waiting
+
+    @property
+    def boundary(self) -> TaskBoundary:
+        """What is known of its boundaries while it runs (module doc, "Boundaries")."""
+        if self.mode != TaskMode.BURST:
+            return TaskBoundary.EXACT
+        if self.merged or not self.exact_start or self.blind:
+            return TaskBoundary.MERGED
+        return TaskBoundary.OPEN
+
+    def final_boundary(self) -> TaskBoundary:
+        """Its boundary once it ended."""
+        if self.mode != TaskMode.PROCESS and not (self.computed or self.blind or self.overrun):
+            return TaskBoundary.NO_KERNEL  # never ran a kernel (an overrun already counted)
+        boundary = self.boundary
+        return TaskBoundary.EXACT if boundary is TaskBoundary.OPEN else boundary
 
     @property
     def busy_until(self) -> float | None:
@@ -222,7 +277,7 @@ class _Task:
             return None
         return self.last_active
 
-    def view(self, ended_at: float | None = None) -> TaskView:
+    def view(self, ended_at: float | None = None, boundary: TaskBoundary | None = None) -> TaskView:
         return TaskView(
             task_id=self.task_id,
             container_id=self.container_id,
@@ -241,6 +296,7 @@ class _Task:
             overrun=self.overrun,
             ended_at=ended_at,
             busy_until=None if ended_at is not None else self.busy_until,
+            boundary=self.boundary if boundary is None else boundary,
         )
 
 
@@ -303,6 +359,7 @@ class Tracker:
         self.recent: deque[TaskView] = deque(maxlen=history_size)
         self.stats: dict[str, ContainerStats] = {}
         self.demand: dict[str, float] = {}  # container id -> expected SM share (EWMA)
+        self.typical_run: dict[str, float] = {}  # container id -> a task's run time (EWMA)
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
 
     # -- per poll ---------------------------------------------------------------------
@@ -349,11 +406,13 @@ class Tracker:
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
 
-        Also called when the GPU sample failed: the deadlines of tasks whose run time counts
-        up to now (process mode, paused containers) keep running without a sample.
+        Only tasks whose boundaries are exact while they run (``process``, ``memory``): a
+        burst is judged when it ends (module doc, "Boundaries"). Also called when the GPU
+        sample failed: the deadlines of tasks whose run time counts up to now (process
+        mode, paused containers) keep running without a sample.
         """
         for task in self._tasks():
-            if task.overrun or task.deadline_s is None:
+            if task.overrun or task.deadline_s is None or task.mode == TaskMode.BURST:
                 continue
             busy_until = task.busy_until
             if (now if busy_until is None else busy_until) - task.started_at > task.deadline_s:
@@ -363,7 +422,7 @@ class Tracker:
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
-        for table in (self.stats, self.demand):
+        for table in (self.stats, self.demand, self.typical_run):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]
 
@@ -388,6 +447,7 @@ class Tracker:
             "processes": len(self._processes),
             "stats": len(self.stats),
             "demand": len(self.demand),
+            "typical_run": len(self.typical_run),
             "histograms": len(self._hist),
             "recent": len(self.recent),
         }
@@ -437,6 +497,9 @@ class Tracker:
                 # started by a kernel: where in its sample period that activity began
                 started_at = max(seen.proc.active_since, ended_at or 0.0)
             record.task = self._start(seen, mode, floor, started_at)
+            # Seen quiet before: at an earlier poll with no task, or a new input phase after
+            # its last task's kernel. At the exporter's first poll nobody saw it begin.
+            record.task.exact_start = not (seen.appeared and self._last_poll is None)
             self._observe(record.task, seen, now, change_at)
 
     def _end_at(self, task: _Task, seen: _Seen, now: float, change_at: float) -> float | None:
@@ -470,6 +533,9 @@ class Tracker:
         task.memory = seen.proc.used_memory_bytes
         fresh = seen.active_at is not None
         if seen.active_at is not None:
+            # computing again after an idle it showed: a request may have ended there
+            task.merged = task.merged or (task.gap_seen and task.computed)
+            task.gap_seen = task.thawing = False
             task.last_active = max(task.last_active, seen.active_at)
             task.computed = True
             if seen.alone:
@@ -479,6 +545,7 @@ class Tracker:
             task.last_active = max(task.last_active, change_at)
         if task.paused:
             task.last_active = now  # waiting is part of the task, not idleness
+            task.waited = True
         phase = task.phase
         if fresh and seen.proc.stopped:
             phase = Phase.DRAINING  # its newest sample shows its kernels stopping
@@ -490,6 +557,14 @@ class Tracker:
             phase = Phase.DRAINING  # no sample stands: its kernels have stopped
         # a sample held over from the process's previous task is not this one's
         task.sm = seen.sm if phase == Phase.COMPUTING else 0.0
+        if task.paused:
+            # a frozen process's idle, until it computes again, is waiting, not a boundary
+            task.thawing, task.gap_seen = True, False
+        elif not task.thawing and (
+            phase == Phase.DRAINING or (fresh and seen.alone and seen.sm < BUSY_SHARE)
+        ):
+            # no sample stands, its kernels stopped, or alone it left part of a period idle
+            task.gap_seen = True
         if phase != task.phase:
             task.phase = phase
             self._emit(EventType.TASK_PHASE, task, now, phase=phase)
@@ -513,6 +588,7 @@ class Tracker:
         info = seen.info
         task.deadline_s = info.deadline_s if info is not None else None
         task.paused = info is not None and info.paused
+        task.waited = task.paused
         task.blind = seen.blind
         self._emit(
             EventType.TASK_STARTED, task, started_at, phase=task.phase, deadline_s=task.deadline_s
@@ -521,18 +597,25 @@ class Tracker:
 
     def _end(self, task: _Task, ended_at: float) -> None:
         ended_at = max(ended_at, task.started_at)
-        view = task.view(ended_at)
-        if view.deadline_s is not None and not view.overrun:
-            # an overrun was already counted as a miss while the task ran
-            met = bool(view.met_deadline)
-            self._count(task.container_id, hits=int(met), misses=int(not met))
-        self._count(task.container_id, finished=1)
+        boundary = task.final_boundary()
+        view = task.view(ended_at, boundary)
+        run_s = view.run_s or 0.0
+        if boundary is TaskBoundary.EXACT:
+            if view.deadline_s is not None and not view.overrun:
+                # an overrun was already counted as a miss while the task ran
+                met = bool(view.met_deadline)
+                self._count(task.container_id, hits=int(met), misses=int(not met))
+            self._count(task.container_id, finished=1)
+            self._observe_run(task.gpu, run_s)
+            self._learn_run_time(task, view.run_s)
+        elif boundary is TaskBoundary.MERGED:
+            self._count(task.container_id, busy_periods=1, busy_s=run_s)
         self._learn_demand(task)
-        self._observe_run(task.gpu, view.run_s or 0.0)
         self.recent.append(view)
         self._emit(
-            EventType.TASK_ENDED, task, ended_at, run_s=view.run_s, deadline_s=view.deadline_s
-        )
+            EventType.TASK_ENDED, task, ended_at, run_s=view.run_s, deadline_s=view.deadline_s,
+            boundary=boundary,
+        )  # fmt: skip
 
     def _learn_demand(self, task: _Task) -> None:
         if task.container_id is None or task.alone_n == 0:
@@ -543,14 +626,35 @@ class Tracker:
             share if old is None else DEMAND_EWMA_ALPHA * share + (1 - DEMAND_EWMA_ALPHA) * old
         )
 
+    def _learn_run_time(self, task: _Task, run_s: float | None) -> None:
+        """A task's run time, learnt from tasks that computed and never waited paused (the
+        actuator's preemption test weighs what a waiter and a holder still need)."""
+        if task.container_id is None or run_s is None or not task.computed or task.waited:
+            return
+        old = self.typical_run.get(task.container_id)
+        self.typical_run[task.container_id] = (
+            run_s if old is None else DEMAND_EWMA_ALPHA * run_s + (1 - DEMAND_EWMA_ALPHA) * old
+        )
+
     def _count(
-        self, container_id: str | None, finished: int = 0, hits: int = 0, misses: int = 0
+        self,
+        container_id: str | None,
+        finished: int = 0,
+        hits: int = 0,
+        misses: int = 0,
+        busy_periods: int = 0,
+        busy_s: float = 0.0,
     ) -> None:
         if container_id is None:
             return
         old = self.stats.get(container_id, ContainerStats())
         self.stats[container_id] = replace(
-            old, finished=old.finished + finished, hits=old.hits + hits, misses=old.misses + misses
+            old,
+            finished=old.finished + finished,
+            hits=old.hits + hits,
+            misses=old.misses + misses,
+            busy_periods=old.busy_periods + busy_periods,
+            busy_s=old.busy_s + busy_s,
         )
 
     def _observe_run(self, gpu: str, run_s: float) -> None:

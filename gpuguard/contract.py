@@ -35,6 +35,21 @@ class TaskMode(StrEnum):
     BURST = "burst"  # a busy period (SM activity or memory growth) ended by an idle gap
 
 
+class TaskBoundary(StrEnum):
+    """Whether a task's start and end are the real boundaries of one piece of work, and so
+    whether it is judged against its deadline (the exporter's tracker, issue 15).
+
+    NVML samples a process every ~1/6 s and cannot see where one request of a busy server
+    ends and the next begins: a burst with no idle gap may hold several requests, and
+    timing it against one request's deadline would count false misses.
+    """
+
+    EXACT = "exact"  # process or memory mode, or a burst with an idle gap seen at both ends
+    OPEN = "open"  # a running burst that began after an idle gap: judged when it ends
+    MERGED = "merged"  # a burst that may hold several tasks: busy time, never a hit or miss
+    NO_KERNEL = "no_kernel"  # ended without a kernel (a start-up context): not counted
+
+
 class PriorityClass(StrEnum):
     """How the actuator treats a container's tasks (label ``gpuguard.class``).
 
@@ -77,6 +92,9 @@ class AlertAction(StrEnum):
     MARK_NODE = "mark_node"  # node unprovisionable while the alert fires
     RESUME_ALL = "resume_all"  # fail open: resume what this actuator paused on the node
     RECORD = "record"  # audit only
+    #: a real-time container's latency SLO fails: freeze best-effort containers on its GPUs
+    #: (sooner and longer) while the alert fires; mark the node when none can be frozen
+    PROTECT_SLO = "protect_slo"
 
 
 class ActionKind(StrEnum):
@@ -103,6 +121,11 @@ class ActionReason(StrEnum):
     BEST_EFFORT = "best_effort"  # best-effort, and a real-time task runs or waits on its GPU
     REALTIME_IDLE = "realtime_idle"  # best-effort, and no real-time task needs its GPUs now
     BEST_EFFORT_SHARE = "best_effort_share"  # best-effort, thawed for its minimum share
+    PREEMPT = "preempt"  # its task holds a device that a task with precedence waits for
+    YIELD = "yield"  # goes straight on: frozen as it drains, for the first waiter
+    #: best-effort, and a real-time container's SLO alert fires on its GPU (protect_slo):
+    #: frozen sooner and longer, whether or not a real-time task runs there now
+    SLO_PRESSURE = "slo_pressure"
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
@@ -130,7 +153,9 @@ class SkipReason(StrEnum):
     CAP = "cap"
     STALE_STATE = "stale_state"
     IRRELEVANT_ALERT = "irrelevant_alert"
-    KERNEL_RUNNING = "kernel_running"
+    KERNEL_RUNNING = "kernel_running"  # --policy.preempt=false: a launched task is left alone
+    RUN_QUANTUM = "run_quantum"  # admitted less than --policy.preempt-quantum ago
+    PREEMPT_FUTILE = "preempt_futile"  # the waiter misses anyway; the holder would miss too
     INPUT_TIMEOUT = "input_timeout"
     MEMORY_PRESSURE = "memory_pressure"
     RUNS_ELSEWHERE = "runs_elsewhere"
@@ -145,6 +170,7 @@ class TriggerSource(StrEnum):
     WEBHOOK = "webhook"
     FAST = "fast"
     RECONCILE = "reconcile"
+    TIMER = "timer"  # a hold, a quantum or a best-effort share fell due
 
 
 class StateReason(StrEnum):

@@ -17,6 +17,12 @@ MANAGED = "gpuguard.managed"
 ROLE = "gpuguard.role"
 TASK = "gpuguard.task"
 CLASS = "gpuguard.class"
+#: a latency objective from the tenant's own histogram (gpuguard/slo.py)
+SLO_METRIC = "gpuguard.slo.metric"
+SLO_TARGET = "gpuguard.slo.target"
+SLO_OBJECTIVE = "gpuguard.slo.objective"
+SLO_PORT = "gpuguard.slo.port"
+SLO_LABELS = (SLO_METRIC, SLO_TARGET, SLO_OBJECTIVE, SLO_PORT)
 
 #: Swarm node label: ``false`` while the node's actuator marks it unprovisionable; a
 #: real-time service carries the constraint ``node.labels.gpuguard.provisionable!=false``.
@@ -34,6 +40,11 @@ _DURATION = re.compile(r" *([0-9]+(?:\.[0-9]+)?|\.[0-9]+) *(ms|s|m|h)? *")
 MAX_DURATION_TEXT = 64
 _UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _ASCII_DIGITS = re.compile(r"[0-9]+")
+# Prometheus' metric name syntax; a histogram's series add _bucket, _count and _sum.
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
+_METRIC_NAME_MAX = 200
+_OBJECTIVE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(%?)\s*$")
 GPU_INDEX_DIGITS = 6
 
 
@@ -111,3 +122,46 @@ def parse_gpu(text: str) -> int:
     except LabelError:
         raise LabelError(f"gpu must be an index like 0 or 0:1, got {text[:40]!r}") from None
     return index
+
+
+def parse_slo_metric(text: str) -> str:
+    """The name of a tenant's latency histogram (``vllm:e2e_request_latency_seconds``): a
+    Prometheus metric name, given without the ``_bucket``/``_count``/``_sum`` suffix."""
+    if not isinstance(text, str) or not _METRIC_NAME.fullmatch(text.strip()):
+        raise LabelError(
+            f"invalid {SLO_METRIC} {str(text)[:40]!r}: not a Prometheus metric name "
+            "(letters, digits, _ and :, not starting with a digit)"
+        )
+    name = text.strip()
+    if len(name) > _METRIC_NAME_MAX:
+        raise LabelError(f"invalid {SLO_METRIC}: longer than {_METRIC_NAME_MAX} characters")
+    for suffix in _HISTOGRAM_SUFFIXES:
+        if name.endswith(suffix):
+            raise LabelError(
+                f"invalid {SLO_METRIC} {name[:40]!r}: give the histogram's own name, "
+                f"without {suffix} ({name[: -len(suffix)][:40]})"
+            )
+    return name
+
+
+def parse_slo_objective(text: str) -> float:
+    """The share of requests that must meet the target: ``0.99`` or ``99%`` (0 < x < 1)."""
+    match = _OBJECTIVE.match(text) if isinstance(text, str) else None
+    value = float(match.group(1)) / (100.0 if match.group(2) else 1.0) if match else math.nan
+    if not 0.0 < value < 1.0:
+        raise LabelError(
+            f"invalid {SLO_OBJECTIVE} {str(text)[:40]!r}: a share of requests between 0 and 1 "
+            "exclusive, e.g. 0.99 or 99%"
+        )
+    return value
+
+
+def parse_port(text: str) -> int:
+    """A TCP port, 1 to 65535 (``gpuguard.slo.port``: where the tenant serves /metrics)."""
+    try:
+        port = ascii_int(text.strip() if isinstance(text, str) else "", 5)
+    except LabelError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise LabelError(f"invalid {SLO_PORT} {str(text)[:40]!r}: a TCP port, 1 to 65535")
+    return port

@@ -750,6 +750,40 @@ def tasks_dashboard() -> Json:
             maximum=1,
         ),
         timeseries(
+            "Latency SLO attainment",
+            [
+                target(
+                    f"gpuguard:container_slo_attainment_ratio:{window}{{{NODE_CONTAINER}}}",
+                    f"{{{{container}}}} ({{{{node}}}}) {window}",
+                )
+                for window in ("1m", "5m")
+            ]
+            + [
+                target(
+                    "max by (node, container) "
+                    f"(gpuguard_container_slo_objective_ratio{{{NODE_CONTAINER}}})",
+                    "{{container}} ({{node}}) objective",
+                )
+            ],
+            description=(
+                "Share of each container's requests within its SLO target (gpuguard.slo.*), "
+                "from its own latency histogram, over 1 and 5 minutes, against its objective. "
+                "Only containers that declare an SLO and serve requests."
+            ),
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": ".* objective"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}},
+                        {"id": "custom.fillOpacity", "value": 0},
+                    ],
+                }
+            ],
+        ),
+        timeseries(
             "Deadline misses",
             [
                 target(

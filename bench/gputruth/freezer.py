@@ -3,7 +3,9 @@
 The GPU machines this kit runs on have no Docker, so the kit does what runc does for
 ``docker pause``: move the process into a cgroup and freeze it — cgroup v2
 (``cgroup.freeze``, confirmed by ``frozen 1`` in ``cgroup.events``) where a v2 hierarchy is
-mounted, else the v1 freezer (``freezer.state``). Needs root.
+mounted, else the v1 freezer (``freezer.state``). Needs root. Freezing and thawing are the
+actuator's own (``gpuguard.actuator.freezer``, standard library only), so the kit measures
+the code that freezes containers; making the cgroup is the kit's.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import os
 import time
 from pathlib import Path
 
+from gpuguard.actuator.freezer import FROZEN, Cgroup, FreezerError
 
-class FreezerError(RuntimeError):
-    """No usable freezer, or the kernel refused an operation."""
+__all__ = ["CgroupFreezer", "FreezerError"]
 
 
 def _mounts() -> list[tuple[str, str, str]]:
@@ -33,6 +35,7 @@ class CgroupFreezer:
 
     def __init__(self, name: str) -> None:
         self.version, self.path = self._create(name)
+        self.cgroup = Cgroup(self.version, self.path)
 
     @staticmethod
     def _create(name: str) -> tuple[int, Path]:
@@ -64,26 +67,15 @@ class CgroupFreezer:
     def freeze(self, timeout_s: float = 5.0) -> float:
         """Freeze; returns the seconds until the kernel said every task is frozen."""
         started = time.monotonic()
-        if self.version == 2:
-            (self.path / "cgroup.freeze").write_text("1\n")
-        else:
-            (self.path / "freezer.state").write_text("FROZEN\n")
-        while not self.frozen():
-            if time.monotonic() - started > timeout_s:
-                raise FreezerError(f"{self.path} not frozen after {timeout_s}s")
-            time.sleep(0.0005)
+        self.cgroup.freeze()
+        self.cgroup.wait_frozen(timeout_s)
         return time.monotonic() - started
 
     def thaw(self) -> None:
-        if self.version == 2:
-            (self.path / "cgroup.freeze").write_text("0\n")
-        else:
-            (self.path / "freezer.state").write_text("THAWED\n")
+        self.cgroup.thaw()
 
     def frozen(self) -> bool:
-        if self.version == 2:
-            return "frozen 1" in (self.path / "cgroup.events").read_text()
-        return (self.path / "freezer.state").read_text().strip() == "FROZEN"
+        return self.cgroup.state() == FROZEN
 
     def close(self) -> None:
         """Thaw, move any process left back to the root of the hierarchy, remove the cgroup."""

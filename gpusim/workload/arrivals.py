@@ -1,4 +1,4 @@
-"""When a server's requests arrive and how big they are: a rate, or a trace file (pure)."""
+"""When a server's requests arrive and how big they are: a rate, bursts or a trace (pure)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,55 @@ def rate_arrivals(
         else:
             offset = i / rate
         yield Arrival(offset, work, nbytes)
+
+
+@dataclass(frozen=True)
+class Bursts:
+    """Bursty arrivals with heavy-tailed sizes, as inference traffic comes.
+
+    A quiet background (Poisson at ``background_rate``) and, every ``period`` seconds (the
+    start jittered by up to ``jitter`` of it), a burst of ``size`` requests (drawn uniformly
+    in the range) at uniform random times within ``span`` seconds. Each request's work is
+    log-normal with median ``median_work`` and shape ``sigma`` (sigma 0.8: the p99 is about
+    6.4 x the median), capped at ``max_factor`` x the median.
+    """
+
+    median_work: float
+    sigma: float = 0.8
+    max_factor: float = 10.0
+    period: float = 15.0
+    jitter: float = 0.3
+    span: float = 10.0
+    size: tuple[int, int] = (24, 36)
+    background_rate: float = 0.3
+    first_burst: float = 0.0
+
+
+def bursty_arrivals(bursts: Bursts, duration: float, nbytes: int, seed: int) -> list[Arrival]:
+    """Every arrival of ``bursts`` within ``[0, duration)``, in time order."""
+    rng = random.Random(seed)
+    offsets: list[float] = []
+    t = rng.expovariate(bursts.background_rate) if bursts.background_rate > 0 else duration
+    while t < duration:
+        offsets.append(t)
+        t += rng.expovariate(bursts.background_rate)
+    start = bursts.first_burst
+    while start < duration:
+        began = start + rng.uniform(0.0, bursts.jitter * bursts.period)
+        count = rng.randint(*bursts.size)
+        offsets += [began + rng.uniform(0.0, bursts.span) for _ in range(count)]
+        start += bursts.period
+    cap, median = bursts.max_factor * bursts.median_work, math.log(bursts.median_work)
+    ordered = sorted(o for o in offsets if o < duration)
+    return [Arrival(o, min(cap, rng.lognormvariate(median, bursts.sigma)), nbytes) for o in ordered]
+
+
+def trace_lines(arrivals: Iterable[Arrival]) -> list[str]:
+    """``arrivals`` as a trace file's lines (``--trace``; ``parse_trace`` reads them back)."""
+    return [
+        json.dumps({"t": round(a.offset, 6), "work": round(a.work, 6), "bytes": a.nbytes})
+        for a in arrivals
+    ]
 
 
 def parse_trace(lines: Iterable[str], work: float, nbytes: int) -> list[Arrival]:

@@ -18,6 +18,7 @@ from gpuguard.gpusim.units import parse_size, positive_float
 from gpuguard.gpusim.workload.arrivals import Arrival, parse_trace, rate_arrivals
 from gpuguard.gpusim.workload.devices import Devices, SimDevices
 from gpuguard.gpusim.workload.events import EXIT_FAILED, EXIT_OUT_OF_MEMORY, EventLog
+from gpuguard.gpusim.workload.latency_metrics import DEFAULT_ADDRESS
 from gpuguard.gpusim.workload.timing import stop_on_sigterm, wait_until
 
 DEFAULT_CHUNK = 64 * 2**20
@@ -46,6 +47,12 @@ def _positive_int(text: str) -> int:
 
 def _non_negative(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0.0") else positive_float(text, "value")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"must be a TCP port (1 to 65535), got {text!r}")
+    return int(text)
 
 
 def _devices(text: str) -> tuple[str, ...]:
@@ -114,6 +121,14 @@ def _server_parser() -> _Parser:
     parser.add_argument("--kernels", type=POSITIVE_INT, default=3, help="kernels per request")
     parser.add_argument("--io-bytes", type=SIZE, default=256 * 1024, help="copied each way")
     parser.add_argument("--seed", type=int, default=1, help="Poisson arrivals' seed")
+    parser.add_argument(
+        "--metrics-port", type=_typed(_port), default=None,
+        help="serve request latency as vLLM's histogram on this port (default: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-address", default=DEFAULT_ADDRESS, help="address of that /metrics"
+    )
+    parser.add_argument("--model-name", default="gpusim", help="its model_name label")
     return parser
 
 

@@ -94,7 +94,10 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
             node,
             client,
             "at-risk",
-            {"gpuguard.managed": "true", "gpuguard.deadline": f"{DEADLINE_S:g}s"},
+            # memory mode (paper B's task): exact boundaries, so a deadline risk shows while
+            # it runs; a burst would be judged only when it ends (issue 15)
+            {"gpuguard.managed": "true", "gpuguard.deadline": f"{DEADLINE_S:g}s",
+             "gpuguard.task": "memory"},
             ["gpuguard.gpusim.workload", "--socket", str(node.gpusim.socket),
              "--work-seconds", "600", "--memory-bytes", "1GiB"],
         )  # fmt: skip

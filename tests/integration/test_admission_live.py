@@ -85,7 +85,12 @@ def test_light_tasks_run_together_once_their_demand_is_known_and_a_heavy_one_wai
     # first tasks: no container's demand is known yet, so one at a time (paper B)
     assert not any(overlap(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1 :]), firsts
     (a2, b2, h2) = (spans[n][1] for n in ("light-a", "light-b", "heavy"))
-    assert overlap(a2, b2), f"the light tasks did not run together: {a2} {b2}"
+    actions = [
+        (r["container"], r["action"], r["reason"], round(r["started"] - start_at, 2))
+        for r in actuator.audit()
+        if r["event"] == "action" and r["result"] == "ok"
+    ]
+    assert overlap(a2, b2), f"the light tasks did not run together: {a2} {b2}; {actions}"
     assert h2[0] >= max(a2[1], b2[1]) - 0.01, f"the heavy task ran beside them: {h2}"
     assert "newcomer" in paused_ok(actuator).get("heavy", [])
     for name, low, high in (("light-a", 0.25, 0.6), ("light-b", 0.25, 0.6), ("heavy", 0.9, 1.0)):

@@ -59,8 +59,14 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
     # met (it ends at about 37 s): a miss would keep the node marked for the 5 min window of
     # NodeCannotGuaranteeDeadlines, a risk marks it only while the task runs. Its kernel
     # keeps the GPU busy, so paper C's record marks the node first (NodeInStateZero, once
-    # the 5 s busy window is full), the deadline risk later.
-    specs = [WorkloadSpec("tight", size=8192, work_seconds=370.0, deadline="40s", managed=True)]
+    # the 5 s busy window is full), the deadline risk later. Memory mode (paper B's task):
+    # its boundaries are exact, so the risk shows while it runs (a burst is judged at its end).
+    specs = [
+        WorkloadSpec(
+            "tight", size=8192, work_seconds=370.0, deadline="40s", managed=True,
+            task_mode="memory",
+        )
+    ]  # fmt: skip
     scenario = Scenario("marks", client_a, node_a.gpusim.dir, cluster.dir / "logs", specs, 0.5)
     service = None
     try:

@@ -19,6 +19,7 @@ from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.poller import SourceStatus
+from gpuguard.slo import SloDeclaration
 from tests.prereq import require_binary
 
 # the unit tests' fakes, shared on purpose: the golden scene is built from the same parts
@@ -38,13 +39,19 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
 
 
 def golden_text(tmp_path: Path) -> str:
-    """The exposition of a fixed scene: every metric family has at least one series."""
+    """The exposition of a fixed scene: every metric family has at least one series but
+    the busy-time counters (present once a container had a merged burst: none here)."""
     backend, containers, poller = three_container_poller(
         tmp_path / "proc", ("rt-1", "batch", 'odd"name')
     )
     rt, batch, odd = containers.snapshot().values()
-    containers.set(rt, batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'"))
+    slo = SloDeclaration("vllm:e2e_request_latency_seconds", 1.0, 0.99, 8000)
+    containers.set(
+        replace(rt, slo=slo), batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'")
+    )
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
+    backend.next = sample(1_763_775_999.9, {})  # the tasks are seen to begin: exact
+    poller.poll_once()
     for t in (1_763_776_000.0, 1_763_776_000.2):  # a whole sample period: its demand
         backend.next = sample(t, procs, sm={100: 0.5})
         poller.poll_once()

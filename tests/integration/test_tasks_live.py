@@ -163,3 +163,62 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs(
         for name in ("realtime", "trainer")
     }
     assert ends["trainer"][-1] > ends["realtime"][0]  # thawed: it trains on afterwards
+
+
+def test_busy_server_is_busy_time_not_misses_and_a_late_one_shot_is_a_miss(
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+) -> None:
+    # issue 15: a server's back-to-back requests, each well within its deadline, merged into
+    # one long burst that counted as a miss, put the node in state 0 and marked it
+    first = time.time() + 4.0  # after the start-up (context, model: no kernel) has ended
+    requests = 12  # 0.3 s each, every 0.5 s: 5.8 s busy with 0.2 s gaps, under the idle gap
+    run_python_container(
+        workload(sim, "busy", "server", "--arrivals", "fixed", "--rate", "2",
+                 "--requests", str(requests), "--request-work", "3", "--memory-bytes", "256MiB",
+                 "--start-at", f"{first:.3f}"),
+        labels={"gpuguard.deadline": "1s"}, extra_mounts=sim_mounts(sim), name="busy",
+    )  # fmt: skip
+    seen: list[dict[str, Any]] = []  # the server's running task whenever it ran
+
+    def answered() -> bool:
+        state = exporter.state()
+        assert state["node_record"]["state"] == 1, state["node_record"]  # never taken out
+        seen.extend(tasks_of(state, "busy", "tasks"))
+        return sum(e["event"] == "request" for e in workload_log(sim, "busy.log")) == requests
+
+    wait_for(answered, timeout=60, what="every request answered", interval=0.1)
+    log = workload_log(sim, "busy.log")
+    assert all(r["end"] - r["arrival"] <= 1.0 for r in log if r["event"] == "request")
+    late = [t for t in seen if t["slack_s"] is not None and t["slack_s"] < 0]
+    assert late and {t["boundary"] for t in late} == {"merged"}, late  # past 1 s: busy time
+    assert not any(t["overrun"] for t in seen)
+    wait_for(lambda: not tasks_of(exporter.state(), "busy", "tasks"), 10, "the burst ended")
+    state = exporter.state()
+    bursts = [t for t in tasks_of(state, "busy", "recent") if t["boundary"] == "merged"]
+    assert bursts and max(t["run_s"] for t in bursts) > 2.0, bursts
+    assert all(t["met_deadline"] is None for t in bursts)
+    assert state["node_record"]["state"] == 1
+    busy = {"container": "busy"}
+    assert exporter.metric("gpuguard_container_deadline_misses_total", **busy) == 0
+    assert exporter.metric("gpuguard_container_busy_periods_total", **busy) >= 1
+    assert exporter.metric("gpuguard_node_state") == 1
+
+    # a one-shot program (paper B's task): seen to begin and to end, 2 s against 1 s
+    oneshot = run_python_container(
+        workload(sim, "late", "--work-seconds", "20", "--memory-bytes", "256MiB"),
+        labels={"gpuguard.deadline": "1s"}, extra_mounts=sim_mounts(sim), name="late",
+    )  # fmt: skip
+    assert oneshot.wait(timeout=60)["StatusCode"] == 0, oneshot.logs().decode()[-2000:]
+    late_labels = {"container": "late"}
+    wait_for(
+        lambda: exporter.metric("gpuguard_container_deadline_misses_total", **late_labels) == 1,
+        timeout=10, what="the one-shot's miss", interval=0.05,
+    )  # fmt: skip
+    state = exporter.state()
+    (task,) = tasks_of(state, "late", "recent")
+    assert task["boundary"] == "exact" and task["met_deadline"] is False
+    assert state["node_record"]["state"] == 0
+    assert state["node_record"]["reasons"] == ["missed_deadline"]
+    assert exporter.metric("gpuguard_container_deadline_misses_total", **busy) == 0

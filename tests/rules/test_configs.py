@@ -191,3 +191,41 @@ def test_shipped_routing() -> None:
             assert receivers == ["gpuguard-actuator"], alert
         else:
             assert receivers == ["gpuguard-actuator", "gpuguard-operators"], alert
+
+
+def test_rendered_tenants_job_discovers_each_engine(tmp_path: Path) -> None:
+    engines = ["unix:///run/node-a/docker.sock", "unix:///run/node-b/docker.sock"]
+    text = render_prometheus_config(tenant_engines=engines, alertmanagers=[])
+    config = yaml.safe_load(text)
+    [job] = [j for j in config["scrape_configs"] if j["job_name"] == "gpuguard-tenants"]
+    assert [sd["host"] for sd in job["docker_sd_configs"]] == engines
+    for sd in job["docker_sd_configs"]:
+        assert sd["filters"] == [{"name": "label", "values": ["gpuguard.slo.metric"]}]
+        assert sd["host_networking_host"] == "127.0.0.1"
+    # the series keep the exporter's join keys and come out under one name
+    targets = {r.get("target_label") for r in job["relabel_configs"]}
+    assert {"__address__", "container_id", "container"} <= targets
+    assert job["metric_relabel_configs"][-1] == {
+        "target_label": "__name__",
+        "replacement": "gpuguard_tenant_latency_bucket",
+    }
+    path = tmp_path / "prometheus.yml"
+    path.write_text(text)
+    check([require_binary("promtool"), "check", "config", str(path)])
+
+
+def test_slo_alerts_reach_the_actuator_at_once_and_warnings_the_operators(
+    tmp_path: Path,
+) -> None:
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    [slo] = [
+        s for s in config["route"]["routes"] if any("GpuguardSloAtRisk" in m for m in s["matchers"])
+    ]
+    assert (slo["group_wait"], slo["group_interval"]) == ("0s", "1s")
+    assert route_receiver(ALERTMANAGER_CONFIG, "alertname=GpuguardSloAtRisk", "severity=info") == (
+        "gpuguard-actuator"
+    )
+    for name in ("GpuguardSloViolated", "GpuguardSloMetricMissing"):
+        assert route_receiver(ALERTMANAGER_CONFIG, f"alertname={name}", "severity=warning") == (
+            "gpuguard-actuator,gpuguard-operators"
+        )

@@ -78,6 +78,15 @@ def test_defaults(files: dict[str, str]) -> None:
     }
     assert config.alerts_for("mark_node") == {"TaskDeadlineAtRisk"}
     assert not config.dry_run and config.docker_host is None and config.node_name
+    assert config.pause_method == "cgroup"
+    assert (config.procfs, config.sysfs) == (Path("/proc"), Path("/sys"))
+
+
+def test_the_host_paths_and_the_pause_method(files: dict[str, str], tmp_path: Path) -> None:
+    argv = [*base(files), "--pause.method=docker", f"--path.procfs={tmp_path}",
+            f"--path.sysfs={tmp_path}"]  # fmt: skip
+    config = load_config(parse(argv))
+    assert (config.pause_method, config.procfs, config.sysfs) == ("docker", tmp_path, tmp_path)
 
 
 def test_flags_override_the_config_file(files: dict[str, str], tmp_path: Path) -> None:
@@ -126,6 +135,9 @@ def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> 
         (["--policy.best-effort-min-share=nan"], "'nan': must be in [0, 1)"),
         (["--policy.best-effort-min-share=some"], "must be a number"),
         (["--policy.best-effort-window=0"], "--policy.best-effort-window: invalid duration"),
+        (["--pause.method=sigstop"], "--pause.method 'sigstop': must be one of cgroup, docker"),
+        (["--path.procfs=/no/such/proc"], "--path.procfs '/no/such/proc': not a directory"),
+        (["--path.sysfs=/no/such/sys"], "--path.sysfs '/no/such/sys': not a directory"),
     ],
 )
 def test_bad_values(files: dict[str, str], extra: list[str], needle: str) -> None:
@@ -228,8 +240,11 @@ def test_guard_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
     made = config(f"--state.dir={tmp_path / 'g'}", "--max-pause=30s")
     assert (made.max_pause_s, made.lease_timeout_s) == (30.0, 15.0)
+    assert (made.procfs, made.sysfs) == (Path("/proc"), Path("/sys"))
     assert (tmp_path / "g").stat().st_mode & 0o777 == 0o700
-    for bad in ("--max-pause=soon", "--lease.timeout=-1s", "--docker.host=ftp://x"):
+    assert config(f"--state.dir={tmp_path / 'g'}", f"--path.sysfs={tmp_path}").sysfs == tmp_path
+    for bad in ("--max-pause=soon", "--lease.timeout=-1s", "--docker.host=ftp://x",
+                "--path.procfs=/no/such/proc"):  # fmt: skip
         with pytest.raises(ConfigError):
             config(f"--state.dir={tmp_path / 'bad'}", bad)
         assert not (tmp_path / "bad").exists()  # a bad flag changes nothing

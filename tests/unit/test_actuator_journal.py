@@ -45,6 +45,17 @@ def test_pause_is_on_disk_before_it_is_taken(tmp_path: Path) -> None:
     assert again == journal.paused["c1"]  # with its boot clock reading (pauseclock)
 
 
+def test_a_pause_intent_is_visible_before_it_is_durable(tmp_path: Path) -> None:
+    # Before a freeze: replaced over the journal, so the guard (another process) reads it;
+    # fsynced by sync() right after the freeze, off the path from a task to its freeze.
+    journal = Journal(tmp_path)
+    journal.will_pause_many([entry("c1"), entry("c2")], durable=False)
+    assert set(read_journal(tmp_path / JOURNAL_FILE)["paused"]) == {"c1", "c2"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_FILE]  # no temp file left
+    journal.sync()
+    assert set(Journal(tmp_path).paused) == {"c1", "c2"}
+
+
 def test_release_records_the_admission(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     journal.will_pause(entry("c1"))

@@ -13,11 +13,13 @@ from gpuguard.actuator.policy import (
     Decision,
     Ledger,
     PolicyConfig,
+    Recent,
     Trigger,
     decide,
+    frozen_in_window,
     queue_order,
 )
-from gpuguard.actuator.state import parse_state
+from gpuguard.actuator.state import EndedTask, parse_state
 
 NOW = 1_000_000.0
 GIB = 2**30
@@ -188,12 +190,177 @@ def test_newcomer_is_paused_while_a_kernel_runs() -> None:
     assert acts(run(state(cs, ts, util=1.0))) == [(PAUSE, "b")]
 
 
-def test_newcomer_whose_kernel_already_runs_is_left_alone() -> None:
+def test_without_preemption_a_newcomer_whose_kernel_already_runs_is_left_alone() -> None:
+    cs = [container("a"), container("b")]
+    ts = [task("a", "computing", 1), task("b", "computing", 2)]
+    d = run(state(cs, ts, util=1.0), preempt=False)
+    assert acts(d) == []
+    assert "kernel_running" in reasons(d)
+
+
+# --- preemption ------------------------------------------------------------------------
+
+
+def test_a_later_task_first_seen_computing_is_preempted() -> None:
+    # a server's request (or a repeater's next run) is first seen computing: its memory
+    # stays cached, so there is no input phase to catch
     cs = [container("a"), container("b")]
     ts = [task("a", "computing", 1), task("b", "computing", 2)]
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == []
-    assert "kernel_running" in reasons(d)
+    assert acts(d) == [(PAUSE, "b")] and d.actions[0].reason == "preempt"
+    assert "kernel_running" not in reasons(d)
+
+
+def test_a_holder_that_started_later_is_frozen_and_the_waiter_admitted() -> None:
+    # b waited (paused by us) since before a's new task began: b has precedence
+    cs = [container("a"), container("b", paused=True)]
+    ts = [task("a", "computing", 2), task("b", "input", 1, paused=True)]
+    d = run(state(cs, ts, util=1.0), ours("b"))
+    assert acts(d) == [(PAUSE, "a")] and d.actions[0].reason == "preempt"
+    # what a launched already drains frozen; b goes once it has (one after another)
+    ts[0] = task("a", "computing", 2, paused=True)
+    assert acts(run(state(cs, ts, util=1.0), ours("a", "b"))) == []
+    ts[0] = task("a", "draining", 2, paused=True)
+    d = run(state(cs, ts, util=0.0), ours("a", "b"))
+    assert acts(d) == [(UNPAUSE, "b")] and d.actions[0].reason == "admit"
+
+
+def test_a_holder_admitted_within_its_quantum_is_not_preempted() -> None:
+    cs = [container("a"), container("b", paused=True)]
+    ts = [task("a", "computing", 2), task("b", "input", 1, paused=True)]
+    ledger = Ledger(paused={cid("b"): NOW - 3}, admitted={cid("a"): NOW - 0.2})
+    d = run(state(cs, ts, util=1.0), ledger, preempt_quantum_s=0.5)
+    assert acts(d) == [] and "run_quantum" in reasons(d)
+    assert d.next_due == pytest.approx(NOW + 0.3)  # decided again when the quantum ends
+    ledger = Ledger(paused={cid("b"): NOW - 3}, admitted={cid("a"): NOW - 0.6})
+    d = run(state(cs, ts, util=1.0), ledger, preempt_quantum_s=0.5)
+    assert acts(d) == [(PAUSE, "a")]
+
+
+def test_edf_preempts_the_looser_holder_for_a_tighter_newcomer() -> None:
+    cs = [container("a", deadline=60), container("b", deadline=2)]
+    ts = [task("a", "computing", 1, deadline=60), task("b", "computing", 2, deadline=2)]
+    assert acts(run(state(cs, ts, util=1.0), order="edf")) == [(PAUSE, "a")]
+    assert acts(run(state(cs, ts, util=1.0), order="fifo")) == [(PAUSE, "b")]
+
+
+def test_real_time_preempts_normal_work_whatever_the_order() -> None:
+    cs = [container("n"), container("r", deadline=5)]
+    ts = [task("n", "computing", 1), task("r", "computing", 2, deadline=5)]
+    d = run(state(cs, ts, util=1.0))
+    assert acts(d) == [(PAUSE, "n")] and d.actions[0].reason == "preempt"
+
+
+def test_no_preemption_that_only_trades_one_miss_for_another() -> None:
+    # b's deadline has passed already: it misses whatever happens; a, left alone, meets its
+    # own, and preempted it would not (b's run time is 4 s, a has 1 s of slack)
+    cs = [container("a", deadline=10), container("b", deadline=1)]
+    cs[0]["typical_run_s"] = 3.0
+    cs[1]["typical_run_s"] = 4.0
+    ts = [task("a", "computing", 2, deadline=10, age=2.0), task("b", "input", 1, deadline=1)]
+    for t in ts:
+        t["mode"] = "process"  # exact boundaries: their deadlines are the work's own
+    ts[0]["absolute_deadline"] = NOW + 2.0
+    ts[1]["absolute_deadline"] = NOW - 0.5
+    d = run(state(cs, ts, util=1.0), order="edf")
+    assert acts(d) == [(PAUSE, "b")] and "preempt_futile" in reasons(d)
+    # with the slack to let b run first, a is preempted
+    ts[0]["absolute_deadline"] = NOW + 8.0
+    d = run(state(cs, ts, util=1.0), order="edf")
+    assert acts(d) == [(PAUSE, "b"), (PAUSE, "a")]  # b waits for a's launched kernel
+    assert [a.reason for a in d.actions] == ["newcomer", "preempt"]
+
+
+def with_recent(st: Any, name: str, ended_ago: float) -> Any:
+    """``st`` with a finished task of ``name`` that ended ``ended_ago`` seconds ago."""
+    done = EndedTask(cid(name), NOW - ended_ago - 2.0, NOW - ended_ago)
+    return replace(st, recent=(*st.recent, done))
+
+
+STRAIGHT_ON_A = Recent(straight_on=frozenset({cid("a")}))
+
+
+def test_a_draining_holder_that_goes_straight_on_yields_to_the_waiter() -> None:
+    # a keeps its memory and launches its next kernel at once (learnt): frozen now, that
+    # kernel cannot land beside b's
+    cs = [container("a"), container("b", paused=True)]
+    ts = [task("a", "draining", 1, age=1.0), task("b", "input", 2, paused=True)]
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
+    assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
+    assert {a.reason for a in d.actions} == {"yield", "admit"}
+    # a one-shot, or a program whose next input shows, drains in peace
+    assert acts(run(state(cs, ts), ours("b"))) == [(UNPAUSE, "b")]
+    # as does one whose next task fits beside the waiter's
+    cs = [container("a", demand=0.3), container("b", paused=True, demand=0.3)]
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
+    assert acts(d) == [(UNPAUSE, "b")]
+
+
+def test_a_container_between_two_tasks_yields_too() -> None:
+    # a's last task ended 0.3 s ago; it goes straight on: its next is coming
+    cs = [container("a"), container("b", paused=True)]
+    ts = [task("b", "input", 2, paused=True)]
+    st = with_recent(state(cs, ts), "a", ended_ago=0.3)
+    st = replace(st, recent=tuple(replace(r, gpu=0) for r in st.recent))
+    d = decide(st, Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
+    assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
+    assert acts(run(st, ours("b"))) == [(UNPAUSE, "b")]  # not known to go straight on
+    # it is thawed in its turn: once nothing else computes on its GPU
+    yielded = Ledger(paused={cid("a"): NOW - 1}, yielded={cid("a"): 0})
+    ts = [task("b", "computing", 2)]
+    assert acts(run(state(cs, ts, util=1.0), yielded)) == []
+    ts = [task("b", "draining", 2)]
+    d = run(state(cs, ts), yielded)
+    assert acts(d) == [(UNPAUSE, "a")] and d.actions[0].reason == "admit"
+
+
+def test_a_yielded_container_waits_as_its_next_task_would() -> None:
+    # a yielded (paused as it drained) 0.3 s ago; b, admitted then, computes: b keeps the
+    # device although a's draining task began first; a goes when b drains
+    cs = [container("a", paused=True), container("b")]
+    ts = [task("a", "draining", 1, paused=True), task("b", "computing", 2)]
+    ledger = Ledger(
+        paused={cid("a"): NOW - 0.3}, admitted={cid("b"): NOW - 3}, yielded={cid("a"): 0}
+    )
+    assert acts(run(state(cs, ts, util=1.0), ledger)) == []
+    ts[1] = task("b", "draining", 2)
+    both = Recent(straight_on=frozenset({cid("a"), cid("b")}))
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ledger, both)
+    assert acts(d) == [(PAUSE, "b"), (UNPAUSE, "a")]  # b yields in turn: they alternate
+    assert [a.reason for a in d.actions] == ["yield", "admit"]
+
+
+def test_under_edf_a_tight_repeater_does_not_yield_to_a_looser_waiter() -> None:
+    cs = [container("a", deadline=0.5), container("b", deadline=30, paused=True)]
+    ts = [
+        task("a", "draining", 1, age=1.0, deadline=0.5),
+        task("b", "input", 2, paused=True, deadline=30),
+    ]
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(order="edf"), ours("b"),
+               STRAIGHT_ON_A)  # fmt: skip
+    assert acts(d) == [(UNPAUSE, "b")]
+
+
+def test_a_busy_server_past_its_first_deadline_keeps_its_edf_rank() -> None:
+    # two busy servers: the tight one's busy period began 3 s ago (its first request's
+    # deadline long past), the loose one's 1 s ago; the requests waiting in the tight one
+    # are due within 1 s of now, the loose one's within 30 s: the tight one goes first,
+    # and being late does not make preempting for it futile (bursts hold many requests)
+    cs = [container("t", deadline=1), container("l", deadline=30)]
+    cs[0]["typical_run_s"] = cs[1]["typical_run_s"] = 0.3
+    ts = [
+        task("t", "computing", 1, deadline=1, age=3.0),
+        task("l", "computing", 2, deadline=30, age=1.0),
+    ]
+    d = run(state(cs, ts, util=1.0), order="edf")
+    assert acts(d) == [(PAUSE, "l")] and "preempt_futile" not in reasons(d)
+
+
+def test_unmanaged_holders_are_never_preempted() -> None:
+    cs = [container("a", managed=False), container("b")]
+    ts = [task("a", "computing", 2), task("b", "input", 1)]
+    d = run(state(cs, ts, util=1.0))
+    assert acts(d) == [(PAUSE, "b")]
 
 
 def test_draining_task_frees_the_gpu_and_the_first_waiting_task_is_admitted() -> None:
@@ -472,7 +639,8 @@ def test_one_at_a_time_admits_no_light_task_beside_another() -> None:
     ts = [task("a", "computing", 1, sm=0.4), task("b", "input", 2, paused=True)]
     assert acts(run(state(cs, ts, util=0.4), ours("b"), one_at_a_time=True)) == []
     ts = [task("a", "draining", 1), task("b", "input", 2, paused=True)]
-    assert acts(run(state(cs, ts, util=0.0), ours("b"), one_at_a_time=True)) == [(UNPAUSE, "b")]
+    d = run(state(cs, ts, util=0.0), ours("b"), one_at_a_time=True)
+    assert (UNPAUSE, "b") in acts(d)
 
 
 def test_light_newcomer_is_not_paused_beside_a_light_task() -> None:
@@ -525,7 +693,12 @@ def test_best_effort_is_frozen_while_a_real_time_task_waits() -> None:
     cs = [container("n"), container("r", deadline=2.0, paused=True), container("t", klass=BE)]
     ts = [task("n", "computing", 1), task("r", "input", 2, paused=True)]
     ts.append(task("t", "computing", 3, sm=0.2))
-    assert acts(run(state(cs, ts, util=1.0), ours("r"))) == [(PAUSE, "t")]
+    d = run(state(cs, ts, util=1.0), ours("r"), preempt=False)
+    assert acts(d) == [(PAUSE, "t")]
+    # with preemption the real-time task also goes before the normal one
+    d = run(state(cs, ts, util=1.0), ours("r"))
+    assert acts(d) == [(PAUSE, "n"), (PAUSE, "t")]
+    assert [a.reason for a in d.actions] == ["preempt", "best_effort"]
 
 
 def test_best_effort_does_not_hold_the_gpu_for_real_time_newcomers() -> None:
@@ -563,22 +736,87 @@ def test_unmanaged_best_effort_is_never_paused() -> None:
     assert acts(d) == [] and "unmanaged" in reasons(d)
 
 
-def test_starvation_guard_thaws_best_effort_for_its_share_of_each_window() -> None:
+def test_starvation_guard_thaws_best_effort_for_its_share_of_every_window() -> None:
     cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
     ts = [task("r", "computing", 1), task("t", "computing", 2, paused=True)]
     window = {"best_effort_min_share": 0.1, "best_effort_window_s": 10.0}
     frozen_for = lambda s: Ledger(paused={cid("t"): NOW - s})  # noqa: E731
-    assert acts(run(state(cs, ts, util=1.0), frozen_for(8.9), **window)) == []
+    d = run(state(cs, ts, util=1.0), frozen_for(8.9), **window)
+    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.1)  # the share's timer
     d = run(state(cs, ts, util=1.0), frozen_for(9.0), **window)
     assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "best_effort_share"
     off = {**window, "best_effort_min_share": 0.0}
     assert acts(run(state(cs, ts, util=1.0), frozen_for(60), **off)) == []
-    # thawed for its share: left running for 1 s of the window, then frozen again
-    cs[1] = container("t", klass=BE)
-    ts[1] = task("t", "computing", 2)
-    thawed_ago = lambda s: Ledger(admitted={cid("t"): NOW - s})  # noqa: E731
-    assert acts(run(state(cs, ts, util=1.0), thawed_ago(0.9), **window)) == []
-    assert acts(run(state(cs, ts, util=1.0), thawed_ago(1.0), **window)) == [(PAUSE, "t")]
+    # an earlier freeze in the window counts too: 6 s frozen before, 3 s now
+    recent = Recent(frozen_spans={cid("t"): ((NOW - 9.5, NOW - 3.5),)})
+    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), PolicyConfig(**window),
+               frozen_for(3.0), recent)  # fmt: skip
+    assert acts(d) == [(UNPAUSE, "t")]
+
+
+def test_after_its_share_best_effort_is_frozen_again_only_when_a_hold_fits() -> None:
+    cs = [container("r", deadline=2.0), container("t", klass=BE)]
+    ts = [task("r", "computing", 1), task("t", "computing", 2)]
+    config = PolicyConfig(best_effort_min_share=0.1, best_effort_window_s=10.0)
+    thawed_ago = lambda s: Recent(frozen_spans={cid("t"): ((NOW - 9.0 - s, NOW - s),)})  # noqa: E731
+    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), config, None, thawed_ago(0.2))
+    assert acts(d) == [] and d.next_due is not None and d.next_due > NOW
+    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), config, None, thawed_ago(1.5))
+    assert acts(d) == [(PAUSE, "t")]
+
+
+def test_frozen_in_window_counts_only_the_window() -> None:
+    assert frozen_in_window([(0.0, 5.0), (8.0, 9.0)], None, 12.0, 10.0) == pytest.approx(4.0)
+    assert frozen_in_window([], 11.0, 12.0, 10.0) == pytest.approx(1.0)
+    assert frozen_in_window([(0.0, 1.0)], 0.5, 30.0, 10.0) == pytest.approx(10.0)
+
+
+def test_best_effort_stays_frozen_for_the_hold_after_real_time_activity() -> None:
+    # the exporter says draining from the last sample instant; a next request may already
+    # run: the freeze outlasts the last real-time activity by the hold
+    cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
+    ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
+    seen = Recent(realtime_seen={(0, None): NOW - 0.2})
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("t"), seen)
+    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.3)
+    longer = Recent(realtime_seen={(0, None): NOW - 0.2}, hold_s={cid("t"): 0.1})
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("t"), longer)
+    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
+
+
+def test_the_hold_never_freezes_a_running_best_effort_container() -> None:
+    cs = [container("r", deadline=2.0), container("t", klass=BE)]
+    ts = [task("r", "draining", 1), task("t", "computing", 2)]
+    seen = Recent(realtime_seen={(0, None): NOW - 0.1})
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), None, seen)
+    assert acts(d) == []
+
+
+def test_best_effort_runs_on_beside_a_light_server_whose_requests_merge() -> None:
+    # a server with short dense requests: its busy periods merge them (NVML cannot see
+    # where one ends) and it needs 40% of the GPU; gpuguard can only schedule it as a
+    # whole, and freezing the trainer for all its busy time costs the trainer far more
+    # than time-slicing costs the server: they share, as unmanaged
+    cs = [container("r", deadline=0.3, demand=0.4), container("t", klass=BE)]
+    ts = [task("r", "computing", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
+    merged = EndedTask(cid("r"), NOW - 9, NOW - 2, gpu=0, boundary="merged")
+    st = replace(state(cs, ts, util=1.0), recent=(merged,))
+    d = run(st)
+    assert acts(d) == [] and d.realtime_devices == frozenset()
+    # requests it can see one by one, a heavier server, or the switch off: frozen
+    assert acts(run(replace(st, recent=(replace(merged, boundary="exact"),)))) == [(PAUSE, "t")]
+    cs[0]["demand_sm_ratio"] = 0.7
+    assert acts(run(replace(state(cs, ts, util=1.0), recent=(merged,)))) == [(PAUSE, "t")]
+    cs[0]["demand_sm_ratio"] = 0.4
+    d = run(replace(state(cs, ts, util=1.0), recent=(merged,)), best_effort_coexist_demand=0.0)
+    assert acts(d) == [(PAUSE, "t")]
+
+
+def test_the_decision_names_the_devices_real_time_work_needs() -> None:
+    cs = [container("r", deadline=2.0), container("n")]
+    ts = [task("r", "computing", 1, gpu=1, pid=5), task("n", "computing", 2, gpu=0)]
+    d = run(state(cs, ts, gpus=2))
+    assert d.realtime_devices == frozenset({(1, None)})
 
 
 # --- queue order -------------------------------------------------------------------------------

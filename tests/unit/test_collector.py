@@ -31,6 +31,8 @@ def test_register_touches_nothing() -> None:
 
 def test_series_from_the_last_poll(setup) -> None:
     backend, _, poller, registry = setup
+    backend.next = sample(0.9, {})  # the exporter sees the tasks begin
+    poller.poll_once()
     backend.next = sample(1.0, {100: GIB, 200: 2 * GIB, 300: GIB}, sm={100: 0.5})
     poller.poll_once()
     backend.next = sample(1.1, {100: 3 * GIB, 200: 2 * GIB, 300: GIB}, sm={100: 0.5})
@@ -52,12 +54,14 @@ def test_series_from_the_last_poll(setup) -> None:
     assert v("gpuguard_container_gpu_processes", {**c2, "gpu": "0"}) == 1
     assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "computing"}) == 1
     assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "input"}) == 0
-    assert v("gpuguard_container_task_elapsed_seconds", {**c1, "gpu": "0"}) == pytest.approx(0.1)
-    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) == pytest.approx(8.9)
+    assert v("gpuguard_container_task_elapsed_seconds", {**c1, "gpu": "0"}) == pytest.approx(0.15)
+    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) == pytest.approx(8.85)
+    assert v("gpuguard_container_task_boundary", {**c1, "gpu": "0", "boundary": "open"}) == 1
+    assert v("gpuguard_container_task_boundary", {**c1, "gpu": "0", "boundary": "exact"}) is None
     assert v("gpuguard_container_task_slack_seconds", {**c2, "gpu": "0"}) is None
     assert v("gpuguard_tasks_waiting", {**n, "gpu": "0"}) == 1
     assert v("gpuguard_unattributed_gpu_processes", {**n, "gpu": "0"}) == 1
-    assert v("gpuguard_exporter_polls_total", n) == 2
+    assert v("gpuguard_exporter_polls_total", n) == 3
     assert v("gpuguard_exporter_collector_success", {**n, "source": "gpu"}) == 1
     assert v("gpuguard_exporter_build_info", {**n, "version": "0.1.0", "backend": "test"}) == 1
     assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 0
@@ -65,8 +69,31 @@ def test_series_from_the_last_poll(setup) -> None:
     poller.poll_once()
     assert v("gpuguard_container_tasks_finished_total", c1) == 1
     assert v("gpuguard_container_deadline_hits_total", c1) == 1
+    assert v("gpuguard_container_busy_periods_total", c1) is None  # none yet: no series
     assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 1
     assert v("gpuguard_task_run_seconds_bucket", {**n, "gpu": "0", "le": "0.25"}) == 1
+
+
+def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None:
+    # rt-1 (deadline 9 s) computes from the exporter's first poll: nobody saw it begin, so
+    # its 12 s are busy time that may hold several requests, not one task's miss
+    backend, _, poller, registry = setup
+    for i in range(121):
+        backend.next = sample(1.0 + i / 10, {100: GIB}, sm={100: 1.0})
+        poller.poll_once()
+    v = registry.get_sample_value
+    c1 = {"node": "node-a", "container": "rt-1", "container_id": cid(1)[:12]}
+    merged = {**c1, "gpu": "0", "boundary": "merged"}
+    assert v("gpuguard_container_task_boundary", merged) == 1
+    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) < 0
+    backend.next = sample(13.2, {})
+    poller.poll_once()
+    assert v("gpuguard_container_task_boundary", merged) is None  # no running task
+    assert v("gpuguard_container_busy_periods_total", c1) == 1
+    assert v("gpuguard_container_busy_seconds_total", c1) == pytest.approx(12.1, abs=0.2)
+    for counter in ("tasks_finished", "deadline_hits", "deadline_misses"):
+        assert v(f"gpuguard_container_{counter}_total", c1) == 0
+    assert v("gpuguard_task_run_seconds_count", {"node": "node-a", "gpu": "0"}) == 0
 
 
 def test_removed_container_leaves_no_series(setup) -> None:

@@ -203,16 +203,15 @@ def test_the_guard_publishes_what_it_sees(guard: Guard, tmp_path: Path) -> None:
 def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
     import requests
 
-    from gpuguard.actuator.guard import validate
+    from gpuguard.actuator.guard import FLAGS, validate
     from gpuguard.actuator.guardmetrics import guard_server
     from gpuguard.demo.stack.process import free_port
 
     port = free_port()
     config = validate(
-        {"state.dir": str(tmp_path), "docker.host": None, "max-pause": "120s",
-         "lease.timeout": "15s", "log.level": "info",
-         "web.listen-address": f"127.0.0.1:{port}"}
-    )  # fmt: skip
+        {f.name: f.default for f in FLAGS}
+        | {"state.dir": str(tmp_path), "web.listen-address": f"127.0.0.1:{port}"}
+    )
     assert (config.listen_host, config.listen_port) == ("127.0.0.1", port)
     audit = AuditLog(tmp_path / AUDIT_FILE)
     guard = Guard(config, docker_api(f"unix://{tmp_path}/none.sock"), audit)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuguard.contract import Phase, PriorityClass, StateReason, TaskMode
+from gpuguard.contract import Phase, PriorityClass, StateReason, TaskBoundary, TaskMode
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.model import (
     AttributedProcess,
@@ -38,6 +38,7 @@ def task(
     ended: float | None = None,
     overrun: bool = False,
     gpu: str = "0",
+    boundary: TaskBoundary = TaskBoundary.EXACT,
 ) -> TaskView:
     return TaskView(
         task_id=f"c:{started}",
@@ -56,6 +57,7 @@ def task(
         deadline_s=deadline,
         overrun=overrun,
         ended_at=ended,
+        boundary=boundary,
     )
 
 
@@ -108,6 +110,37 @@ def test_a_running_overrun_counts_as_a_miss_now() -> None:
     record = gpu_record(device(), [task(90.0, 5.0, overrun=True)], [], 100.0, 0.0, CONFIG)
     assert record.reasons == (StateReason.MISSED_DEADLINE,)
     assert record.min_slack_s == pytest.approx(-5.0)
+
+
+def test_busy_time_of_a_merged_burst_never_takes_the_gpu_out() -> None:
+    # issue 15: a server's back-to-back requests merged into one long burst past the
+    # deadline put its node in state 0 for most of the run
+    merged = TaskBoundary.MERGED
+    running = [task(60.0, 2.0, boundary=merged)]  # 40 s of busy time against 2 s
+    finished = [task(20.0, 2.0, ended=52.0, boundary=merged)]  # a 32 s merged "task"
+    record = gpu_record(device(), running, finished, 100.0, 0.6, CONFIG)
+    assert (record.state, record.reasons, record.recent_misses) == (1, (), 0)
+    assert record.float_time_s == math.inf and record.deadline_tasks == 0  # not reduced
+    assert record.min_slack_s is None and record.running_tasks == 1
+    exact = [task(70.0, 1.0, ended=75.0), task(80.0, 10.0, ended=81.0)]  # a miss, a hit
+    beside = gpu_record(device(), running, finished + exact, 100.0, 0.6, CONFIG)
+    assert beside.recent_misses == 1 and beside.float_time_s == pytest.approx(-4.0 + 9.0)
+
+
+def test_an_open_burst_is_judged_when_it_ends_not_while_it_runs() -> None:
+    late = task(90.0, 5.0, boundary=TaskBoundary.OPEN)  # 10 s so far: past its deadline
+    record = gpu_record(device(), [late, task(98.0, 5.0)], [], 100.0, 0.0, CONFIG)
+    assert record.state == 1 and record.recent_misses == 0
+    assert record.float_time_s == pytest.approx(3.0)  # 0 for the open one, 3 s of slack
+    assert record.min_slack_s == pytest.approx(0.0)
+    ended = task(90.0, 5.0, ended=99.0)  # it ended exact: now it is a miss
+    assert gpu_record(device(), [], [ended], 100.0, 0.0, CONFIG).state == 0
+
+
+def test_tasks_without_a_kernel_are_not_judged() -> None:
+    startup = task(90.0, 1.0, ended=90.0, boundary=TaskBoundary.NO_KERNEL)
+    record = gpu_record(device(), [], [startup], 100.0, 0.0, CONFIG)
+    assert record.deadline_tasks == 0 and record.float_time_s == math.inf
 
 
 def test_memory_at_the_threshold_is_full() -> None:
@@ -198,18 +231,21 @@ def test_compact_report_is_table_3s_16_bytes(float_time: float, expected: float)
 
 def test_poller_publishes_the_record_as_metrics_and_state(tmp_path: Path) -> None:
     backend, _, poller = three_container_poller(tmp_path / "proc")
-    backend.next = sample(1.0, {100: GIB})
+    backend.next = sample(0.9, {})  # seen before rt-1's task began: its start is real
+    poller.poll_once()
+    backend.next = sample(1.0, {100: GIB})  # began at 0.95
     poller.poll_once()
     backend.next = sample(1.1, {100: GIB}, sm={100: 0.5})
     snap = poller.poll_once()
     assert snap.record is not None
     [gpu] = snap.record.gpus
     assert gpu.deadline_tasks == 1  # rt-1's task, deadline 9 s
-    assert gpu.float_time_s == pytest.approx(9.0 - 0.1)
+    assert gpu.float_time_s == pytest.approx(9.0 - 0.15)
 
     doc = state_json(snap)["node_record"]
     assert doc["node"] == "node-a" and doc["state"] == 1
-    assert doc["gpus"][0]["float_time_s"] == pytest.approx(8.9)
+    assert doc["gpus"][0]["float_time_s"] == pytest.approx(8.85)
+    assert state_json(snap)["tasks"][0]["boundary"] == "open"
     assert bytes.fromhex(doc["compact"]) == snap.record.compact()
 
     text = TextRenderer().render(build_rows(snap)).decode()
@@ -220,7 +256,7 @@ def test_poller_publishes_the_record_as_metrics_and_state(tmp_path: Path) -> Non
     }
     g = (("gpu", "0"), ("node", "node-a"))
     assert samples[("gpuguard_gpu_state", g)] == 1
-    assert samples[("gpuguard_gpu_float_time_seconds", g)] == pytest.approx(8.9)
+    assert samples[("gpuguard_gpu_float_time_seconds", g)] == pytest.approx(8.85)
     assert samples[("gpuguard_gpu_free_memory_bytes", g)] == 23 * GIB
     assert samples[("gpuguard_gpu_running_tasks", g)] == 1
     saturated = (*g, ("reason", "saturated"))

@@ -24,6 +24,7 @@ CONTROLLER_ALERTS = {
     "TaskDeadlineOverrun",
     "TaskDeadlineAtRisk",
     "NodeInStateZero",
+    "GpuguardSloAtRisk",
 }
 GRAFANA = "{{ with $externalLabels.grafana_url }}{{ . }}{{ else }}http://127.0.0.1:3000{{ end }}"
 RUNBOOKS = "{{ with $externalLabels.runbook_url }}{{ . }}{{ else }}docs/runbooks.md{{ end }}"
@@ -90,7 +91,7 @@ ALERTS = [rule for rule in rules() if "alert" in rule]
 
 
 def test_contract_parses() -> None:
-    assert len(contract_alerts()) == 12
+    assert len(contract_alerts()) == 15
     assert "gpuguard:container_deadline_hit_ratio:1h" in contract_records()
     assert "gpuguard_gpu_memory_total_bytes" in contract_metrics()
     assert "gpuguard_container_deadline_misses_total" in contract_metrics()

@@ -114,10 +114,13 @@ def test_first_poll_uses_its_own_time() -> None:
 # --- burst: long-lived servers and training loops --------------------------------------------
 
 
-def server(h: Harness, requests: int, gap: float = 2.0, work: float = 0.5) -> list[float]:
+def server(
+    h: Harness, requests: int, gap: float = 2.0, work: float = 0.5, share: float = 1.0
+) -> list[float]:
     """A long-lived server polled every 0.1 s: context and weights at start-up, then
-    ``requests`` kernels of ``work`` s every ``gap`` s from t = 3. Returns the true starts;
-    each request's samples stop exactly at its kernel's end.
+    ``requests`` kernels of ``work`` s every ``gap`` s from t = 3, each taking ``share`` of
+    the device while it runs. Returns the true starts; each request's samples stop exactly
+    at its kernel's end.
     """
     starts = [3.0 + i * gap for i in range(requests)]
     h.poll(0.0, {})
@@ -126,7 +129,7 @@ def server(h: Harness, requests: int, gap: float = 2.0, work: float = 0.5) -> li
         busy = [s for s in starts if s < t <= s + work + 0.1]
         if busy:
             end = busy[0] + work
-            h.poll(t, {100: CTX + GIB}, sm={100: 0.4}, sm_at={100: min(t, end)})
+            h.poll(t, {100: CTX + GIB}, sm={100: share}, sm_at={100: min(t, end)})
         else:
             h.poll(t, {100: CTX + GIB})
     return starts
@@ -141,14 +144,15 @@ def test_server_requests_are_one_task_each_and_idle_is_no_task() -> None:
     requests = list(h.tracker.recent)[1:]  # the first is the start-up (context, weights)
     assert len(requests) == 5
     for i, (task, start) in enumerate(zip(requests, starts, strict=True)):
-        # placed where its first sample (a share of 0.4) says it began: 0.4 of a sample
-        # period (1/6 s until learnt from two samples, then 0.1 s) before that sample
+        # placed where its first sample (the whole device) says it began: a sample period
+        # (1/6 s until learnt from two samples, then 0.1 s) before that sample
         period = 1 / 6 if i == 0 else 0.1
-        assert task.started_at == pytest.approx(start + 0.1 - 0.4 * period, abs=1e-5)
+        assert task.started_at == pytest.approx(start + 0.1 - period, abs=1e-5)
         assert task.ended_at == pytest.approx(start + 0.5)  # the last sample's own time
-        assert task.met_deadline is True
+        assert task.boundary == "exact" and task.met_deadline is True
+    assert h.tracker.recent[0].boundary == "no_kernel"  # the start-up: not counted at all
     stats = h.tracker.stats[cid(1)]
-    assert (stats.finished, stats.hits, stats.misses) == (6, 6, 0)
+    assert (stats.finished, stats.hits, stats.misses) == (5, 5, 0)
     assert h.of("deadline_overrun") == []
 
 
@@ -195,6 +199,130 @@ def test_pause_between_requests_shorter_than_the_gap_is_one_burst() -> None:
     h.poll(0.3, {100: CTX})
     h.poll(0.4, {100: CTX}, sm={100: 1.0})  # 0.4 s without a sample, under the gap
     assert len(h.tracker.running()) == 1 and len(h.tracker.recent) == 0
+    # it went on after an idle it showed: a request may have ended there (module doc)
+    assert h.tracker.running()[0].boundary == "merged"
+
+
+# --- boundaries: what is judged against the deadline (issue 15) -------------------------------
+
+
+def back_to_back(h: Harness, t0: float, requests: int, busy: float, gap: float) -> float:
+    """Requests of ``busy`` s (the whole device) with ``gap`` s between them, under the idle
+    gap, polled every 0.1 s; returns the true end of the last."""
+    h.poll(t0 - 0.1, {100: CTX + GIB})
+    t, end = t0, t0 + requests * (busy + gap) - gap
+    while t < end + 1.0:
+        at = t0 + ((t - t0) // (busy + gap)) * (busy + gap) + busy  # this request's end
+        running = (t - t0) % (busy + gap) < busy + 0.05 and t <= end + 0.05
+        sm = {100: 1.0} if running else None
+        h.poll(round(t, 3), {100: CTX + GIB}, sm=sm, sm_at={100: min(t, at)} if sm else None)
+        t += 0.1
+    return end
+
+
+def test_back_to_back_requests_merged_into_a_long_burst_are_busy_time_not_a_miss() -> None:
+    # issue 15: a busy server's requests, each well within its 1 s deadline, merged into a
+    # burst of several seconds, were counted as overruns and marked a healthy node
+    h = Harness(container(1, deadline_s=1.0), idle_gap_s=0.5)
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    back_to_back(h, 1.0, requests=8, busy=0.4, gap=0.3)  # 5.3 s busy, gaps of 0.3 s
+    assert h.tracker.running() == ()
+    (burst,) = h.tracker.recent
+    assert burst.run_s is not None and burst.run_s > 5.0
+    assert burst.boundary == "merged" and burst.met_deadline is None
+    assert h.of("deadline_overrun") == [] and h.of("task_ended")[0]["boundary"] == "merged"
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.misses, stats.hits, stats.finished) == (0, 0, 0)
+    assert stats.busy_periods == 1 and stats.busy_s == pytest.approx(burst.run_s)
+    assert h.tracker.histograms() == {}  # a run time of several requests is no task's
+
+
+def test_merged_burst_running_past_its_deadline_is_not_an_overrun() -> None:
+    h = Harness(container(1, deadline_s=1.0), idle_gap_s=0.5)
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX + GIB}, sm={100: 1.0})
+    h.poll(0.2, {100: CTX + GIB}, sm={100: 1.0})
+    h.poll(0.45, {100: CTX + GIB})  # no sample stands: a gap (0.25 s, under the idle gap)
+    assert h.tracker.running()[0].boundary == "open"
+    for i in range(5, 30):  # busy again, for 2.5 s
+        h.poll(i / 10, {100: CTX + GIB}, sm={100: 1.0})
+    (task,) = h.tracker.running()
+    assert task.boundary == "merged" and task.slack_s(2.9) < 0 and not task.overrun
+    h.tracker.check_deadlines(3.0)
+    assert h.of("deadline_overrun") == [] and h.tracker.stats.get(cid(1)) is None
+
+
+def test_steady_part_of_the_device_is_a_server_with_short_gaps_not_one_task() -> None:
+    # 25 ms requests 16 times a second: 40% of every sample period, never a whole period
+    # idle, so no poll shows a gap; the idle part of each period may hold a boundary
+    h = Harness(container(1, deadline_s=0.5), idle_gap_s=0.5)
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    for i in range(1, 40):
+        h.poll(i / 10, {100: CTX + GIB}, sm={100: 0.4})
+    assert h.tracker.running()[0].boundary == "merged"
+    for i in range(40, 50):
+        h.poll(i / 10, {100: CTX + GIB})
+    (burst,) = h.tracker.recent
+    assert burst.boundary == "merged" and h.tracker.stats[cid(1)].misses == 0
+
+
+def test_one_request_leaving_part_of_its_last_periods_idle_stays_exact() -> None:
+    # began and ended mid-period: two partial samples and nothing after them
+    h = Harness(container(1, deadline_s=1.0), idle_gap_s=0.5)
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX + GIB}, sm={100: 0.6})
+    h.poll(0.2, {100: CTX + GIB}, sm={100: 0.6})
+    for i in range(3, 10):
+        h.poll(i / 10, {100: CTX + GIB})
+    (task,) = h.tracker.recent
+    assert task.boundary == "exact" and task.met_deadline is True
+
+
+def test_burst_already_running_when_the_exporter_starts_is_not_judged() -> None:
+    h = Harness(container(1, deadline_s=0.2))
+    h.own(100, 1, 5000)
+    for i in range(10):  # computing at the exporter's first poll: nobody saw it begin
+        h.poll(i / 10, {100: CTX + GIB}, sm={100: 1.0})
+    assert h.tracker.running()[0].boundary == "merged"
+    h.poll(1.0, {})
+    assert h.tracker.recent[0].boundary == "merged"
+    assert h.tracker.stats[cid(1)].misses == 0
+
+
+def test_startup_context_without_a_kernel_is_neither_met_nor_missed() -> None:
+    # issue 15: a server's start-up (context and model in, no kernel) was a 0 s task "met"
+    h = Harness(container(1, deadline_s=1.0), idle_timeout_s=2.0)
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX})
+    h.poll(0.2, {100: CTX + GIB})
+    for i in range(3, 30):
+        h.poll(i / 10, {100: CTX + GIB})
+    (startup,) = h.tracker.recent
+    assert startup.boundary == "no_kernel" and startup.met_deadline is None
+    assert h.tracker.stats.get(cid(1)) is None and h.tracker.histograms() == {}
+
+
+@pytest.mark.parametrize("mode", [PROCESS, MEMORY])
+def test_process_and_memory_tasks_are_exact_and_judged_as_before(mode: TaskMode) -> None:
+    h = Harness(container(1, deadline_s=0.3, task_mode=mode), idle_timeout_s=5.0)
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX + GIB}, sm={100: 0.5})
+    h.poll(0.2, {100: CTX + GIB}, sm={100: 0.5})
+    h.poll(0.3, {100: CTX + GIB}, sm={100: 0.5})  # partial samples: no matter here
+    h.poll(0.4, {100: CTX + GIB}, sm={100: 0.5})
+    (task,) = h.tracker.running()
+    assert task.boundary == "exact" and task.overrun  # a miss at once, while it runs
+    h.poll(0.5, {})
+    (done,) = h.tracker.recent
+    assert done.boundary == "exact" and done.met_deadline is False
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.misses, stats.finished, stats.busy_periods) == (1, 1, 0)
 
 
 def test_burst_pending_its_idle_gap_is_not_an_overrun() -> None:
@@ -225,8 +353,9 @@ def test_run_time_so_far_counts_what_was_seen() -> None:
     assert task.elapsed_s(0.8) == pytest.approx(0.75) and task.slack_s(0.8) == pytest.approx(4.25)
 
 
-def test_paused_container_is_waiting_not_idle() -> None:
-    paused = container(1, deadline_s=1.0, state="paused")
+@pytest.mark.parametrize("mode", [MEMORY, BURST])
+def test_paused_container_is_waiting_not_idle(mode: TaskMode) -> None:
+    paused = container(1, deadline_s=1.0, state="paused", task_mode=mode)
     h = Harness(paused, idle_timeout_s=2.0)
     h.own(100, 1, 5000)
     h.poll(0.0, {})
@@ -234,8 +363,21 @@ def test_paused_container_is_waiting_not_idle() -> None:
     for i in range(2, 60):
         h.poll(i / 10, {100: CTX + GIB})
     (task,) = h.tracker.running()
-    assert task.busy_until is None and task.overrun  # its waiting counts: a miss, at once
-    assert len(h.of("deadline_overrun")) == 1
+    assert task.busy_until is None and task.slack_s(5.9) < 0  # its waiting counts
+    if mode == MEMORY:  # exact boundaries: a miss at once
+        assert task.overrun and len(h.of("deadline_overrun")) == 1
+        return
+    # a burst is judged when it ends: thawed, it computes and ends late
+    assert task.boundary == "open" and not task.overrun and not h.of("deadline_overrun")
+    h.containers = {paused.id: replace(paused, state="running")}
+    h.poll(6.0, {100: CTX + GIB}, sm={100: 1.0})
+    h.poll(6.1, {100: CTX})
+    assert h.running() == ["computing"]  # the first poll after the thaw: no sample yet
+    h.poll(6.2, {100: CTX + GIB}, sm={100: 1.0})
+    h.poll(6.3, {100: 0})
+    (done,) = h.tracker.recent
+    assert done.boundary == "exact" and done.met_deadline is False
+    assert h.tracker.stats[cid(1)].misses == 1
 
 
 def test_burst_growing_again_after_its_kernel_is_a_new_task() -> None:
@@ -260,9 +402,10 @@ def test_memory_back_to_zero_ends_a_burst() -> None:
     assert h.tracker.running() == () and h.tracker.recent[0].ended_at == pytest.approx(0.05)
 
 
-def test_on_a_mig_device_without_samples_memory_decides() -> None:
+@pytest.mark.parametrize("mode", [MEMORY, BURST])
+def test_on_a_mig_device_without_samples_memory_decides(mode: TaskMode) -> None:
     # NVML gives MIG devices no utilization and no process samples: idleness is invisible
-    h = Harness(container(1, deadline_s=1.0), idle_timeout_s=2.0)
+    h = Harness(container(1, deadline_s=1.0, task_mode=mode), idle_timeout_s=2.0)
     h.own(100, 1, 5000)
 
     def mig_poll(t: float, procs: Mapping[int, int | None]) -> None:
@@ -276,9 +419,14 @@ def test_on_a_mig_device_without_samples_memory_decides() -> None:
     for i in range(2, 50):
         mig_poll(i / 10, {100: CTX + GIB})
     (task,) = h.tracker.running()
-    assert task.gpu == "0:1" and task.busy_until is None and task.overrun
+    assert task.gpu == "0:1" and task.busy_until is None
+    # no idle can be seen there: a burst may hold several requests (busy time)
+    assert task.overrun is (mode == MEMORY)
+    assert task.boundary == ("exact" if mode == MEMORY else "merged")
     mig_poll(5.0, {})
     assert h.tracker.recent[0].ended_at == pytest.approx(4.95)
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.misses, stats.busy_periods) == ((1, 0) if mode == MEMORY else (0, 1))
 
 
 # --- process mode ----------------------------------------------------------------------------
@@ -307,6 +455,7 @@ def test_process_mode_draining_then_computing_stays_one_task() -> None:
     assert h.running() == ["draining"]
     h.poll(0.6, {100: CTX}, sm={100: 1.0})
     assert h.running() == ["computing"] and len(h.tracker.recent) == 0
+    assert h.tracker.running()[0].boundary == "exact"  # the process's life, as asked
 
 
 # --- memory mode (paper B) and fast re-allocation ------------------------------------------
@@ -405,9 +554,10 @@ def test_repeated_runs_in_one_process_are_separate_tasks() -> None:
     h = Harness(container(1))
     h.own(100, 1, 5000)
     ids = []
+    h.poll(-0.1, {})
     t = 0.0
     for _ in range(3):
-        h.poll(t, {100: GIB})
+        h.poll(t, {100: GIB}, sm={100: 1.0})
         ids.append(h.tracker.running()[0].task_id)
         h.poll(t + 0.1, {})
         t += 0.2
@@ -449,7 +599,7 @@ def test_looping_tenant_does_not_overtake_a_waiting_container() -> None:
 
 
 def test_overrun_counted_while_running_exactly_once() -> None:
-    h = Harness(container(1, deadline_s=0.5))
+    h = Harness(container(1, deadline_s=0.5, task_mode=MEMORY))
     h.own(100, 1, 5000)
     h.poll(0.0, {})
     h.poll(0.1, {100: GIB}, sm={100: 1.0})  # started at 0.05
@@ -466,6 +616,26 @@ def test_overrun_counted_while_running_exactly_once() -> None:
     stats = h.tracker.stats[cid(1)]
     assert (stats.misses, stats.hits, stats.finished) == (1, 0, 1)
     assert h.tracker.recent[0].met_deadline is False
+
+
+def test_exact_burst_past_its_deadline_is_a_miss_when_it_ends() -> None:
+    # a one-shot program in burst mode (the default): seen to begin and to end, one task
+    h = Harness(container(1, deadline_s=0.5))
+    h.own(100, 1, 5000)
+    h.poll(0.0, {})
+    for i in range(1, 10):  # started at 0.05; the kernel runs to 0.9, past its deadline
+        h.poll(i / 10, {100: GIB}, sm={100: 1.0})
+    (task,) = h.tracker.running()
+    assert task.boundary == "open" and task.slack_s(0.9) < 0
+    assert not task.overrun and not h.of("deadline_overrun")  # judged when it ends
+    assert h.tracker.stats.get(cid(1)) is None
+    h.poll(1.0, {})  # exited
+    (done,) = h.tracker.recent
+    assert done.boundary == "exact" and done.met_deadline is False
+    assert h.of("task_ended")[0]["boundary"] == "exact"
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.misses, stats.hits, stats.finished, stats.busy_periods) == (1, 0, 1, 0)
+    assert h.tracker.histograms()["0"].count == 1
 
 
 def test_overrun_between_polls_counts_at_the_end() -> None:
@@ -501,12 +671,13 @@ def test_deadline_filled_in_when_the_container_index_catches_up() -> None:
 def test_histogram_and_forget_removed_containers() -> None:
     h = Harness(container(1, deadline_s=5))
     h.own(1, 1, 1)
-    h.poll(0.0, {1: GIB}, sm={1: 0.5})
+    h.poll(-0.1, {})  # seen before it began: its start is real
+    h.poll(0.0, {1: GIB}, sm={1: 0.5})  # started at -0.05
     h.poll(0.1, {1: GIB}, sm={1: 0.5})  # a whole sample period: its demand (the first began it)
-    h.poll(0.4, {})
+    h.poll(0.4, {})  # exited at 0.25
     hist = h.tracker.histograms()["0"]
-    assert hist.count == 1 and hist.total == pytest.approx(0.25)
-    assert hist.buckets[0] == 0 and hist.buckets[1] == 1 and hist.buckets[-1] == 1
+    assert hist.count == 1 and hist.total == pytest.approx(0.3)
+    assert hist.buckets[1] == 0 and hist.buckets[2] == 1 and hist.buckets[-1] == 1
     assert h.tracker.demand == {cid(1): 0.5}
     h.tracker.forget_containers({})
     assert h.tracker.stats == {} and h.tracker.demand == {}
@@ -549,7 +720,14 @@ def test_tables_stay_bounded_under_process_and_container_churn() -> None:
         h.tracker.forget_containers(h.containers)
         t += 0.3
     sizes = h.tracker.table_sizes()
-    assert sizes == {"processes": 0, "stats": 1, "demand": 1, "histograms": 1, "recent": 8}
+    assert sizes == {
+        "processes": 0,
+        "stats": 1,
+        "demand": 1,
+        "typical_run": 1,
+        "histograms": 1,
+        "recent": 8,
+    }
     assert h.tracker.stats[cid(2999 % 50 + 1)].finished > 0
 
 

@@ -294,6 +294,7 @@ class LocalStack:
                 exporters={f"127.0.0.1:{n.exporter_port}": n.node_name for n in self.nodes},
                 actuators=[f"127.0.0.1:{n.actuator_port}" for n in self.nodes],
                 alertmanagers=[self.alertmanager.address],
+                tenant_engines=[n.engine.url for n in self.nodes if n.engine is not None],
             ).start()
             progress(f"prometheus at {self.prometheus.url} (1 s scrape and evaluation)")
             self._record()

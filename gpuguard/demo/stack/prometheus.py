@@ -24,6 +24,8 @@ PROFILES = {"default": "prometheus.yml", "fast": "prometheus-fast.yml"}
 EXPORTER_JOB = "gpuguard-exporter"
 ACTUATOR_JOB = "gpuguard-actuator"
 GUARD_JOB = "gpuguard-guard"
+#: tenants' own latency histograms, discovered through Docker (their SLOs)
+TENANTS_JOB = "gpuguard-tenants"
 LISTEN_HOST = "127.0.0.1"
 
 # A list of "host:port" targets, or a mapping "host:port" -> node name; the node name becomes
@@ -41,6 +43,7 @@ def render_prometheus_config(
     external_labels: Mapping[str, str] | None = None,
     deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
     guards: Targets = (),
+    tenant_engines: Sequence[str] = (),
 ) -> str:
     """The profile's config file with these targets; rule file paths made absolute.
 
@@ -48,6 +51,8 @@ def render_prometheus_config(
     the guards' job is dropped unless ``guards`` are given (a stack without guards would
     otherwise raise ``GpuguardGuardMissing``).
     ``external_labels`` (e.g. ``grafana_url``, which the alerts' links use) are added.
+    ``tenant_engines``: Docker engine URLs (``unix:///.../docker.sock``) whose containers
+    the tenants' job discovers, one ``docker_sd_configs`` entry each; none drops the job.
     """
     try:
         source = deploy_dir / PROFILES[profile]
@@ -65,13 +70,22 @@ def render_prometheus_config(
     jobs = {EXPORTER_JOB: exporters, ACTUATOR_JOB: actuators, GUARD_JOB: guards}
     scrape_configs = []
     for job in config.get("scrape_configs", []):
+        if job["job_name"] == TENANTS_JOB:
+            if tenant_engines:
+                template = job["docker_sd_configs"][0]
+                job["docker_sd_configs"] = [
+                    {**copy.deepcopy(template), "host": url} for url in tenant_engines
+                ]
+                scrape_configs.append(job)
+            continue
         targets = jobs.get(job["job_name"])
         if targets is not None:
             if not targets:
                 continue
             job["static_configs"] = _static_configs(targets)
         scrape_configs.append(job)
-    missing = set(jobs) - {job["job_name"] for job in config.get("scrape_configs", [])}
+    wanted = set(jobs) | ({TENANTS_JOB} if tenant_engines else set())
+    missing = wanted - {job["job_name"] for job in config.get("scrape_configs", [])}
     if missing:
         raise ValueError(f"{source} lacks the scrape jobs {sorted(missing)}")
     config["scrape_configs"] = scrape_configs
@@ -116,6 +130,7 @@ class PrometheusService(ConfiguredHttpService):
         alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
         rule_files: Sequence[Path] | None = None,
         external_labels: Mapping[str, str] | None = None,
+        tenant_engines: Sequence[str] = (),
     ) -> None:
         if config_text is None:
             config_text = render_prometheus_config(
@@ -125,6 +140,7 @@ class PrometheusService(ConfiguredHttpService):
                 alertmanagers=alertmanagers,
                 rule_files=rule_files,
                 external_labels=external_labels,
+                tenant_engines=tenant_engines,
             )
         super().__init__(directory, config_text, port)
 

@@ -1,0 +1,166 @@
+"""What the actuator saw lately, for the policy's holds and sliding windows (memory only).
+
+The policy is pure: it gets this as ``policy.Recent`` and says what it saw in the
+``Decision`` (``realtime_devices``); the controller feeds both back here under its lock,
+with what the executor really did. Nothing here survives a restart, which only makes a
+hold start afresh; the journal keeps the freeze in progress (``Ledger.paused``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuguard.actuator.policy import (
+    PAUSE,
+    REPEAT_GAP_S,
+    UNPAUSE,
+    Action,
+    Decision,
+    PolicyConfig,
+    Recent,
+)
+from gpuguard.actuator.state import DeviceKey, ExporterState
+from gpuguard.contract import PRE_KERNEL, ActionReason, Phase, Result
+
+_DONE = (Result.OK, Result.ALREADY)
+#: a freeze this soon after a ``realtime_idle`` thaw (in holds) lengthens the hold
+QUICK_REFREEZE_HOLDS = 2.0
+#: a thaw that lasted this long (in holds) shortens it again
+CALM_HOLDS = 8.0
+#: what a container or image was seen to do is remembered this long
+REPEATER_MEMORY_S = 600.0
+
+
+class RecentHistory:
+    """Feeds ``Recent``: real-time activity per device, best-effort freezes, adaptive holds.
+
+    Not thread-safe: the controller calls it under its lock.
+    """
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self.config = config
+        self._realtime_seen: dict[DeviceKey, float] = {}
+        self._frozen_since: dict[str, float] = {}
+        self._spans: dict[str, list[tuple[float, float]]] = {}
+        self._thawed_idle_at: dict[str, float] = {}
+        self._hold: dict[str, float] = {}
+        self._drained_at: dict[str, float] = {}
+        #: container id or "image:<name>" -> (when, goes straight on)
+        self._learnt: dict[str, tuple[float, bool]] = {}
+        self._tasks_seen: dict[str, set[str]] = {}  # up to two task ids per container
+        self._image_of: dict[str, str] = {}
+        self._straight_on: frozenset[str] = frozenset()
+
+    def saw(self, state: ExporterState, now: float) -> None:
+        """Learn from a snapshot how each program goes on after a task.
+
+        It goes *straight on* when, within ``REPEAT_GAP_S`` of a drain, it is seen computing
+        again with no input phase in between (its memory stays cached, its next kernel is
+        launched at once: the same task going on, or the next one first seen computing). It
+        does not when its next task shows its input first (a newcomer pause catches that
+        in time), or when it left after a single task (paper B's one-shot). What a program
+        does is learnt for its image too: a new container of an image is taken to behave as
+        the last one that showed it, until it shows otherwise itself (a tenant's image only
+        ever speaks for the tenant's own containers).
+        """
+        images = {c.id: f"image:{c.image}" for c in state.containers if c.image}
+        running = {c.id for c in state.containers if c.state in ("running", "paused")}
+        for task in state.tasks:
+            cid = task.container_id
+            if cid is None:
+                continue
+            seen = self._tasks_seen.setdefault(cid, set())
+            if len(seen) < 2:
+                seen.add(task.task_id)
+            if cid in images:
+                self._image_of[cid] = images[cid]
+            if task.paused:
+                continue
+            if task.phase == Phase.DRAINING:
+                self._drained_at.setdefault(cid, now)
+            elif task.phase == Phase.COMPUTING or task.phase in PRE_KERNEL:
+                drained = self._drained_at.pop(cid, None)
+                if drained is not None and now - drained <= REPEAT_GAP_S:
+                    self._learn(cid, task.phase == Phase.COMPUTING, now)
+        for cid in [c for c in self._tasks_seen if c not in running]:
+            if len(self._tasks_seen.pop(cid)) == 1:
+                self._learn(cid, False, now)  # left after one task
+            self._drained_at.pop(cid, None)
+            self._image_of.pop(cid, None)
+        for cid in [c for c, t in self._drained_at.items() if now - t > REPEAT_GAP_S]:
+            del self._drained_at[cid]
+        for key in [k for k, (t, _) in self._learnt.items() if now - t > REPEATER_MEMORY_S]:
+            del self._learnt[key]
+        self._straight_on = frozenset(
+            c.id for c in state.containers if self._goes_straight_on(c.id, c.image)
+        )
+
+    def _learn(self, cid: str, straight_on: bool, now: float) -> None:
+        self._learnt[cid] = (now, straight_on)
+        image = self._image_of.get(cid)
+        if image is not None:
+            self._learnt[image] = (now, straight_on)
+
+    def _goes_straight_on(self, cid: str, image: str) -> bool:
+        learnt = self._learnt.get(cid) or (self._learnt.get(f"image:{image}") if image else None)
+        return learnt is not None and learnt[1]
+
+    def snapshot(self, now: float) -> Recent:
+        """The policy's view; forgets what left the window."""
+        start = now - self.config.best_effort_window_s
+        for cid in list(self._spans):
+            kept = [span for span in self._spans[cid] if span[1] > start]
+            if kept:
+                self._spans[cid] = kept
+            else:
+                del self._spans[cid]
+        return Recent(
+            realtime_seen=dict(self._realtime_seen),
+            frozen_spans={cid: tuple(spans) for cid, spans in self._spans.items()},
+            hold_s=dict(self._hold),
+            straight_on=self._straight_on,
+        )
+
+    def observe(
+        self, decision: Decision, done: Sequence[tuple[Action, Result]], now: float
+    ) -> None:
+        """Record a decision and what became of its actions."""
+        for device in decision.realtime_devices:
+            self._realtime_seen[device] = now
+        for action, result in done:
+            if result not in _DONE:
+                continue
+            if action.kind == PAUSE and action.reason == ActionReason.BEST_EFFORT:
+                self._frozen(action.container_id, now)
+            elif action.kind == UNPAUSE:
+                self._thawed(action.container_id, action.reason, now)
+
+    def forget(self, alive: set[str]) -> None:
+        """Drop containers that are gone."""
+        for table in (
+            self._frozen_since,
+            self._spans,
+            self._thawed_idle_at,
+            self._hold,
+            self._drained_at,
+        ):
+            for cid in [c for c in table if c not in alive]:
+                del table[cid]
+
+    def _frozen(self, cid: str, now: float) -> None:
+        self._frozen_since[cid] = now
+        base = self.config.best_effort_hold_s
+        hold = self._hold.get(cid, base)
+        thawed = self._thawed_idle_at.pop(cid, None)
+        if thawed is not None and now - thawed < QUICK_REFREEZE_HOLDS * hold:
+            # frozen again right after a thaw: the real-time work only paused; hold longer
+            self._hold[cid] = min(self.config.best_effort_hold_max_s, 2 * hold)
+        elif thawed is not None and now - thawed > CALM_HOLDS * hold:
+            self._hold[cid] = max(base, hold / 2)
+
+    def _thawed(self, cid: str, reason: ActionReason, now: float) -> None:
+        since = self._frozen_since.pop(cid, None)
+        if since is not None:
+            self._spans.setdefault(cid, []).append((since, now))
+        if reason == ActionReason.REALTIME_IDLE:
+            self._thawed_idle_at[cid] = now

@@ -1,0 +1,129 @@
+"""The actuator's memory for holds and windows (actuator/history.py) and its due timer."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gpuguard.actuator.history import RecentHistory
+from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
+from gpuguard.actuator.state import Container, ExporterState, Task
+from gpuguard.actuator.timer import DueTimer
+from gpuguard.contract import ActionReason, Phase, Result
+
+CONFIG = PolicyConfig(best_effort_hold_s=0.5, best_effort_hold_max_s=2.0)
+T = "t" * 64
+
+
+def freeze(history: RecentHistory, now: float, result: Result = Result.OK) -> None:
+    action = Action(PAUSE, T, "t", ActionReason.BEST_EFFORT)
+    history.observe(Decision((action,)), [(action, result)], now)
+
+
+def thaw(history: RecentHistory, now: float, reason: ActionReason) -> None:
+    action = Action(UNPAUSE, T, "t", reason)
+    history.observe(Decision((action,)), [(action, Result.OK)], now)
+
+
+def test_real_time_devices_are_remembered_with_the_decision_time() -> None:
+    history = RecentHistory(CONFIG)
+    history.observe(Decision(realtime_devices=frozenset({(0, None)})), [], 100.0)
+    history.observe(Decision(realtime_devices=frozenset({(1, 2)})), [], 101.0)
+    assert history.snapshot(101.0).realtime_seen == {(0, None): 100.0, (1, 2): 101.0}
+
+
+def test_freezes_become_spans_and_leave_with_the_window() -> None:
+    history = RecentHistory(CONFIG)  # window 10 s
+    freeze(history, 100.0)
+    thaw(history, 103.0, ActionReason.BEST_EFFORT_SHARE)
+    freeze(history, 105.0, Result.FAILED)  # never happened: no span
+    thaw(history, 106.0, ActionReason.REALTIME_IDLE)
+    assert history.snapshot(104.0).frozen_spans == {T: ((100.0, 103.0),)}
+    assert history.snapshot(113.5).frozen_spans == {}
+
+
+def test_the_hold_doubles_on_quick_refreezes_and_halves_when_calm() -> None:
+    history = RecentHistory(CONFIG)
+    t = 100.0
+    holds = []
+    for _ in range(4):  # thawed, frozen again 0.3 s later: the real-time work only paused
+        freeze(history, t)
+        thaw(history, t + 1, ActionReason.REALTIME_IDLE)
+        t += 1.3
+        holds.append(history.snapshot(t).hold_s.get(T, CONFIG.best_effort_hold_s))
+    freeze(history, t)
+    assert holds == [0.5, 1.0, 2.0, 2.0]  # capped at --policy.best-effort-hold-max
+    thaw(history, t + 1, ActionReason.REALTIME_IDLE)
+    freeze(history, t + 60)
+    assert history.snapshot(t + 60).hold_s[T] == 1.0
+
+
+def test_gone_containers_are_forgotten() -> None:
+    history = RecentHistory(CONFIG)
+    freeze(history, 100.0)
+    thaw(history, 101.0, ActionReason.REALTIME_IDLE)
+    history.forget(set())
+    snap = history.snapshot(101.0)
+    assert snap.frozen_spans == {} and snap.hold_s == {}
+
+
+def test_due_timer_calls_back_at_the_due_time_and_only_the_latest_counts() -> None:
+    fired: list[float] = []
+    done = threading.Event()
+
+    def callback() -> None:
+        fired.append(time.time())
+        done.set()
+
+    timer = DueTimer(callback)
+    timer.start()
+    try:
+        timer.at(time.time() + 30)  # replaced before it falls due
+        due = time.time() + 0.2
+        timer.at(due)
+        assert done.wait(5)
+        assert fired[0] >= due - 0.01
+        assert timer.due is None
+        timer.at(None)
+        time.sleep(0.3)
+        assert len(fired) == 1
+    finally:
+        timer.stop()
+
+
+def snap(tasks: list[tuple[str, str, str]], gone: tuple[str, ...] = ()) -> ExporterState:
+    """Containers c1.. of image img running ``(container, task id, phase)`` tasks."""
+    names = sorted({c for c, _, _ in tasks} | set(gone))
+    containers = tuple(
+        Container(
+            n, n, False, True, None, 5.0, image="img", state="exited" if n in gone else "running"
+        )
+        for n in names
+    )
+    running = tuple(
+        Task(tid, c, c, 1, 0, Phase(phase), 0.0, 1.0, 1, 0.5, 5.0, 5.0, False)
+        for c, tid, phase in tasks
+    )
+    return ExporterState("n", 1, 0.0, {}, (), containers, running)
+
+
+def test_what_a_program_does_after_a_task_is_learnt_per_container_and_image() -> None:
+    history = RecentHistory(CONFIG)
+    c1 = ("c1", "t2", "computing")
+    history.saw(snap([("c1", "t1", "computing")]), 100.0)
+    history.saw(snap([("c1", "t1", "draining")]), 100.5)
+    history.saw(snap([c1]), 101.0)  # computing again at once: it goes straight on
+    assert history.snapshot(101.0).straight_on == {"c1"}
+    # c2, of the same image, is taken to go straight on before it shows it itself
+    history.saw(snap([c1, ("c2", "t3", "input")]), 101.5)
+    assert history.snapshot(101.5).straight_on == {"c1", "c2"}
+    # c3 leaves after a single task: a new container of the image is now taken for a
+    # one-shot; c1 keeps what it showed itself
+    history.saw(snap([c1, ("c3", "t4", "computing")]), 102.0)
+    history.saw(snap([c1], gone=("c3",)), 103.0)
+    history.saw(snap([c1, ("c4", "t5", "input")]), 103.5)
+    assert history.snapshot(103.5).straight_on == {"c1"}
+    # a next task whose input shows does not go straight on
+    history.saw(snap([c1, ("c4", "t5", "draining")]), 104.0)
+    history.saw(snap([c1, ("c4", "t6", "input")]), 104.4)
+    assert history.snapshot(104.4).straight_on == {"c1"}
