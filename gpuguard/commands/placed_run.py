@@ -1,5 +1,10 @@
 """``gpuguard run --placer.url ...``: ask the placer, then create a Swarm service on its node.
 
+With ``--placer.token-file`` the placement is reserved (``POST /api/v1/placement``): the
+placer counts it on its GPU until the records show the container, so runs started together
+spread out. Without it, the placer is only asked (``GET``) and nothing is reserved (a placer
+without a token cannot take reservations); that is said on stderr.
+
 The service is pinned to the chosen node (``node.id==``) and carries the real-time
 constraint ``node.labels.gpuguard.provisionable!=false``, so a node that its actuator has
 marked in the meantime takes nothing; the chosen GPU goes in ``NVIDIA_VISIBLE_DEVICES``.
@@ -64,16 +69,24 @@ def place(found: dict[str, str]) -> dict[str, Any]:
     for flag, name in (("--runtime", "runtime"), ("--gpu-model", "gpu_model")):
         if flag in found:
             params[name] = found[flag]
-    headers = {}
-    if "--placer.token-file" in found:
-        token = flags.read_token(found["--placer.token-file"], "placer.token-file")
-        headers["Authorization"] = f"Bearer {token}"
     url = found["--placer.url"].rstrip("/") + "/api/v1/placement"
     try:
-        reply = requests.get(url, params=params, headers=headers, timeout=10)
+        if "--placer.token-file" in found:
+            token = flags.read_token(found["--placer.token-file"], "placer.token-file")
+            headers = {"Authorization": f"Bearer {token}"}
+            reply = requests.post(url, data=params, headers=headers, timeout=10)
+        else:
+            print(
+                "gpuguard run: no --placer.token-file: the placement is not reserved (runs "
+                "started together may be placed on the same GPU)",
+                file=sys.stderr,
+            )
+            reply = requests.get(url, params=params, timeout=10)
         doc = reply.json()
     except (requests.RequestException, ValueError) as exc:
         raise PlacementFailed(f"placer at {url}: {type(exc).__name__}") from None
+    if reply.status_code == 429:
+        raise PlacementFailed(f"placer: {doc.get('error', 'too many reservations')}, retry later")
     if reply.status_code == 409:
         raise PlacementFailed(f"no node can take it now: {_reasons(doc)}")
     if reply.status_code != 200:
