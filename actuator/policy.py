@@ -334,9 +334,10 @@ def queue_order(
     class; a task not named there is normal), then FIFO by task start (process start breaks
     ties), or EDF (earliest absolute deadline first, no deadline last, FIFO among ties).
 
-    Under EDF a burst past its deadline (``now`` given) counts by the deadline of a request
-    arriving now: a server's busy period may hold many requests, and the one that began it
-    says nothing of those still waiting (deadline-monotonic for busy servers)."""
+    Under EDF a burst past its deadline, or one known to merge several requests (``now``
+    given), counts by the deadline of a request arriving now: a server's busy period may
+    hold many requests, and the one that began it says nothing of those still waiting
+    (deadline-monotonic for busy servers)."""
     fifo = sorted(
         enumerate(tasks), key=lambda it: (it[1].started_at, it[1].proc_start_ticks, it[0])
     )
@@ -352,8 +353,9 @@ def _edf_key(task: Task, now: float | None) -> tuple[bool, float]:
     deadline = task.absolute_deadline
     if deadline is None:
         return (True, 0.0)
-    if now is not None and task.mode == TaskMode.BURST and deadline < now and task.deadline_s:
-        deadline = now + task.deadline_s
+    late = now is not None and (deadline < now or task.boundary == TaskBoundary.MERGED)
+    if late and task.mode == TaskMode.BURST and task.deadline_s:
+        deadline = (now or 0.0) + task.deadline_s
     return (False, deadline)
 
 
@@ -667,15 +669,15 @@ def _next_waits(
     if _CLASS_RANK[klass] < _CLASS_RANK[waiter.klass]:
         return False
     if order == "edf" and deadline_s is not None:
-        waiter_deadline = waiter.order_task.absolute_deadline
-        return waiter_deadline is not None and waiter_deadline <= now + deadline_s
+        no_deadline, waiter_deadline = _edf_key(waiter.order_task, now)
+        return not no_deadline and waiter_deadline <= now + deadline_s
     return True
 
 
 def _light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
     """Real-time containers a best-effort neighbour is not frozen for: their busy periods
-    merge requests NVML's samples cannot separate (a ``merged`` task in the recent
-    history), and they need at most ``coexist_demand`` of the device. gpuguard can only
+    merge requests NVML's samples cannot separate (a ``merged`` task, running or in the
+    recent history), and they need at most ``coexist_demand`` of the device. gpuguard can only
     schedule such a server as a whole, and freezing the neighbour for all its busy time
     would cost the neighbour far more than time-slicing costs the server (measured:
     ``bench/realtime.py`` scenario (c)); its own latency SLO (``protect_slo``) says when

@@ -354,6 +354,27 @@ def test_a_busy_server_past_its_first_deadline_keeps_its_edf_rank() -> None:
     ]
     d = run(state(cs, ts, util=1.0), order="edf")
     assert acts(d) == [(PAUSE, "l")] and "preempt_futile" not in reasons(d)
+    # a busy period that merged several requests ranks so before its first deadline too
+    ts = [
+        task("t", "computing", 1, deadline=1, age=0.2),
+        task("l", "computing", 2, deadline=5, age=4.5),
+    ]
+    assert acts(run(state(cs, ts, util=1.0), order="edf")) == [(PAUSE, "t")]
+    ts[1]["boundary"] = "merged"
+    assert acts(run(state(cs, ts, util=1.0), order="edf")) == [(PAUSE, "l")]
+
+
+def test_under_edf_a_tight_server_does_not_yield_to_a_late_loose_one() -> None:
+    # l's busy period began 10 s ago (its first deadline long past): what waits in it is
+    # due by now + 30 s, after what t's next request would be (now + 1 s)
+    cs = [container("t", deadline=1), container("l", deadline=30, paused=True)]
+    ts = [
+        task("t", "draining", 1, age=0.5, deadline=1),
+        task("l", "computing", 2, age=40.0, deadline=30, paused=True),
+    ]
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(order="edf"),
+               ours("l"), Recent(straight_on=frozenset({cid("t"), cid("l")})))  # fmt: skip
+    assert (PAUSE, "t") not in acts(d)
 
 
 def test_unmanaged_holders_are_never_preempted() -> None:
