@@ -56,7 +56,7 @@ FLAGS: tuple[Flag, ...] = (
          "bool"),
     Flag("policy.preempt-quantum", "500ms",
          "a task admitted this recently is not preempted", "duration"),
-    Flag("policy.best-effort-hold", "500ms",
+    Flag("policy.best-effort-hold", "300ms",
          "a best-effort freeze outlasts the last real-time activity by this", "duration"),
     Flag("policy.best-effort-coexist-demand", 0.5,
          "best-effort runs on beside a real-time server whose requests NVML cannot separate"
