@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from gpuguard import flags
+from gpuguard.commands.service import service_url
 
 DEFAULT_ACTUATOR_URL = "http://127.0.0.1:10836"
 #: the placer's default address (``gpuguard placer --web.listen-address``), for the help
@@ -24,10 +25,15 @@ def register(subparsers: Any) -> None:
     nodes_parser = subparsers.add_parser(
         "nodes",
         help="show the actuator's node list, or with --placer.url the placer's ranked list",
+        description="Which nodes take new real-time work: the actuator's node list (marked "
+        "by alerts), or with --placer.url the placer's ranked list of nodes and GPUs with the "
+        "reasons each was passed over.",
     )
     nodes_parser.add_argument(
         "--actuator.url",
         dest="actuator_url",
+        type=service_url,
+        metavar="URL",
         default=os.environ.get("GPUGUARD_ACTUATOR_URL", DEFAULT_ACTUATOR_URL),
         help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
     )
@@ -41,14 +47,27 @@ def add_ranked_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--placer.url",
         dest="placer_url",
+        type=service_url,
+        metavar="URL",
         default=None,
         help=f"show the placer's ranked list (e.g. {DEFAULT_PLACER_URL}) instead of the actuator's",
     )
-    parser.add_argument("--deadline", default=None, help="rank for this deadline (e.g. 9s)")
-    parser.add_argument("--memory", default=None, help="rank for this GPU memory (e.g. 2GiB)")
-    parser.add_argument("--runtime", default=None, help="a task's run time alone (e.g. 2s)")
-    parser.add_argument("--policy", default=None, help="gpuguard or paper-c")
-    parser.add_argument("--placer.token-file", dest="placer_token_file", default=None)
+    parser.add_argument("--deadline", metavar="DURATION", help="rank for this deadline (e.g. 9s)")
+    parser.add_argument(
+        "--memory", metavar="BYTES", help="rank for this much GPU memory (e.g. 2GiB)"
+    )
+    parser.add_argument(
+        "--runtime", metavar="DURATION", help="a task's run time on an idle GPU (e.g. 2s)"
+    )
+    parser.add_argument(
+        "--policy", metavar="POLICY", help="gpuguard or paper-c (default: the placer's)"
+    )
+    parser.add_argument(
+        "--placer.token-file",
+        dest="placer_token_file",
+        metavar="PATH",
+        help="file holding the placer's bearer token (its --web.token-file), when it has one",
+    )
 
 
 def show_nodes(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from gpuguard import labels
+from gpuguard.commands.service import service_url
 
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:10835"
 PS_COLUMNS = (
@@ -22,10 +23,18 @@ PS_COLUMNS = (
 
 def register(sub: Any) -> None:
     """Add ``gpuguard ps`` to ``gpuguard``'s subparsers."""
-    ps = sub.add_parser("ps", help="containers with their deadlines and GPU tasks")
+    ps = sub.add_parser(
+        "ps",
+        help="containers with their deadlines and GPU tasks",
+        description="One row per running GPU task (or per container without one): its "
+        "deadline, phase, elapsed time, slack and whether the actuator paused it, read from "
+        "the exporter's /api/v1/state.",
+    )
     ps.add_argument(
         "--exporter.url",
         dest="exporter_url",
+        type=service_url,
+        metavar="URL",
         default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
         help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
     )
