@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from gpuguard import flags
-from gpuguard.commands.service import service_url
+from gpuguard.commands.errors import ServiceUnreachable
+from gpuguard.commands.service import ACTUATOR, PLACER, get_json, service_url
 
 DEFAULT_ACTUATOR_URL = "http://127.0.0.1:10836"
 #: the placer's default address (``gpuguard placer --web.listen-address``), for the help
@@ -73,20 +74,15 @@ def add_ranked_flags(parser: argparse.ArgumentParser) -> None:
 def show_nodes(args: argparse.Namespace) -> int:
     if args.placer_url:
         return show_ranked(args)
-    import requests
-
-    url = args.actuator_url.rstrip("/") + "/api/v1/nodes"
     try:
-        reply = requests.get(url, timeout=5)
-        reply.raise_for_status()
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
-        print(f"gpuguard nodes: {url}: {exc}", file=sys.stderr)
+        reply = get_json(ACTUATOR, args.actuator_url, "/api/v1/nodes")
+    except ServiceUnreachable as exc:
+        print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(format_nodes(doc))
+    if reply.status != 200:
+        print(f"gpuguard nodes: the actuator answered {reply.error()}", file=sys.stderr)
+        return 1
+    print(json.dumps(reply.doc, indent=2) if args.json else format_nodes(reply.doc))
     return 0
 
 
@@ -107,8 +103,6 @@ def format_nodes(doc: dict[str, Any]) -> str:
 
 def show_ranked(args: argparse.Namespace) -> int:
     """``gpuguard nodes --placer.url URL``: the ranked list with the reasons."""
-    import requests
-
     params = {
         name: value
         for name, value in (
@@ -127,17 +121,15 @@ def show_ranked(args: argparse.Namespace) -> int:
     except flags.ConfigError as exc:
         print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 2
-    url = args.placer_url.rstrip("/") + "/api/v1/nodes"
     try:
-        reply = requests.get(url, params=params, headers=headers, timeout=10)
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
-        print(f"gpuguard nodes: {url}: {type(exc).__name__}", file=sys.stderr)
+        reply = get_json(PLACER, args.placer_url, "/api/v1/nodes", params, headers, 10.0)
+    except ServiceUnreachable as exc:
+        print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 1
-    if reply.status_code != 200:
-        print(f"gpuguard nodes: {url}: {reply.status_code} {doc.get('error')}", file=sys.stderr)
-        return 2 if reply.status_code == 400 else 1
-    print(json.dumps(doc, indent=2) if args.json else format_ranked(doc))
+    if reply.status != 200:
+        print(f"gpuguard nodes: the placer answered {reply.error()}", file=sys.stderr)
+        return 2 if reply.status == 400 else 1
+    print(json.dumps(reply.doc, indent=2) if args.json else format_ranked(reply.doc))
     return 0
 
 
