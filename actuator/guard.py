@@ -132,10 +132,11 @@ class Guard:
     def check(self) -> str:
         """Look at the actuator and do what its state calls for; returns the verdict."""
         lease.renew(self.config.state_dir / lease.GUARD_LEASE)
+        left_paused: int | None = 0
         if self.lock.try_acquire():
             try:
                 verdict = "gone"
-                self._take_over()
+                left_paused = self._take_over()
             finally:
                 self.lock.release()
         else:
@@ -144,13 +145,16 @@ class Guard:
             verdict = "stuck" if stuck else "alive"
             self._watch(resume_all=stuck)
         if verdict != self.verdict:
-            self._announce(verdict)
+            self._announce(verdict, left_paused)
             self.verdict = verdict
         return verdict
 
-    def _announce(self, verdict: str) -> None:
+    def _announce(self, verdict: str, left_paused: int | None) -> None:
         if verdict == "alive":
             log.info("actuator alive: enforcing --max-pause %gs", self.config.max_pause_s)
+        elif verdict == "gone" and left_paused == 0:
+            # every start (the guard first) and every stop: nothing is wrong
+            log.info("no actuator holds the journal, and it names nothing paused")
         elif verdict == "gone":
             log.warning("no actuator holds the journal: resuming what it left paused")
         else:
@@ -160,8 +164,9 @@ class Guard:
             )  # fmt: skip
         self.audit.write("guard", verdict=verdict)
 
-    def _take_over(self) -> None:
-        """The actuator is gone and the journal is ours: resume, then record it."""
+    def _take_over(self) -> int | None:
+        """The actuator is gone and the journal is ours: resume, then record it. Returns how
+        many containers the journal named paused (None: it could not be read)."""
         try:
             doc = read_journal(self.journal_path)
             paused = paused_entries(doc)
@@ -170,14 +175,15 @@ class Guard:
             log.error("JOURNAL UNREADABLE: %s; moved to %s", exc, kept)
             self.audit.write("journal_unreadable", detail=f"{exc}; kept as {kept.name}")
             self._undo_managed_pauses(f"journal unreadable ({exc})")
-            return
+            return None
         if not paused:
-            return
+            return 0
         done = [e.container_id for e in paused.values() if self._resume(e, "actuator gone")]
         if done:
             for cid in done:
                 doc["paused"].pop(cid, None)
             atomic_write_json(self.journal_path, doc)
+        return len(paused)
 
     def _watch(self, resume_all: bool) -> None:
         """The actuator holds the journal: read it, resume what is due, never write it."""

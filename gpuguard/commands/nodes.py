@@ -10,9 +10,10 @@ import sys
 import time
 from typing import Any
 
-from gpuguard import flags
+from gpuguard import flags, labels
 from gpuguard.commands.errors import ServiceUnreachable
 from gpuguard.commands.service import ACTUATOR, PLACER, get_json, service_url
+from gpuguard.contract import NodeListExecutor
 
 DEFAULT_ACTUATOR_URL = "http://127.0.0.1:10836"
 #: the placer's default address (``gpuguard placer --web.listen-address``), for the help
@@ -97,8 +98,25 @@ def format_nodes(doc: dict[str, Any]) -> str:
         rows.append((node["node"], "yes" if node["provisionable"] else "NO", since, reasons or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
-    lines.append(f"({doc.get('executor', '?')}: {doc.get('note', '')})")
+    lines.append(_how_marks_act(doc))
     return "\n".join(lines)
+
+
+def _how_marks_act(doc: dict[str, Any]) -> str:
+    """What a mark does on this node, in words (the API's ``executor`` is for programs)."""
+    executor = doc.get("executor")
+    if executor == NodeListExecutor.LIST_ONLY:
+        return (
+            "This engine is in no Swarm: a node marked NO is only listed here, and nothing "
+            "keeps new work off it (in a Swarm it would get the node label "
+            f"{labels.PROVISIONABLE}=false)."
+        )
+    if executor == NodeListExecutor.SWARM:
+        return (
+            f"A node marked NO gets the Swarm node label {labels.PROVISIONABLE}=false, so "
+            f"services constrained to node.labels.{labels.PROVISIONABLE}!=false avoid it."
+        )
+    return f"({executor}: {doc.get('note', '')})"
 
 
 def show_ranked(args: argparse.Namespace) -> int:
