@@ -36,7 +36,10 @@ def run(args: argparse.Namespace) -> int:
     stack = LocalStack(args.dir.resolve(), time_scale=args.time_scale, order=args.order)
     started = time.monotonic()
     try:
-        print("gpuguard demo: starting the stack on 127.0.0.1 ...", flush=True)
+        node = stack.nodes[0].node_name
+        print(f"gpuguard demo: starting the stack on 127.0.0.1; its one node is {node}, this "
+              f"machine's hostname (the exporter's default --node.name), so lines about it "
+              f"start with [{node}] ...", flush=True)  # fmt: skip
         stack.start(progress=lambda line: print("  " + line, flush=True))
         report = scenes.run_both(stack, args.containers, args.size)
         print("  importing gpuguard/workload:local for your own containers ...", flush=True)
