@@ -13,8 +13,9 @@ time while it fires). So, per fingerprint:
 A new episode of the same alert has a later ``startsAt`` (Prometheus starts a new one after
 a resolution), so it is never mistaken for a stale duplicate.
 
-The resolved episodes go to the journal (``to_doc``/``from_doc``) with the node list, so a
-late ``firing`` that reaches an actuator restarted since the resolution is still stale.
+The resolved episodes go to the journal (``to_doc``/``from_doc``), whatever the alert's
+action (``resolutions`` counts what there is to save), so a late ``firing`` that reaches an
+actuator restarted since the resolution is still stale.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class AlertOrder:
         self._episodes: dict[str, _Episode] = {}
         self._keep_s = keep_s
         self._limit = limit
+        #: resolved episodes learnt so far: when it grows, the journal's copy is behind
+        self.resolutions = 0
 
     def fresh(self, alert: Alert, now: float) -> bool:
         """Whether this delivery may be acted on (and remember it if so)."""
@@ -52,6 +55,10 @@ class AlertOrder:
                 return False
             if alert.starts_at == known.starts_at and known.resolved and alert.firing:
                 return False
+        if not alert.firing and (
+            known is None or not known.resolved or known.starts_at != alert.starts_at
+        ):
+            self.resolutions += 1
         self._episodes[alert.fingerprint] = _Episode(alert.starts_at, not alert.firing, now)
         if len(self._episodes) > self._limit:
             self._forget(now)
@@ -80,8 +87,8 @@ class AlertOrder:
 
     @classmethod
     def from_doc(cls, doc: Any, now: float) -> AlertOrder:
-        """Restore ``to_doc``'s resolved episodes; malformed or expired entries are dropped
-        (an unreadable entry costs one possible late re-mark, never a start-up)."""
+        """Restore ``to_doc``'s resolved episodes (checked when the journal was loaded,
+        ``journaldoc``); expired ones, and any that still cannot be read, are dropped."""
         order = cls()
         if not isinstance(doc, dict):
             return order
@@ -90,6 +97,8 @@ class AlertOrder:
                 starts_at = datetime.fromisoformat(item[0])
                 seen = float(item[1])
             except (TypeError, ValueError, IndexError, KeyError):
+                continue
+            if starts_at.tzinfo is None:  # never comparable with a webhook's time
                 continue
             if isinstance(fp, str) and now - seen <= order._keep_s:
                 order._episodes[fp] = _Episode(starts_at, True, seen)

@@ -19,7 +19,14 @@ from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.fastpath import FastPath
 from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.http import ActuatorServer
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalCorrupt, JournalLock, set_aside
+from gpuguard.actuator.journal import (
+    JOURNAL_FILE,
+    Journal,
+    JournalContent,
+    JournalCorrupt,
+    JournalLock,
+    set_aside,
+)
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.contract import TriggerSource
@@ -43,9 +50,14 @@ def claim_journal(state_dir: Path) -> JournalLock:
 
 
 def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
-    """The journal, or a fresh one plus why, when the file on disk cannot be read."""
+    """The journal, and why every managed pause must be undone (or None).
+
+    A journal that cannot be read, or holds an entry that is not valid, is moved aside for
+    the operator; its valid part is kept, and the loss is recorded in the new journal, so
+    the undoing survives a restart until it is done.
+    """
     try:
-        return Journal(state_dir), None
+        journal = Journal(state_dir)
     except JournalCorrupt as exc:
         kept = set_aside(state_dir / JOURNAL_FILE)
         log.error(
@@ -53,7 +65,9 @@ def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
             "actuator paused is unknown: every paused container labelled gpuguard.managed=true "
             "will be resumed as soon as Docker answers.", exc, kept,
         )  # fmt: skip
-        return Journal(state_dir), f"{exc}; kept as {kept.name}"
+        journal = Journal(state_dir, exc.salvaged or JournalContent())
+        journal.set_lost(f"{exc}; kept as {kept.name}")
+    return journal, journal.lost
 
 
 def run(config: Config) -> int:
@@ -84,8 +98,6 @@ def run(config: Config) -> int:
         journal_lost,
     )
     _warn_without_guard(config.state_dir)
-    _start_up_reconcile(controller)
-    lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
     try:
         server = ActuatorServer((config.listen_host, config.listen_port), controller, config.token)
     except OSError as exc:
@@ -94,6 +106,10 @@ def run(config: Config) -> int:
         lock.release()
         return 1
     server.serve_in_thread()
+    # Listening first: Docker may hang for its whole timeout, and /healthz should say so
+    # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
+    _start_up_reconcile(controller)
+    lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
     controller.start_timer()
     fast = None
     if config.mode in ("fast", "both"):

@@ -6,15 +6,19 @@ both append to it (whole lines, ``O_APPEND``).
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from gpuguard import files
+
 AUDIT_FILE = "audit.jsonl"
+
+log = logging.getLogger("gpuguard.actuator")
 
 
 class AuditLog:
@@ -24,10 +28,7 @@ class AuditLog:
         self.path = path
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        with contextlib.suppress(OSError):  # a file made wider by hand: ours, so narrow it
-            os.fchmod(fd, 0o600)
-        self._handle = os.fdopen(fd, "a", encoding="utf-8")
+        self._handle = os.fdopen(_open_log(path), "a", encoding="utf-8")
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         record: dict[str, Any] = {"ts": time.time(), "event": event}
@@ -41,6 +42,23 @@ class AuditLog:
     def close(self) -> None:
         with self._lock:
             self._handle.close()
+
+
+def _open_log(path: Path) -> int:
+    """Our log, appended to, mode 0600; never through a link: one in its place (or a FIFO)
+    is moved aside for the operator and a log of our own begun."""
+    flags = os.O_WRONLY | os.O_APPEND
+    try:
+        fd = files.open_state_file(path, flags)
+    except files.FileRefused as exc:
+        kept = files.set_aside(path, "bad")
+        log.error("%s: %s: moved to %s", path, exc.strerror, kept.name)
+        fd = files.open_state_file(path, flags)
+    try:
+        os.fchmod(fd, 0o600)  # a file made wider by hand: ours (a regular file), so narrow it
+    except OSError:
+        pass
+    return fd
 
 
 def read_audit(path: Path) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from gpuguard import flags, resources
+from gpuguard import files, flags, resources
 from gpuguard.actuator.errors import ConfigError
 from gpuguard.actuator.policy import ORDERS, PolicyConfig
 from gpuguard.contract import AlertAction
@@ -60,6 +60,9 @@ FLAGS: tuple[Flag, ...] = (
          "a task admitted this recently is not preempted", "duration"),
     Flag("policy.best-effort-hold", "500ms",
          "a best-effort freeze outlasts the last real-time activity by this", "duration"),
+    Flag("policy.best-effort-coexist-demand", 0.5,
+         "best-effort runs on beside a real-time server whose requests NVML cannot separate"
+         " and whose demand is at most this share (0: never)", "float"),
     Flag("policy.best-effort-hold-max", "4s",
          "the hold doubles while freezes follow thaws closely, up to this", "duration"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
@@ -150,6 +153,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         preempt_quantum_s=flags.duration(values, "policy.preempt-quantum"),
         best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
         best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
+        best_effort_coexist_demand=flags.share(values, "policy.best-effort-coexist-demand"),
     )
     if policy.best_effort_hold_max_s < policy.best_effort_hold_s:
         raise ConfigError(
@@ -176,7 +180,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         exporter_timeout_s=exporter_timeout,
         docker_host=engine_url(values, "docker.host"),
         swarm_manager=engine_url(values, "swarm.manager"),
-        node_name=str(values["node.name"] or socket.gethostname()),
+        node_name=flags.text(values, "node.name") if values["node.name"] else socket.gethostname(),
         mode=flags.choice(values, "mode", MODES),
         policy=policy,
         max_pause_s=max_pause_s,
@@ -242,19 +246,34 @@ def rule_alert_names(rules_glob: str) -> set[str]:
 
 def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
     """Create ``--state.dir`` with mode 0700 (or narrow it to 0700): the journal and audit
-    log name every tenant container. Shared by the actuator and the guard."""
+    log name every tenant container. Shared by the actuator and the guard.
+
+    Writability is proven by creating a file there, not guessed from the mode (root passes
+    every ``access`` check, and ``/proc`` looks writable until a file is made in it); the
+    mode is changed through the open directory, never through a path that could be a link.
+    """
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"--state.dir {state_dir}: cannot create: {exc.strerror}") from None
-    if not os.access(state_dir, os.W_OK):
-        raise ConfigError(f"--state.dir {state_dir}: not writable")
-    mode = state_dir.stat().st_mode & 0o777
-    if mode & 0o077:
-        try:
-            state_dir.chmod(0o700)
-        except OSError as exc:
-            warnings.append(f"--state.dir {state_dir}: mode {mode:o}, cannot make it 0700: {exc}")
+    try:
+        mode = os.fstat(fd).st_mode & 0o777
+        if mode & 0o077:
+            try:
+                os.fchmod(fd, 0o700)
+            except OSError as exc:
+                warnings.append(
+                    f"--state.dir {state_dir}: mode {mode:o}, cannot make it 0700: {exc.strerror}"
+                )
+    finally:
+        os.close(fd)
+    probe = state_dir / f".gpuguard-probe-{os.getpid()}"
+    try:
+        os.close(files.open_state_file(probe, os.O_WRONLY | os.O_EXCL))
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"--state.dir {state_dir}: not writable: {exc.strerror}") from None
     return state_dir
 
 

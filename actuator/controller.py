@@ -81,7 +81,7 @@ class Controller:
         self._last_decision = 0.0
         self.last_state: ExporterState | None = None
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="executor")
-        self.order = AlertOrder.from_doc(journal.nodes.get("resolved_alerts"), time.time())
+        self.order = AlertOrder.from_doc(journal.resolved_alerts, time.time())
         self.marks = NodeMarks(
             config.node_name,
             config.alerts_for(AlertAction.MARK_NODE),
@@ -94,8 +94,14 @@ class Controller:
             marker,
         )
         self.fail_open = FailOpen(
-            config.node_name, config.node_mark_ttl_s, config.exporter_timeout_s, audit, metrics
+            config.node_name,
+            config.node_mark_ttl_s,
+            config.exporter_timeout_s,
+            audit,
+            metrics,
+            restored=journal.fail_open,
         )
+        self._saved_resolutions = 0
         self.reconciler = Reconciler(
             executor, journal, audit, config.max_pause_s, self._execute, journal_lost
         )
@@ -292,6 +298,17 @@ class Controller:
         report.merge(self._admission(by_action.get(AlertAction.ADMISSION, [])))
         return report
 
+    def save_alerts(self) -> None:
+        """Journal the resolved episodes (of every alert, whatever its action) and the
+        firing resume_all alerts when the journal's copy is behind, before acting on them
+        matters after a restart."""
+        with self._lock:
+            if self.order.resolutions == self._saved_resolutions and not self.fail_open.unsaved():
+                return
+            self.journal.set_alerts(self.order.to_doc(time.time()), self.fail_open.to_doc())
+            self._saved_resolutions = self.order.resolutions
+            self.fail_open.saved()
+
     def _protect_slo(
         self, message: WebhookMessage, partial: bool, now: float
     ) -> tuple[Report, WebhookMessage, bool]:
@@ -326,6 +343,7 @@ class Controller:
         """Enter, renew or leave the fail-open state for this node's resume_all alerts."""
         with self._lock:
             why = self.fail_open.on_alerts(alerts, now, bool(self.journal.paused))
+            self.save_alerts()  # before acting: a restart must find it failing open
             if why is None:
                 return Report()
             return self.resume_all(why, TriggerSource.WEBHOOK)
@@ -394,6 +412,7 @@ class Controller:
                 self.decide_now(TriggerSource.RECONCILE, state=state)
             self.marks.expire(time.time())
             self.fail_open.expire(time.time())
+            self.save_alerts()
             self._expire_slo(time.time(), state)
             if self.marks.pending:
                 self.marks.apply()
@@ -409,9 +428,14 @@ class Controller:
             self.decide_now(TriggerSource.RECONCILE, state=state)
 
     def reconcile(self, state: ExporterState | None) -> None:
-        """Settle the journal against Docker: forget what is gone, resume what must go."""
+        """Settle the journal against Docker: forget what is gone, resume what must go; and
+        when a resume_all alert fired as the last actuator stopped, resume what it held."""
         with self._lock:
             self.reconciler.reconcile(state)
+            if self.fail_open.holding_open and self.journal.paused:
+                self.resume_all(
+                    "a resume_all alert fires (from the journal)", TriggerSource.RECONCILE
+                )
             if state is not None:
                 self.history.forget({c.id for c in state.containers})
 

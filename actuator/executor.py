@@ -635,13 +635,19 @@ class DockerExecutor:
 
 
 def docker_call(fn: Callable[[], T], retries: int = 3, delay_s: float = 0.05) -> T:
-    """Run a Docker call, retrying connection failures; raises ``DockerUnavailable``."""
+    """Run a Docker call, retrying connection failures; raises ``DockerUnavailable``.
+
+    A read timeout is not retried: the engine took the request and did not answer within
+    ``DOCKER_TIMEOUT_S``, and asking a hung dockerd again only multiplies the wait.
+    """
     last: Exception | None = None
     for attempt in range(retries):
         try:
             return fn()
         except (requests.ConnectionError, requests.Timeout) as exc:
             last = exc
+            if isinstance(exc, requests.ReadTimeout):
+                break
             time.sleep(delay_s * (attempt + 1))
     raise DockerUnavailable(f"docker engine unreachable: {last}")
 

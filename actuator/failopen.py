@@ -6,7 +6,8 @@ alert (e.g. ``GpuguardExporterDown``) fires for this node: that is a state, not 
 While such an alert fires, everything this actuator paused is resumed once and nothing is
 paused again, so Alertmanager's duplicates and repeats change nothing. The state ends when
 the alert resolves, or when no repeat renewed it within ``--node.mark-ttl`` (like a node
-mark).
+mark). The firing alerts are kept in the journal (``to_doc``, restored by the constructor),
+so an actuator restarted while one fires goes on pausing nothing.
 
 Not thread-safe: the controller calls it under its lock and executes what it returns.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.journal import PausedEntry
@@ -36,6 +38,8 @@ class FailOpen:
         exporter_timeout_s: float,
         audit: AuditLog,
         metrics: ActuatorMetrics,
+        restored: Mapping[str, float] | None = None,
+        now: float | None = None,
     ) -> None:
         self.node_name = node_name
         self.mark_ttl_s = mark_ttl_s
@@ -45,8 +49,14 @@ class FailOpen:
         #: monotonic time of the last successful exchange with the exporter
         self.last_exporter_ok = time.monotonic()
         self._exporter_lost = False
-        #: fingerprint -> last delivery, of resume_all alerts firing for this node
-        self._alerts: dict[str, float] = {}
+        #: fingerprint -> last delivery (epoch), of resume_all alerts firing for this node
+        now = time.time() if now is None else now
+        self._alerts: dict[str, float] = {
+            fp: seen for fp, seen in (restored or {}).items() if now - seen <= mark_ttl_s
+        }
+        self._saved = dict(self._alerts)
+        if self._alerts:
+            log.warning("a resume_all alert fired when the actuator stopped: pausing nothing")
 
     @property
     def holding_open(self) -> bool:
@@ -78,13 +88,29 @@ class FailOpen:
         return "alert " + ", ".join(names)
 
     def expire(self, now: float) -> None:
-        """End the state for alerts no repeat renewed within the mark TTL."""
+        """End the state for alerts no repeat renewed within the mark TTL (``unsaved`` then
+        says the journal is behind)."""
         stale = [fp for fp, seen in self._alerts.items() if now - seen > self.mark_ttl_s]
         for fingerprint in stale:
             del self._alerts[fingerprint]
         if stale and not self._alerts:
             log.warning("fail-open alert not renewed within the mark TTL: admission resumes")
             self.audit.write("fail_open_end", why="not renewed within --node.mark-ttl")
+
+    def to_doc(self) -> dict[str, float]:
+        """The firing alerts, for the journal."""
+        return dict(self._alerts)
+
+    def unsaved(self) -> bool:
+        """The journal's copy is behind: an alert came or went, or a renewal moved by more
+        than a quarter of the TTL (duplicates and repeats cost no write)."""
+        if self._alerts.keys() != self._saved.keys():
+            return True
+        slack = self.mark_ttl_s / 4
+        return any(seen - self._saved[fp] > slack for fp, seen in self._alerts.items())
+
+    def saved(self) -> None:
+        self._saved = dict(self._alerts)
 
     def exporter_ok(self) -> None:
         """Any successful exchange with the exporter."""

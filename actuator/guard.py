@@ -47,16 +47,18 @@ from gpuguard.actuator.executor import (
     resume_managed_paused,
 )
 from gpuguard.actuator.freezer import ContainerFreezer
+from gpuguard.actuator.guardmetrics import Seen, guard_server
 from gpuguard.actuator.journal import (
     JOURNAL_FILE,
+    Journal,
+    JournalContent,
     JournalCorrupt,
     JournalLock,
     PausedEntry,
-    atomic_write_json,
-    paused_entries,
-    read_journal,
+    load,
     set_aside,
 )
+from gpuguard.actuator.pauseclock import PauseClock, host_clock
 from gpuguard.flags import Flag
 
 log = logging.getLogger("gpuguard.guard")
@@ -70,6 +72,8 @@ FLAGS: tuple[Flag, ...] = (
          "duration"),
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
          "duration"),
+    Flag("web.listen-address", "127.0.0.1:10838",
+         "host:port of the guard's /metrics (Prometheus job gpuguard-guard)"),
     Flag("log.level", "info", "debug, info, warning or error"),
     Flag("path.procfs", "/proc", "the host's procfs (the actuator's --path.procfs)"),
     Flag("path.sysfs", "/sys", "the host's sysfs (the actuator's --path.sysfs)"),
@@ -86,6 +90,8 @@ class GuardConfig:
     warnings: tuple[str, ...] = ()
     procfs: Path = Path("/proc")
     sysfs: Path = Path("/sys")
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 10838
 
 
 @flags.reraise_as(ConfigError)
@@ -97,6 +103,11 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
     lease_timeout_s = flags.duration(values, "lease.timeout")
     log_level = flags.choice(values, "log.level", ("debug", "info", "warning", "error"))
     procfs, sysfs = host_path(values, "path.procfs"), host_path(values, "path.sysfs")
+    host, port = flags.listen_address(
+        {"web.listen-address": values.get("web.listen-address", "127.0.0.1:10838")},
+        "web.listen-address",
+        "127.0.0.1:10838",
+    )
     # Last: a bad flag must leave no directory behind.
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     return GuardConfig(
@@ -108,14 +119,20 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
         tuple(warnings),
         procfs,
         sysfs,
+        host,
+        port,
     )
 
 
 class Guard:
     """One ``check()`` per period; every Docker or journal failure is retried next time."""
 
-    def __init__(self, config: GuardConfig, api: Any, audit: AuditLog) -> None:
+    def __init__(
+        self, config: GuardConfig, api: Any, audit: AuditLog, clock: PauseClock | None = None
+    ) -> None:
         self.config = config
+        #: --max-pause is judged on the boot clock (``pauseclock``), never on wall time
+        self.clock = clock or host_clock()
         self.api = api
         self.audit = audit
         # A pause is a cgroup freeze before Docker hears of it: a crash in between leaves
@@ -128,31 +145,37 @@ class Guard:
         # once, not on every check, for as long as the journal keeps naming it.
         self._resumed: set[tuple[str, float]] = set()
         self._docker_down = False
+        self.seen = Seen()
 
     def check(self) -> str:
         """Look at the actuator and do what its state calls for; returns the verdict."""
         lease.renew(self.config.state_dir / lease.GUARD_LEASE)
-        left_paused: int | None = 0
+        self.seen.last_check = time.time()
+        self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
+        left: JournalContent | None = None
         if self.lock.try_acquire():
+            verdict = "gone"
             try:
-                verdict = "gone"
-                left_paused = self._take_over()
+                left = self._read_left_behind()
             finally:
+                # Docker may take seconds per call (or hang until its timeout): never keep
+                # a restarted actuator waiting for the lock that long.
                 self.lock.release()
+            self._take_over(left)
         else:
             held = lease.read(self.config.state_dir / lease.ACTUATOR_LEASE)
             stuck = held is None or held.age() > self.config.lease_timeout_s
             verdict = "stuck" if stuck else "alive"
             self._watch(resume_all=stuck)
         if verdict != self.verdict:
-            self._announce(verdict, left_paused)
+            self._announce(verdict, left)
             self.verdict = verdict
         return verdict
 
-    def _announce(self, verdict: str, left_paused: int | None) -> None:
+    def _announce(self, verdict: str, left: JournalContent | None) -> None:
         if verdict == "alive":
             log.info("actuator alive: enforcing --max-pause %gs", self.config.max_pause_s)
-        elif verdict == "gone" and left_paused == 0:
+        elif verdict == "gone" and left is not None and not left.paused and left.lost is None:
             # every start (the guard first) and every stop: nothing is wrong
             log.info("no actuator holds the journal, and it names nothing paused")
         elif verdict == "gone":
@@ -164,50 +187,84 @@ class Guard:
             )  # fmt: skip
         self.audit.write("guard", verdict=verdict)
 
-    def _take_over(self) -> int | None:
-        """The actuator is gone and the journal is ours: resume, then record it. Returns how
-        many containers the journal named paused (None: it could not be read)."""
+    def _read_left_behind(self) -> JournalContent:
+        """What a gone actuator left (the journal is ours while we hold its lock). One that
+        cannot be trusted is moved aside and replaced by its valid part, marked ``lost``:
+        every managed pause is undone, by us or by the next actuator, until it is done."""
         try:
-            doc = read_journal(self.journal_path)
-            paused = paused_entries(doc)
+            return load(self.journal_path)
         except JournalCorrupt as exc:
             kept = set_aside(self.journal_path)
             log.error("JOURNAL UNREADABLE: %s; moved to %s", exc, kept)
             self.audit.write("journal_unreadable", detail=f"{exc}; kept as {kept.name}")
-            self._undo_managed_pauses(f"journal unreadable ({exc})")
-            return None
-        if not paused:
-            return 0
-        done = [e.container_id for e in paused.values() if self._resume(e, "actuator gone")]
-        if done:
-            for cid in done:
-                doc["paused"].pop(cid, None)
-            atomic_write_json(self.journal_path, doc)
-        return len(paused)
+            content = exc.salvaged or JournalContent()
+            content.lost = f"journal unreadable ({exc}); kept as {kept.name}"
+            Journal(self.config.state_dir, content).save()
+            return content
+
+    def _take_over(self, left: JournalContent) -> None:
+        """The actuator is gone: resume what it left paused, without the lock, then record
+        it if the journal is still nobody else's."""
+        self.seen.journal_paused = len(left.paused)
+        undone = left.lost is not None and self._undo_managed_pauses(left.lost)
+        done = []
+        for entry in left.paused.values():
+            settled = self._resume(entry, "actuator gone")
+            if settled is None:
+                break  # Docker is down or hung: the next check tries again
+            if settled:
+                done.append(entry)
+        if (done or undone) and self.lock.try_acquire():
+            try:
+                self._record(done, left.lost if undone else None)
+            finally:
+                self.lock.release()
+
+    def _record(self, resumed: list[PausedEntry], undone: str | None) -> None:
+        """Remove what was resumed from the journal (holding its lock)."""
+        try:
+            journal = Journal(self.config.state_dir)
+        except JournalCorrupt:
+            return  # changed meanwhile: the next check reads it again
+        for entry in resumed:
+            now = journal.paused.get(entry.container_id)
+            if now is not None and now.paused_at == entry.paused_at:  # not paused anew since
+                del journal.paused[entry.container_id]
+        if undone is not None and journal.lost == undone:
+            journal.lost = None
+        journal.save()
 
     def _watch(self, resume_all: bool) -> None:
         """The actuator holds the journal: read it, resume what is due, never write it."""
         try:
-            doc = read_journal(self.journal_path)
-            paused = paused_entries(doc)
+            content = load(self.journal_path)
         except JournalCorrupt as exc:
             if resume_all:  # stuck, and its record unreadable: the managed fallback
                 self._undo_managed_pauses(f"actuator stuck, journal unreadable ({exc})")
-            return
+                return
+            if exc.salvaged is None:
+                return
+            content = exc.salvaged  # alive: its valid entries still get --max-pause
+        paused = content.paused
+        self.seen.journal_paused = len(paused)
         self._resumed &= {(e.container_id, e.paused_at) for e in paused.values()}
-        limit = _max_pause(doc, self.config.max_pause_s)
-        now = time.time()  # the journal's paused_at is wall time
+        self.clock.forget_except(list(paused.values()))
+        limit = _max_pause(content.max_pause_s, self.config.max_pause_s)
         for entry in paused.values():
             key = (entry.container_id, entry.paused_at)
-            overdue = now - entry.paused_at > limit
+            overdue = self.clock.paused_for(entry) > limit
             if key in self._resumed or not (resume_all or overdue):
                 continue
             why = "actuator stuck" if resume_all else "paused longer than --max-pause"
-            if self._resume(entry, why):
+            settled = self._resume(entry, why)
+            if settled is None:
+                break
+            if settled:
                 self._resumed.add(key)
 
-    def _resume(self, entry: PausedEntry, why: str) -> bool:
-        """Unpause one journalled container; True when it is settled (resumed or gone)."""
+    def _resume(self, entry: PausedEntry, why: str) -> bool | None:
+        """Unpause one journalled container; True when it is settled (resumed or gone),
+        False when Docker refused (retried next check), None when Docker is unreachable."""
         cid = entry.container_id
         try:
             unpaused = docker_call(lambda: resume_container(self.api, self.freezer, cid))
@@ -215,7 +272,7 @@ class Guard:
             result = "vanished"
         except DockerUnavailable as exc:
             self._docker_failing(str(exc))
-            return False
+            return None
         except docker.errors.APIError as exc:
             log.warning("guard: unpause %s failed, retrying: %s", entry.name, exc)
             return False
@@ -223,35 +280,35 @@ class Guard:
             result = "ok" if unpaused else "already"
         self._docker_failing(None)
         if result == "ok":
+            self.seen.resumed += 1
             log.warning("guard resumed %s (%s): %s", entry.name, cid[:12], why)
         self.audit.write(
             "guard_resume", container_id=cid, container=entry.name, result=result, why=why
         )
         return True
 
-    def _undo_managed_pauses(self, why: str) -> None:
+    def _undo_managed_pauses(self, why: str) -> bool:
+        """Resume every paused managed container; False when Docker could not be asked."""
         try:
             resumed = resume_managed_paused(self.api, self.audit, why, self.freezer)
         except DockerUnavailable as exc:
             self._docker_failing(str(exc))
-            return
+            return False
         self._docker_failing(None)
         log.error("guard: %s: resumed %d paused managed container(s)", why, len(resumed))
+        return True
 
     def _docker_failing(self, error: str | None) -> None:
         if error is not None and not self._docker_down:
             log.warning("docker engine unreachable, retrying: %s", error)
         elif error is None and self._docker_down:
             log.info("docker engine answers again")
-        self._docker_down = error is not None
+        self._docker_down = self.seen.docker_down = error is not None
 
 
-def _max_pause(doc: Mapping[str, Any], own: float) -> float:
+def _max_pause(recorded: float | None, own: float) -> float:
     """The stricter of the guard's --max-pause and the one the actuator recorded."""
-    recorded = doc.get("max_pause_s")
-    if isinstance(recorded, int | float) and not isinstance(recorded, bool) and recorded > 0:
-        return min(own, float(recorded))
-    return own
+    return own if recorded is None else min(own, recorded)
 
 
 def run(config: GuardConfig) -> int:
@@ -259,6 +316,7 @@ def run(config: GuardConfig) -> int:
     flags.start_logging(config.log_level, config.warnings, "gpuguard.guard")
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     guard = Guard(config, docker_api(config.docker_host), audit)
+    server = guard_server(guard, config.listen_host, config.listen_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -274,6 +332,9 @@ def run(config: GuardConfig) -> int:
         guard.check()  # an actuator stopped just before us may have left something paused
     except Exception:
         log.exception("final guard check failed")
+    if server is not None:
+        server.shutdown()
+        server.server_close()
     audit.close()
     return 0
 

@@ -16,71 +16,86 @@ One owner writes it: whoever holds the ``flock`` on ``journal.lock`` in the stat
 the process dies, however it dies, so the guard can both tell that the actuator is gone and
 write the journal without ever overwriting the one of an actuator that replaced it.
 
-A journal that cannot be read (empty, truncated, garbage: ``JournalCorrupt``) is moved
-aside for the operator (``set_aside``) rather than crash-looping whoever reads it.
+A journal that cannot be read (empty, truncated, garbage, not a regular file: ``JournalCorrupt``)
+or holds an entry that is not valid (``journaldoc.check``) is moved aside for the operator
+(``set_aside``) rather than crash-looping whoever reads it. No file here is ever opened
+through a symbolic link (``gpuguard.files``): a link planted as ``journal.lock`` is moved
+aside, never truncated through.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
+import logging
 import os
-import tempfile
 import threading
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuguard import files
+from gpuguard.actuator.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
+from gpuguard.actuator.pauseclock import PauseClock, host_clock
 from gpuguard.actuator.policy import Ledger
 from gpuguard.contract import ActionReason
 
+__all__ = ["FORMAT_VERSION", "Journal", "JournalContent", "JournalCorrupt", "PausedEntry"]
+
+log = logging.getLogger("gpuguard.actuator")
+
 JOURNAL_FILE = "journal.json"
 LOCK_FILE = "journal.lock"
-FORMAT_VERSION = 1
+#: Far above any real journal (1,000 paused containers take ~300 KB); a reader never
+#: takes more than this into memory.
+MAX_JOURNAL_BYTES = 64 << 20
 
 
 class JournalCorrupt(ValueError):
-    """The journal exists but is not a whole gpuguard journal."""
+    """The journal exists but is not a whole, valid gpuguard journal.
 
+    ``salvaged``: its valid part when it could be parsed (None when it could not).
+    """
 
-@dataclass(frozen=True)
-class PausedEntry:
-    """A container this actuator paused (or is about to pause)."""
-
-    container_id: str
-    name: str
-    task_id: str | None
-    gpu: int | None
-    paused_at: float
-    reason: str
+    def __init__(self, message: str, salvaged: JournalContent | None = None) -> None:
+        super().__init__(message)
+        self.salvaged = salvaged
 
 
 class Journal:
-    """The on-disk record; all methods are thread-safe and every mutation is durable."""
+    """The on-disk record; all methods are thread-safe and every mutation is durable.
 
-    def __init__(self, state_dir: Path) -> None:
+    Made from the file in ``state_dir`` (``JournalCorrupt`` when it cannot be trusted), or
+    from ``content`` (what was salvaged from one that was moved aside). Every pause carries
+    its moment on the boot clock (``clock``): entries of older journals are dated when
+    loaded, and keep that date once saved.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        content: JournalContent | None = None,
+        clock: PauseClock | None = None,
+    ) -> None:
         self.path = state_dir / JOURNAL_FILE
         self._lock = threading.RLock()
-        self.paused: dict[str, PausedEntry] = {}
-        self.admitted: dict[str, float] = {}
-        self.exempt_tasks: dict[str, float] = {}
-        self.nodes: dict[str, Any] = {}
+        self.clock = clock or host_clock()
+        if content is None:
+            content = load(self.path)
+        self.paused: dict[str, PausedEntry] = {
+            cid: self.clock.stamp(entry) for cid, entry in content.paused.items()
+        }
+        self.admitted: dict[str, float] = content.admitted
+        self.exempt_tasks: dict[str, float] = content.exempt_tasks
+        self.nodes: dict[str, Any] = content.nodes
+        #: resolved alert episodes (``AlertOrder.to_doc``) and firing resume_all alerts
+        self.resolved_alerts: dict[str, list[Any]] = content.resolved_alerts
+        self.fail_open: dict[str, float] = content.fail_open
         #: the owner's --max-pause, recorded so the guard enforces the same limit
-        self.max_pause_s: float | None = None
-        self._load()
-
-    def _load(self) -> None:
-        doc = read_journal(self.path)
-        try:
-            self.paused = paused_entries(doc)
-            self.admitted = {k: float(v) for k, v in doc.get("admitted", {}).items()}
-            self.exempt_tasks = {k: float(v) for k, v in doc.get("exempt_tasks", {}).items()}
-            self.nodes = dict(doc.get("nodes", {}))
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise JournalCorrupt(f"{self.path}: malformed journal: {exc}") from None
+        self.max_pause_s: float | None = content.max_pause_s
+        #: why every managed paused container must be resumed (a journal was lost), or None
+        self.lost: str | None = content.lost
 
     def to_doc(self) -> dict[str, Any]:
         with self._lock:
@@ -91,7 +106,9 @@ class Journal:
                 "admitted": dict(self.admitted),
                 "exempt_tasks": dict(self.exempt_tasks),
                 "nodes": self.nodes,
+                "alerts": {"resolved": self.resolved_alerts, "fail_open": self.fail_open},
                 "max_pause_s": self.max_pause_s,
+                "lost": self.lost,
             }
 
     def save(self, durable: bool = True) -> None:
@@ -106,7 +123,8 @@ class Journal:
     def ledger(self) -> Ledger:
         with self._lock:
             return Ledger(
-                paused={cid: e.paused_at for cid, e in self.paused.items()},
+                # judged on the boot clock: a step of the wall clock moves no pause's start
+                paused={cid: self.clock.started_at(e) for cid, e in self.paused.items()},
                 yielded={
                     cid: e.gpu for cid, e in self.paused.items() if e.reason == ActionReason.YIELD
                 },
@@ -122,7 +140,7 @@ class Journal:
         """Record several pauses, in one write, before they are taken."""
         with self._lock:
             for entry in entries:
-                self.paused[entry.container_id] = entry
+                self.paused[entry.container_id] = self.clock.stamp(entry)
                 self.admitted.pop(entry.container_id, None)
             self.save(durable)
 
@@ -133,6 +151,13 @@ class Journal:
             if admitted_at is not None:
                 self.admitted[container_id] = admitted_at
             self.save()
+
+    def forget(self, container_ids: Iterable[str]) -> None:
+        """Forget several containers (gone, or unpaused behind our back) in one write."""
+        with self._lock:
+            gone = [cid for cid in container_ids if self.paused.pop(cid, None) is not None]
+            if gone:
+                self.save()
 
     def exempt(self, task_id: str, at: float) -> None:
         with self._lock:
@@ -152,40 +177,62 @@ class Journal:
             if changed:
                 self.save()
 
-    def set_nodes(self, nodes: Mapping[str, Any]) -> None:
+    def set_nodes(
+        self, nodes: Mapping[str, Any], resolved: Mapping[str, list[Any]] | None = None
+    ) -> None:
+        """The node list (and the resolved alert episodes, when given), in one write."""
         with self._lock:
             self.nodes = dict(nodes)
+            if resolved is not None:
+                self.resolved_alerts = dict(resolved)
+            self.save()
+
+    def set_alerts(self, resolved: Mapping[str, list[Any]], fail_open: Mapping[str, float]) -> None:
+        """The resolved alert episodes and the firing resume_all alerts, in one write."""
+        with self._lock:
+            self.resolved_alerts = dict(resolved)
+            self.fail_open = dict(fail_open)
+            self.save()
+
+    def set_lost(self, why: str | None) -> None:
+        """Record (or, once done, clear) that every managed pause must be undone."""
+        with self._lock:
+            self.lost = why
             self.save()
 
 
 def read_journal(path: Path) -> dict[str, Any]:
-    """The journal document, or an empty one when there is none yet; ``JournalCorrupt``."""
+    """The journal document, or an empty one when there is none yet; ``JournalCorrupt``
+    when it cannot be read for any other reason (a directory, a FIFO, a link, too large,
+    not JSON, not a journal)."""
     try:
-        text = path.read_bytes()
+        text = files.read_bytes(path, MAX_JOURNAL_BYTES, follow_symlinks=False)
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise JournalCorrupt(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         doc = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise JournalCorrupt(f"{path}: unreadable ({len(text)} bytes): {exc}") from None
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
         raise JournalCorrupt(f"{path}: not a gpuguard actuator journal (version {FORMAT_VERSION})")
     return doc
 
 
-def paused_entries(doc: Mapping[str, Any]) -> dict[str, PausedEntry]:
-    """The ``paused`` records of a journal document; ``JournalCorrupt`` when malformed."""
-    try:
-        return {cid: PausedEntry(**entry) for cid, entry in doc.get("paused", {}).items()}
-    except (AttributeError, TypeError) as exc:
-        raise JournalCorrupt(f"malformed paused entry: {exc}") from None
+def load(path: Path) -> JournalContent:
+    """The journal at ``path``, every field checked; ``JournalCorrupt`` (with the valid
+    part as ``salvaged`` when it could be parsed) unless all of it is valid."""
+    content = check(read_journal(path))
+    if content.problems:
+        raise JournalCorrupt(f"{path}: invalid entries: {content.summary()}", content)
+    return content
 
 
-def set_aside(path: Path) -> Path:
-    """Move an unreadable journal out of the way, keeping it for the operator."""
-    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-    os.replace(path, target)
-    return target
+def set_aside(path: Path, tag: str = "corrupt") -> Path:
+    """Move a journal that cannot be used out of the way, keeping it for the operator:
+    ``journal.json.corrupt-<time>-<pid>`` (``files.set_aside``)."""
+    return files.set_aside(path, tag)
 
 
 class JournalLock:
@@ -215,7 +262,14 @@ class JournalLock:
     def _take(self, blocking: bool) -> bool:
         if self._fd is not None:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = files.open_state_file(self.path, os.O_RDWR)
+        except files.FileRefused as exc:
+            # A link or a FIFO in its place: nobody can hold a lock on it (holders open a
+            # regular file). Keep it for the operator and lock a file of our own.
+            kept = files.set_aside(self.path, "bad")
+            log.error("%s: %s: moved to %s", self.path, exc.strerror, kept.name)
+            fd = files.open_state_file(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -232,8 +286,8 @@ class JournalLock:
     def holder(self) -> str:
         """The PID the holder wrote (as seen in its PID namespace), for log lines."""
         try:
-            return self.path.read_text().strip() or "?"
-        except OSError:
+            return files.read_text(self.path, 64, follow_symlinks=False).strip() or "?"
+        except (OSError, UnicodeDecodeError):
             return "?"
 
     def release(self) -> None:
@@ -248,26 +302,12 @@ def atomic_write_json(path: Path, doc: Mapping[str, Any], durable: bool = True) 
     ``durable=False`` skips both fsyncs (``sync_file`` does them later): the new file is
     what every process reads at once, and what a power cut may lose.
     """
-    data = json.dumps(doc, indent=1, sort_keys=True).encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        _fsync_dir(path.parent)  # the rename itself must survive a power cut
+    files.replace(path, json.dumps(doc, indent=1, sort_keys=True).encode(), durable=durable)
 
 
 def sync_file(path: Path) -> None:
     """fsync a file that was replaced without it, and its directory (the rename)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
@@ -276,7 +316,7 @@ def sync_file(path: Path) -> None:
 
 
 def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dir_fd)
     finally:
@@ -294,12 +334,13 @@ def plan_reconcile(
     paused: Mapping[str, PausedEntry],
     docker_paused: Mapping[str, bool | None],
     live_containers_with_tasks: set[str] | None,
-    now: float,
+    paused_for: Callable[[PausedEntry], float],
     max_pause_s: float,
 ) -> list[ReconcileStep]:
     """Compare the journal with Docker (pure).
 
     ``docker_paused``: container id -> Docker's ``State.Paused``, or None when it is gone.
+    ``paused_for``: how long an entry has been paused (``PauseClock.paused_for``).
     ``live_containers_with_tasks``: containers with a running GPU task per the exporter, or
     None when the exporter cannot be asked (then every journalled container is resumed:
     holding a tenant without knowing why is never right).
@@ -312,7 +353,7 @@ def plan_reconcile(
             steps.append(ReconcileStep(cid, "forget", "container is gone"))
         elif not state:
             steps.append(ReconcileStep(cid, "forget", "not paused any more"))
-        elif now - entry.paused_at > max_pause_s:
+        elif paused_for(entry) > max_pause_s:
             steps.append(ReconcileStep(cid, "unpause", "paused longer than --max-pause"))
         elif live_containers_with_tasks is None:
             steps.append(ReconcileStep(cid, "unpause", "exporter unavailable"))

@@ -9,14 +9,14 @@ there is no actuator to vouch for anyway.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuguard import files
 
 ACTUATOR_LEASE = "actuator.lease"
 GUARD_LEASE = "guard.lease"
@@ -41,15 +41,7 @@ class Lease:
 def renew(path: Path) -> None:
     """Write a fresh lease for this process at ``path``."""
     data = json.dumps({"pid": os.getpid(), "renewed": boottime()}).encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    files.replace(path, data, durable=False)
 
 
 def age(path: Path) -> float:
@@ -61,7 +53,8 @@ def age(path: Path) -> float:
 def read(path: Path) -> Lease | None:
     """The last renewal at ``path``, or None when there is none (or it is unreadable)."""
     try:
-        doc = json.loads(path.read_bytes())
-        return Lease(int(doc["pid"]), float(doc["renewed"]))
+        doc = json.loads(files.read_bytes(path, 4096, follow_symlinks=False))
+        renewed = float(doc["renewed"])
+        return Lease(int(doc["pid"]), renewed) if math.isfinite(renewed) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None

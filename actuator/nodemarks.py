@@ -85,9 +85,7 @@ class NodeMarks:
 
     def save(self) -> None:
         """The node list and the resolved alert episodes, in the journal."""
-        doc = self.nodes.to_doc()
-        doc["resolved_alerts"] = self.order.to_doc(time.time())
-        self.journal.set_nodes(doc)
+        self.journal.set_nodes(self.nodes.to_doc(), self.order.to_doc(time.time()))
 
     def apply(self) -> Report:
         """Make the Swarm label (if any) match the node list; safe to call any time."""

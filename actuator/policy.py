@@ -57,7 +57,9 @@ pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
   frozen time within the last ``best_effort_window_s`` reaches ``1 - best_effort_min_share``
   of it, and frozen again only when a freeze of at least the hold fits in the window.
   ``Decision.next_due`` says when a hold, a share or a quantum falls due, and the
-  controller decides again then (``timer``), not only on the next event.
+  controller decides again then (``timer``), not only on the next event. A light server
+  whose requests NVML cannot separate (``_light_servers``) freezes no one: it is
+  scheduled as a whole, beside its best-effort neighbour, unless its SLO alert fires.
   Containers of the ``normal`` class keep paper B's admission and never freeze anyone.
 * SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
   fires, ``actuator/slo.py``): a best-effort container on such a device is frozen even while
@@ -86,6 +88,8 @@ from gpuguard.contract import (
     Phase,
     PriorityClass,
     SkipReason,
+    TaskBoundary,
+    TaskMode,
     TriggerSource,
 )
 
@@ -131,6 +135,9 @@ class PolicyConfig:
     best_effort_hold_max_s: float = 4.0
     #: a container that yielded between tasks waits at most this long for its turn
     max_yield_s: float = 30.0
+    #: best-effort work is not frozen for a real-time container whose requests NVML cannot
+    #: separate (its busy periods merge them) and whose demand is at most this share
+    best_effort_coexist_demand: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -259,7 +266,7 @@ class _Plan:
     skips: list[Skip]
     kept: set[str]  # containers that run on this device
     wanted: set[str]  # containers whose task here runs or waits (needs admission)
-    realtime_busy: bool  # a real-time task runs or waits here
+    realtime_busy: set[str]  # real-time containers whose tasks run or wait here
     due: list[float] = field(default_factory=list)  # when a quantum here falls due
 
 
@@ -295,10 +302,11 @@ def decide(
     plans = _plan_devices(
         state.gpus, queued, best_effort, trigger.now, config, ledger, recent.straight_on, between
     )
+    light = _light_servers(state, config.best_effort_coexist_demand)
     actions = [a for plan in plans.values() for a in plan.actions]
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
-    realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy)
+    realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy - light)
     be = _best_effort(best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure)
     actions += be.actions
     skips += be.skips
@@ -320,26 +328,42 @@ def queue_order(
     tasks: Iterable[Task],
     order: str,
     classes: Mapping[str, PriorityClass] | None = None,
+    now: float | None = None,
 ) -> list[Task]:
     """Tasks in admission order: real-time before normal (``classes``: container id ->
     class; a task not named there is normal), then FIFO by task start (process start breaks
-    ties), or EDF (earliest absolute deadline first, no deadline last, FIFO among ties)."""
+    ties), or EDF (earliest absolute deadline first, no deadline last, FIFO among ties).
+
+    Under EDF a burst past its deadline, or one known to merge several requests (``now``
+    given), counts by the deadline of a request arriving now: a server's busy period may
+    hold many requests, and the one that began it says nothing of those still waiting
+    (deadline-monotonic for busy servers)."""
     fifo = sorted(
         enumerate(tasks), key=lambda it: (it[1].started_at, it[1].proc_start_ticks, it[0])
     )
     if order == "edf":
-        fifo.sort(key=lambda it: (it[1].absolute_deadline is None, it[1].absolute_deadline or 0.0))
+        fifo.sort(key=lambda it: _edf_key(it[1], now))
     if classes:
         normal = PriorityClass.NORMAL
         fifo.sort(key=lambda it: _CLASS_RANK[classes.get(it[1].container_id or "", normal)])
     return [task for _, task in fifo]
 
 
-def _queue(views: Sequence[_View], order: str) -> list[_View]:
+def _edf_key(task: Task, now: float | None) -> tuple[bool, float]:
+    deadline = task.absolute_deadline
+    if deadline is None:
+        return (True, 0.0)
+    late = now is not None and (deadline < now or task.boundary == TaskBoundary.MERGED)
+    if late and task.mode == TaskMode.BURST and task.deadline_s:
+        deadline = (now or 0.0) + task.deadline_s
+    return (False, deadline)
+
+
+def _queue(views: Sequence[_View], order: str, now: float | None = None) -> list[_View]:
     by_id = {v.task.task_id: v for v in views}
     classes = {v.cid: v.klass for v in views if v.cid is not None}
     tasks = [v.order_task for v in views]
-    return [by_id[t.task_id] for t in queue_order(tasks, order, classes)]
+    return [by_id[t.task_id] for t in queue_order(tasks, order, classes, now)]
 
 
 def _stale_reason(state: ExporterState, trigger: Trigger, config: PolicyConfig) -> str:
@@ -408,11 +432,12 @@ def _plan_devices(
 ) -> dict[DeviceKey, _Plan]:
     """Decide every device; then hold back, one at a time, gangs not admitted everywhere."""
     queues = {
-        g.key: _queue([v for v in queued if v.task.device == g.key], config.order) for g in gpus
+        g.key: _queue([v for v in queued if v.task.device == g.key], config.order, now)
+        for g in gpus
     }
     be_busy = {v.task.device for v in best_effort if not v.paused and (v.task.sm_ratio or 0) > 0}
     rank: dict[str, int] = {}
-    for position, view in enumerate(_queue(queued, config.order)):
+    for position, view in enumerate(_queue(queued, config.order, now)):
         if view.cid is not None:
             rank.setdefault(view.cid, position)
     held_back: set[str] = set()
@@ -535,7 +560,7 @@ def _plan_device(
         skips,
         kept={v.cid for v in keep if v.cid is not None},
         wanted={v.cid for v in [*counting, *waiting] if v.cid is not None and v.blocker is None},
-        realtime_busy=any(v.klass == PriorityClass.REAL_TIME for v in needing),
+        realtime_busy={v.cid or "" for v in needing if v.klass == PriorityClass.REAL_TIME},
         due=due,
     )
 
@@ -644,9 +669,26 @@ def _next_waits(
     if _CLASS_RANK[klass] < _CLASS_RANK[waiter.klass]:
         return False
     if order == "edf" and deadline_s is not None:
-        waiter_deadline = waiter.order_task.absolute_deadline
-        return waiter_deadline is not None and waiter_deadline <= now + deadline_s
+        no_deadline, waiter_deadline = _edf_key(waiter.order_task, now)
+        return not no_deadline and waiter_deadline <= now + deadline_s
     return True
+
+
+def _light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
+    """Real-time containers a best-effort neighbour is not frozen for: their busy periods
+    merge requests NVML's samples cannot separate (a ``merged`` task, running or in the
+    recent history), and they need at most ``coexist_demand`` of the device. gpuguard can only
+    schedule such a server as a whole, and freezing the neighbour for all its busy time
+    would cost the neighbour far more than time-slicing costs the server (measured:
+    ``bench/realtime.py`` scenario (c)); its own latency SLO (``protect_slo``) says when
+    the server needs the device to itself after all."""
+    merged = {t.container_id for t in state.recent if t.boundary == TaskBoundary.MERGED}
+    merged |= {t.container_id for t in state.tasks if t.boundary == TaskBoundary.MERGED}
+    return {
+        c.id
+        for c in state.containers
+        if c.id in merged and c.demand_sm_ratio is not None and c.demand_sm_ratio <= coexist_demand
+    }
 
 
 def _between_tasks(
@@ -692,6 +734,8 @@ def _futile(waiter: _View, holder: _View, now: float) -> bool:
     h_deadline = holder.task.absolute_deadline
     if w_deadline is None or h_deadline is None:
         return False  # no deadline to miss on one side: precedence decides
+    if TaskMode.BURST in (waiter.task.mode, holder.task.mode):
+        return False  # a busy period's first deadline is not that of the requests it holds
     w_run = _typical(waiter)
     h_run = _typical(holder)
     h_left = None if h_run is None else max(0.0, h_run - holder.task.elapsed_s)

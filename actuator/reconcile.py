@@ -47,7 +47,7 @@ class Reconciler:
         self.max_pause_s = max_pause_s
         self.execute = execute
         #: set when the journal was unreadable: undo every managed pause once Docker answers
-        self.journal_lost = journal_lost
+        self.journal_lost = journal_lost or journal.lost
         #: why Docker did not answer, until it does again
         self.docker_error: str | None = None
 
@@ -59,7 +59,7 @@ class Reconciler:
         """Resume, for good, whatever has been paused longer than ``--max-pause``."""
         now = time.time()
         for entry in list(self.journal.paused.values()):
-            if now - entry.paused_at <= self.max_pause_s:
+            if self.journal.clock.paused_for(entry) <= self.max_pause_s:
                 continue
             log.warning("%s paused longer than --max-pause: resuming it for good", entry.name)
             if entry.task_id:
@@ -93,15 +93,20 @@ class Reconciler:
             None if state is None else {t.container_id for t in state.tasks if t.container_id}
         )
         steps = plan_reconcile(
-            self.journal.paused, docker_view, with_tasks, time.time(), self.max_pause_s
+            self.journal.paused,
+            docker_view,
+            with_tasks,
+            self.journal.clock.paused_for,
+            self.max_pause_s,
         )
+        forget = [step for step in steps if step.verdict == "forget"]
+        self.journal.forget(step.container_id for step in forget)  # one write for them all
+        for step in forget:
+            self.audit.write(
+                "reconcile", container_id=step.container_id, verdict="forget", why=step.why
+            )
         for step in steps:
-            if step.verdict == "forget":
-                self.journal.released(step.container_id)
-                self.audit.write(
-                    "reconcile", container_id=step.container_id, verdict="forget", why=step.why
-                )
-            elif step.verdict == "unpause":
+            if step.verdict == "unpause":
                 entry = self.journal.paused[step.container_id]
                 action = Action(
                     UNPAUSE,
@@ -129,3 +134,4 @@ class Reconciler:
             len(resumed), ", ".join(c[:12] for c in resumed) or "none",
         )  # fmt: skip
         self.journal_lost = None
+        self.journal.set_lost(None)

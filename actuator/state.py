@@ -73,6 +73,8 @@ class Task:
     mig_index: int | None = None
     mode: TaskMode = TaskMode.BURST
     proc_start_ticks: int = 0
+    #: ``TaskBoundary``'s value (``merged``: a busy period holding several requests)
+    boundary: str = "exact"
 
     @property
     def device(self) -> DeviceKey:
@@ -88,6 +90,8 @@ class EndedTask:
     ended_at: float
     gpu: int | None = None
     mig_index: int | None = None
+    #: ``TaskBoundary``'s value: ``merged`` when the task may have held several requests
+    boundary: str = "exact"
 
     @property
     def device(self) -> DeviceKey | None:
@@ -226,6 +230,7 @@ def _task(doc: Any, where: str) -> Task:
         mig_index=_opt(obj, "mig_index", int, where),
         mode=_enum(obj, "mode", TaskMode, where),
         proc_start_ticks=_get(obj, "proc_start_ticks", int, where),
+        boundary=_opt(obj, "boundary", str, where) or "exact",
     )
 
 
@@ -237,6 +242,7 @@ def _ended(doc: Any, where: str) -> EndedTask:
         ended_at=float(_get(obj, "ended_at", (int, float), where)),
         gpu=_opt(obj, "gpu", int, where),
         mig_index=_opt(obj, "mig_index", int, where),
+        boundary=_opt(obj, "boundary", str, where) or "exact",
     )
 
 

@@ -236,14 +236,10 @@ def summary(
     }
 
 
-#: seconds of traffic in each mode (``bench/realtime.py`` runs its own modes' lengths too)
-DURATIONS_S = {"smoke": 8.0, "quick": 30.0, "full": 120.0}
-
-
 def measure(bench: Any) -> dict[str, Any]:
     """``bench/realtime.py``'s scenario (d): a server alone through the whole pipeline, on a
     stack of its own (the realtime bench's node has no Prometheus or Alertmanager)."""
-    duration = DURATIONS_S.get(bench.mode, DURATIONS_S["full"])
+    duration = {"smoke": 8.0, "quick": 20.0}.get(bench.mode, 120.0)
     return measure_node_marks(duration, time_scale=bench.time_scale, progress=bench.progress)
 
 
@@ -261,8 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="median kernel seconds of a request")  # fmt: skip
     parser.add_argument("--time-scale", type=float, default=1.0, help="gpusim's kernel scale")
     args = parser.parse_args(argv)
-    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    duration = args.duration or DURATIONS_S[mode]
+    duration = args.duration or (8.0 if args.smoke else 30.0 if args.quick else 120.0)
     load = ServerLoad(
         deadline_s=args.deadline, seed=args.seed, burst_requests=args.burst_requests,
         median_work_s=args.median_work,

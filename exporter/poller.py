@@ -182,7 +182,7 @@ class Poller:
             sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
             record=self.recorder.update(timestamp, sample, joined, tasks, recent, containers),
             default_task_mode=self.tracker.rules.default_mode,
-            demand=dict(self.tracker.demand),
+            demand=self.tracker.demand_view(),
             typical_run=dict(self.tracker.typical_run),
         )
         self.snapshot = snapshot

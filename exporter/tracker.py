@@ -94,6 +94,8 @@ PHASES = RUNNING_PHASES
 # A task computes alone when the rest of the device's SM share is below this.
 _ALONE_SLACK = 0.01
 DEMAND_EWMA_ALPHA = 0.3
+#: samples alone a running task needs before its share stands for its container's demand
+RUNNING_DEMAND_SAMPLES = 6
 
 RUN_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -624,6 +626,17 @@ class Tracker:
             EventType.TASK_ENDED, task, ended_at, run_s=view.run_s, deadline_s=view.deadline_s,
             boundary=boundary,
         )  # fmt: skip
+
+    def demand_view(self) -> dict[str, float]:
+        """Each container's expected SM share: learnt from its finished tasks, else, for a
+        task that runs on and on (a busy server's one long busy period), from its own
+        samples so far (at least ``RUNNING_DEMAND_SAMPLES`` of them alone)."""
+        out = dict(self.demand)
+        for task in self._tasks():
+            cid = task.container_id
+            if cid is not None and cid not in out and task.alone_n >= RUNNING_DEMAND_SAMPLES:
+                out[cid] = task.alone_sm / task.alone_n
+        return out
 
     def _learn_demand(self, task: _Task) -> None:
         if task.container_id is None or task.alone_n == 0:

@@ -194,6 +194,7 @@ class RankReason(StrEnum):
     FLOAT_TIME = "float_time"  # paper C: float time not larger than the new deadline
     PREDICTED_MISS = "predicted_miss"  # contention model: the new task would miss
     GPU_MODEL = "gpu_model"  # not the GPU model the request asked for
+    INVALID_RECORD = "invalid_record"  # its record holds NaN, an infinity or a value out of range
 
 
 class NodeListExecutor(StrEnum):

@@ -14,6 +14,7 @@ import functools
 import ipaddress
 import logging
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,20 @@ from urllib.parse import urlparse
 
 import yaml
 
-from gpuguard.labels import LabelError, parse_duration
+from gpuguard import files
+from gpuguard.labels import LabelError, ascii_int, parse_duration
+
+#: A config, rules or actions file larger than this is not one (/dev/zero, a log by mistake).
+MAX_CONFIG_BYTES = 4 << 20
+MAX_TOKEN_BYTES = 4096
+#: Integers a flag takes: at most this many ASCII digits (``int`` refuses 4,301 of its own).
+MAX_INT_DIGITS = 18
+MAX_TEXT = 253  # a DNS name; node names and other one-line texts
+#: A number as a flag's text: ASCII only (``float`` takes Arabic-Indic digits and newlines).
+_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][+-]?[0-9]{1,3})?|[+-]?(?:nan|inf)",
+    re.IGNORECASE,
+)
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -156,7 +170,7 @@ def merge(args: argparse.Namespace, flags: Iterable[Flag]) -> dict[str, Any]:
     values: dict[str, Any] = {f.name: f.default for f in flags}
     config_file = getattr(args, "config_file", None)
     if config_file:
-        values.update(read_config_file(Path(config_file), {f.name for f in flags}))
+        values.update(read_config_file(Path(config_file), flags))
     given = vars(args)
     for flag in flags:
         if given.get(flag.dest) is not None:
@@ -164,30 +178,54 @@ def merge(args: argparse.Namespace, flags: Iterable[Flag]) -> dict[str, Any]:
     return values
 
 
-def read_config_file(path: Path, names: Iterable[str]) -> dict[str, Any]:
-    """The ``--config.file`` mapping; every key must be one of ``names``."""
+def read_config_file(path: Path, flags: Iterable[Flag]) -> dict[str, Any]:
+    """The ``--config.file`` mapping; every key must be one of ``flags``, every value one
+    value of the flag's kind (a list or mapping is refused, never turned into a string)."""
     doc = read_yaml(path, "--config.file")
     if doc is None:
         return {}
     if not isinstance(doc, dict):
         raise ConfigError(f"--config.file {path}: must be a mapping of flag names to values")
-    known = set(names)
-    unknown = sorted(str(k) for k in doc if k not in known)
+    kinds = {f.name: f.kind for f in flags}
+    unknown = sorted(str(k) for k in doc if k not in kinds)
     if unknown:
         raise ConfigError(f"--config.file {path}: unknown setting(s) {', '.join(unknown)}")
+    for name, value in doc.items():
+        problem = _not_one_value(value, kinds[name])
+        if problem:
+            raise ConfigError(f"--config.file {path}: {name} must be {problem}")
     return {str(k): v for k, v in doc.items()}
+
+
+def _not_one_value(value: Any, kind: str) -> str | None:
+    """Why a config file's value cannot be a flag of ``kind``, or None."""
+    if isinstance(value, list | tuple):
+        return "a single value, got a list"
+    if isinstance(value, dict):
+        return "a single value, got a mapping"
+    if kind != "bool" and isinstance(value, bool):
+        return f"text or a number, got {str(value).lower()}"
+    if value is not None and not isinstance(value, str | int | float | bool):
+        return f"text or a number, got {type(value).__name__}"  # a YAML date, binary
+    return None
 
 
 def read_yaml(path: Path, flag: str) -> Any:
     """Parse the YAML file that ``flag`` names; unreadable or invalid is one line."""
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = files.read_text(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: not UTF-8 ({exc.reason})") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{flag} {path}: invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # an integer of thousands of digits, a date out of range
+        raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc)[:80]}") from None
 
 
 def run_configured(prog: str, load: Callable[[], _C], run: Callable[[_C], int]) -> int:
@@ -250,15 +288,43 @@ def choice(values: Mapping[str, Any], name: str, choices: tuple[str, ...]) -> st
 def integer(values: Mapping[str, Any], name: str, minimum: int, maximum: int | None = None) -> int:
     """An integer in ``[minimum, maximum]`` (no upper bound when ``maximum`` is None)."""
     value = values[name]
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be an integer") from None
+    number = _int(value)
+    if number is None:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"--{name} {shown}: must be an integer")
     if maximum is None and number < minimum:
         raise ConfigError(f"--{name} {value!r}: must be >= {minimum}")
     if maximum is not None and not minimum <= number <= maximum:
         raise ConfigError(f"--{name} {value!r}: must be between {minimum} and {maximum}")
     return number
+
+
+def _int(value: Any) -> int | None:
+    """A YAML integer, or ASCII digits (surrounding spaces allowed), bounded; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) < 10**MAX_INT_DIGITS else None
+    text = str(value).strip(" ")
+    negative = text.startswith("-")
+    try:
+        number = ascii_int(text[1:] if negative else text, MAX_INT_DIGITS)
+    except LabelError:
+        return None
+    return -number if negative else number
+
+
+def text(values: Mapping[str, Any], name: str) -> str:
+    """One short line of printable text (a YAML number reads as its digits)."""
+    value = values[name]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(f"--{name} {value!r:.40}: must be one line of text")
+    result = str(value)
+    if not result or len(result) > MAX_TEXT or not result.isprintable():
+        raise ConfigError(
+            f"--{name} {result[:40]!r}: must be 1 to {MAX_TEXT} printable characters on one line"
+        )
+    return result
 
 
 def ratio(values: Mapping[str, Any], name: str) -> float:
@@ -271,16 +337,23 @@ def share(values: Mapping[str, Any], name: str) -> float:
     return _fraction(values, name, lambda x: 0 <= x < 1, "[0, 1)")
 
 
+def positive(values: Mapping[str, Any], name: str, maximum: float) -> float:
+    """A finite number in (0, ``maximum``]."""
+    return _fraction(values, name, lambda x: 0 < x <= maximum, f"(0, {maximum:g}]")
+
+
 def _fraction(
-    values: Mapping[str, Any], name: str, within: Callable[[float], bool], text: str
+    values: Mapping[str, Any], name: str, within: Callable[[float], bool], span: str
 ) -> float:
     value = values[name]
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise ConfigError(f"--{name} {value!r}: must be a number") from None
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float) or _DECIMAL.fullmatch(str(value))
+    ):
+        raise ConfigError(f"--{name} {shown}: must be a number")
+    number = float(value)
     if not math.isfinite(number) or not within(number):
-        raise ConfigError(f"--{name} {value!r}: must be in {text}")
+        raise ConfigError(f"--{name} {shown}: must be in {span}")
     return number
 
 
@@ -314,9 +387,11 @@ def is_loopback(host: str) -> bool:
 def read_token(path: Any, name: str = "web.token-file") -> str:
     """The bearer token in the file ``--name`` gives (stripped; must not be empty)."""
     try:
-        token = Path(str(path)).read_text().strip()
+        token = files.read_text(str(path), MAX_TOKEN_BYTES).strip()
     except OSError as exc:
         raise ConfigError(f"--{name} {path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--{name} {path}: cannot read: not UTF-8") from None
     if not token:
         raise ConfigError(f"--{name} {path}: is empty")
     return token

@@ -34,7 +34,10 @@ PLACEMENT = "gpuguard.placement"
 
 _E = TypeVar("_E", TaskMode, PriorityClass)
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+#: ASCII digits and spaces only, on one line: ``\d`` takes Arabic-Indic or full-width digits,
+#: ``\s`` newlines and tabs, and ``$`` matches before a trailing newline.
+_DURATION = re.compile(r" *([0-9]+(?:\.[0-9]+)?|\.[0-9]+) *(ms|s|m|h)? *")
+MAX_DURATION_TEXT = 64
 _UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 # Prometheus' metric name syntax; a histogram's series add _bucket, _count and _sum.
@@ -57,12 +60,14 @@ def parse_duration(text: str) -> float:
     """
     if not isinstance(text, str):
         raise LabelError(f"duration must be a string, got {type(text).__name__}")
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text) if len(text) <= MAX_DURATION_TEXT else None
     if not match:
-        raise LabelError(f"invalid duration {text!r}: use a number with ms, s, m or h (e.g. 9s)")
+        raise LabelError(
+            f"invalid duration {text[:40]!r}: use a number with ms, s, m or h (e.g. 9s)"
+        )
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
     if not math.isfinite(seconds) or seconds <= 0:
-        raise LabelError(f"invalid duration {text!r}: must be greater than zero")
+        raise LabelError(f"invalid duration {text[:40]!r}: must be greater than zero")
     return seconds
 
 

@@ -28,7 +28,13 @@ def run_placer(config: PlacerConfig) -> int:
     )
     placer = Placer(
         source,
-        Settings(config.policy, config.max_age_s, config.headroom),
+        Settings(
+            config.policy,
+            config.max_age_s,
+            config.headroom,
+            config.client_rate,
+            config.client_burst,
+        ),
         Reservations(config.settle_s),
     )
     try:

@@ -10,6 +10,7 @@ from gpuguard.flags import Flag
 from gpuguard.placer.errors import ConfigError
 from gpuguard.placer.ranking import DEFAULT_HEADROOM, DEFAULT_MAX_AGE_S, Policy
 from gpuguard.placer.reservations import DEFAULT_SETTLE_S
+from gpuguard.placer.service import DEFAULT_CLIENT_BURST, DEFAULT_CLIENT_RATE
 
 DEFAULT_LISTEN = "127.0.0.1:10837"
 DEFAULT_URL = "http://127.0.0.1:10837"
@@ -31,6 +32,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("placement.settle", f"{DEFAULT_SETTLE_S:g}s",
          "a placement counts until a record this much newer shows the node "
          "(container start-up + scrape interval)", "duration"),
+    Flag("placement.client-rate", DEFAULT_CLIENT_RATE,
+         "reservations (POST /api/v1/placement) per second each client may make", "float"),
+    Flag("placement.client-burst", DEFAULT_CLIENT_BURST,
+         "reservations a client may make at once before its rate applies", "int"),
     Flag("log.level", "info", "debug, info, warning or error"),
 )  # fmt: skip
 
@@ -48,6 +53,8 @@ class PlacerConfig:
     headroom: float
     settle_s: float
     log_level: str
+    client_rate: float = DEFAULT_CLIENT_RATE
+    client_burst: int = DEFAULT_CLIENT_BURST
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -77,4 +84,6 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
         headroom=headroom,
         settle_s=flags.duration(values, "placement.settle"),
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
+        client_rate=flags.positive(values, "placement.client-rate", 10_000.0),
+        client_burst=flags.integer(values, "placement.client-burst", 1, 100_000),
     )

@@ -1,18 +1,23 @@
 """HTTP for the placer on gpuguard's server core (``gpuguard/web``).
 
-Routes: ``GET /api/v1/placement`` and ``GET /api/v1/nodes`` (the bearer token when
-``--web.token-file`` is set, checked from the request head), ``GET /`` (landing page),
-``GET /healthz``, ``GET /metrics``. Everything the API decides lives in ``service``; this
-module only maps paths to its handlers and counts what the server answered on its own.
+Routes: ``GET /api/v1/placement`` (where a container would go: reserves nothing) and
+``GET /api/v1/nodes`` (the bearer token when ``--web.token-file`` is set, checked from the
+request head); ``POST /api/v1/placement`` (the same, reserved: always needs the token, so a
+placer without ``--web.token-file`` refuses it with 403; rate-limited per client, 429 with
+``Retry-After``); ``GET /`` (landing page), ``GET /healthz``, ``GET /metrics``. Everything
+the API decides lives in ``service``; this module only maps paths to its handlers and counts
+what the server answered on its own.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuguard import __version__
+from gpuguard.placer.query import MAX_QUERY
 from gpuguard.placer.service import Placer, Reply
 from gpuguard.web import HttpServer, Request, Response, Router
 from gpuguard.web.render import SharedRender, metrics_text
@@ -25,7 +30,11 @@ def placer_router(placer: Placer, token: str | None) -> Router:
         "gpuguard placer",
         __version__,
         [
-            ("/api/v1/placement", "where a new real-time container goes (?deadline=&memory=)"),
+            (
+                "/api/v1/placement",
+                "where a new real-time container goes (?deadline=&memory=; "
+                "POST with the token to reserve it)",
+            ),
             ("/api/v1/nodes", "the ranked node list"),
             ("/healthz", "health"),
             ("/metrics", "Prometheus metrics"),
@@ -43,6 +52,14 @@ def placer_router(placer: Placer, token: str | None) -> Router:
             # the handler counts its own answers; count those the server gave (401, 408, ...)
             observe=_count_refusals(placer, endpoint),
         )
+    router.post(
+        "/api/v1/placement",
+        _reserve(placer, token),
+        auth=True,
+        content_types=(FORM,),
+        max_body=MAX_QUERY,
+        observe=_count_refusals(placer, "reservation"),
+    )
     metrics = SharedRender(lambda: metrics_text(placer.metrics.registry))
     router.get("/", lambda request: page)
     router.get("/healthz", lambda request: text_response("ok\n"))
@@ -50,6 +67,13 @@ def placer_router(placer: Placer, token: str | None) -> Router:
         "/metrics", lambda request: Response(200, metrics.get(), CONTENT_TYPE_LATEST), compress=True
     )
     return router
+
+
+FORM = "application/x-www-form-urlencoded"
+NO_TOKEN = (
+    "reservations need the placer's token: start it with --web.token-file (a query, "
+    "GET /api/v1/placement, needs none on loopback)"
+)
 
 
 def _json(handle: Callable[[str], Reply]) -> Callable[[Request], Response]:
@@ -60,9 +84,30 @@ def _json(handle: Callable[[str], Reply]) -> Callable[[Request], Response]:
     return answer
 
 
+def _reserve(placer: Placer, token: str | None) -> Callable[[Request], Response]:
+    """POST: the form body holds what the query string holds for GET."""
+
+    def answer(request: Request) -> Response:
+        if token is None:
+            reply = placer.refuse_reservation(NO_TOKEN)
+        else:
+            try:
+                body = request.body.decode("ascii")
+            except UnicodeDecodeError:
+                body = "\x00"  # parse_query answers 400: the query must be ASCII
+            reply = placer.reserve(body, request.peer)
+        response = json_response(reply.doc, reply.code)
+        if reply.retry_after_s is not None:
+            retry = (("Retry-After", str(max(1, math.ceil(reply.retry_after_s)))),)
+            response = Response(response.status, response.body, response.content_type, retry)
+        return response
+
+    return answer
+
+
 def _count_refusals(placer: Placer, endpoint: str) -> Callable[[int], None]:
     def observe(code: int) -> None:
-        if code in (401, 408, 413, 431):  # answered before the handler ran
+        if code in (401, 408, 413, 415, 431):  # answered before the handler ran
             placer.metrics.requests.labels(endpoint, str(code)).inc()
 
     return observe

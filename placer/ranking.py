@@ -64,6 +64,9 @@ class NodeView:
     record: NodeRecord
     age_s: float = 0.0  # now - the record's poll time
     marked: bool = False  # its actuator marks it unprovisionable
+    #: GPUs whose record could not be used (a value NaN, infinite or out of range): shown,
+    #: never chosen
+    invalid_gpus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,8 @@ def _node_reasons(view: NodeView, max_age_s: float) -> list[Reason]:
 def _paper_c(view: NodeView, request: Request, max_age_s: float) -> tuple[Any, Candidate]:
     record = view.record
     reasons = _node_reasons(view, max_age_s) + list(record.reasons)
+    if view.invalid_gpus:  # its node-level summary would leave them out: not a whole record
+        reasons.append(RankReason.INVALID_RECORD)
     if record.memory_free_bytes < request.memory_bytes:
         reasons.append(RankReason.MEMORY)
     if not record.float_time_s > request.deadline_s:
@@ -183,13 +188,22 @@ def _gpuguard(
 ) -> list[tuple[Any, Candidate]]:
     record = view.record
     node_reasons = _node_reasons(view, max_age_s)
-    if not record.gpus:
+    invalid = [
+        (
+            (math.inf, 0.0, 0.0, record.node, gpu),
+            Candidate(
+                record.node, gpu, "", (*node_reasons, RankReason.INVALID_RECORD), 0, 0.0, 0, 0
+            ),
+        )
+        for gpu in view.invalid_gpus
+    ]
+    if not record.gpus and not invalid:
         empty = Candidate(record.node, None, "", (*node_reasons, StateReason.NO_GPU), 0, 0.0, 0, 0)
         return [((math.inf, 0.0, 0.0, record.node, ""), empty)]
     return [
         _gpu_candidate(record.node, gpu, node_reasons, request, pending, headroom)
         for gpu in record.gpus
-    ]
+    ] + invalid
 
 
 def _gpu_candidate(

@@ -3,6 +3,10 @@
 Nothing here speaks HTTP, so the transport (``placer/http.py`` on the shared server core
 ``gpuguard/web``, or a Kubernetes scheduler extender) stays a thin adapter. Bad input is a 400
 with one line, never a traceback; Prometheus unreachable is a 503; no eligible node a 409.
+
+Asking where a container would go (``placement``) changes nothing; only ``reserve``, which
+the transport offers to authenticated clients alone, counts the placement until the records
+show it, and each client may reserve at ``Settings.client_rate`` (429 beyond it).
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from gpuguard.placer.ranking import (
     Ranking,
     rank,
 )
+from gpuguard.placer.ratelimit import RateLimit
 from gpuguard.placer.reservations import Reservations
 
 RANKED_IN_REPLY = 10
-ENDPOINTS = ("placement", "nodes")
-CODES = ("200", "400", "401", "409", "503")
+ENDPOINTS = ("placement", "reservation", "nodes")
+CODES = ("200", "400", "401", "403", "409", "429", "503")
+DEFAULT_CLIENT_RATE = 1.0  # reservations per second and client, after the burst
+DEFAULT_CLIENT_BURST = 10
 GIB = 2**30
 
 
@@ -43,6 +50,7 @@ class RecordSource(Protocol):
 class Reply:
     code: int
     doc: dict[str, Any]
+    retry_after_s: float | None = None  # with 429: when this client may reserve again
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,8 @@ class Settings:
     policy: Policy = Policy.GPUGUARD
     max_age_s: float = DEFAULT_MAX_AGE_S
     headroom: float = DEFAULT_HEADROOM
+    client_rate: float = DEFAULT_CLIENT_RATE
+    client_burst: int = DEFAULT_CLIENT_BURST
 
 
 class PlacerMetrics:
@@ -93,17 +103,45 @@ class Placer:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
-        self.settings = settings or Settings()
         self.reservations = reservations or Reservations()
         self.metrics = PlacerMetrics()
         self._clock = clock
         self._lock = threading.Lock()  # rank and reserve as one step
+        self.settings = settings or Settings()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        self._settings = settings
+        self._limit = RateLimit(settings.client_rate, settings.client_burst)
 
     def placement(self, query: str) -> Reply:
-        """``GET /api/v1/placement``: the node and GPU for a new container, and why."""
-        reply = self._placement(query)
+        """``GET /api/v1/placement``: the node and GPU a new container would get now, and
+        why; nothing is reserved."""
+        reply = self._placement(query, reserve=False)
         self.metrics.requests.labels("placement", str(reply.code)).inc()
         return reply
+
+    def reserve(self, query: str, client: str) -> Reply:
+        """``POST /api/v1/placement``: the same answer, and the placement counts on its GPU
+        until the records show it; at most ``client_rate`` per second per ``client``."""
+        wait = self._limit.take(client, self._clock())
+        if wait > 0:
+            reply = Reply(
+                429, {"error": f"too many reservations from {client or 'this client'}"}, wait
+            )
+        else:
+            reply = self._placement(query, reserve=True)
+        self.metrics.requests.labels("reservation", str(reply.code)).inc()
+        return reply
+
+    def refuse_reservation(self, why: str) -> Reply:
+        """A reservation the transport will not take (no token configured)."""
+        self.metrics.requests.labels("reservation", "403").inc()
+        return Reply(403, {"error": why})
 
     def nodes(self, query: str) -> Reply:
         """``GET /api/v1/nodes``: the whole ranked list, for a request or none."""
@@ -119,10 +157,10 @@ class Placer:
         self.metrics.requests.labels("nodes", str(reply.code)).inc()
         return reply
 
-    def _placement(self, query: str) -> Reply:
+    def _placement(self, query: str, reserve: bool) -> Reply:
         try:
             parsed = parse_query(query)
-            ranking = self._rank(parsed.request, parsed.policy, reserve=True)
+            ranking = self._rank(parsed.request, parsed.policy, reserve=reserve)
         except BadRequest as exc:
             return Reply(400, {"error": str(exc)})
         except RecordsUnavailable as exc:

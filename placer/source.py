@@ -8,6 +8,12 @@ placer covers by remembering its own recent placements (``reservations``); a rec
 poll is older than ``--records.max-age`` is shown but never chosen (``stale``). An exporter
 that stops answering drops out: Prometheus marks its series stale at the failed scrape.
 Prometheus down means no placement (503) rather than placement on old data.
+
+Values from Prometheus are checked here, at the placer's boundary (``_valid``): an exporter
+can publish NaN or an infinity (a division by zero upstream, a bug, a hand-made series), and
+before, one such GPU made every placement and node list of the cluster answer 500. A GPU
+whose record holds one is shown with ``invalid_record`` and never chosen; a malformed sample
+is skipped; a node mark that is neither 0 nor 1 counts as marked.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 import requests
 
 from gpuguard.contract import StateReason
-from gpuguard.noderecord import GpuRecord, NodeRecord
+from gpuguard.noderecord import MEMORY_MAX, GpuRecord, NodeRecord
 from gpuguard.placer.errors import RecordsUnavailable
 from gpuguard.placer.ranking import NodeView
 
@@ -55,6 +61,34 @@ RECORDS_QUERY = (
 _STATE_REASONS = {str(r): r for r in StateReason}
 _REASON_ORDER = tuple(StateReason)
 _FIELD_OF = {f"gpuguard_gpu_{name}": name for name in _GPU_FIELDS}
+_MAX_TASKS = 1_000_000
+
+
+def _valid(field_name: str, value: float) -> bool:
+    """Whether a record field's value can be ranked on (the exporter's range for it)."""
+    if field_name == "state":
+        return value in (0.0, 1.0)
+    if field_name == "float_time_seconds":
+        return not math.isnan(value) and value != -math.inf  # +Inf: no deadline in the window
+    if not math.isfinite(value) or value < 0:
+        return False
+    if field_name in ("free_memory_bytes", "memory_total_bytes"):
+        return value <= MEMORY_MAX
+    if field_name == "running_tasks":
+        return value <= _MAX_TASKS
+    if field_name == "busy_ratio":
+        return value <= 1.0
+    return True
+
+
+def _parse(sample: Any) -> tuple[Mapping[str, str], float] | None:
+    """A sample's labels and value, or None when it is not a Prometheus vector sample."""
+    try:
+        labels = sample["metric"]
+        value = float(sample["value"][1])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return None
+    return (labels, value) if isinstance(labels, dict) else None
 
 
 @dataclass
@@ -62,6 +96,7 @@ class _Node:
     timestamp: float | None = None
     marked: bool = False
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
+    invalid: set[str] = field(default_factory=set)
 
 
 def views_from_samples(samples: Iterable[Mapping[str, Any]], now: float) -> list[NodeView]:
@@ -72,12 +107,14 @@ def views_from_samples(samples: Iterable[Mapping[str, Any]], now: float) -> list
     """
     nodes: dict[str, _Node] = {}
     for sample in samples:
-        labels = sample["metric"]
+        parsed = _parse(sample)
+        if parsed is None:
+            continue
+        labels, value = parsed
         node_name = labels.get("node")
-        if not node_name:
+        if not node_name or not isinstance(node_name, str):
             continue
         name = labels.get("__name__", "")
-        value = float(sample["value"][1])
         node = nodes.get(node_name)
         if node is None:
             node = nodes[node_name] = _Node()
@@ -88,24 +125,31 @@ def views_from_samples(samples: Iterable[Mapping[str, Any]], now: float) -> list
                 fields = node.gpus[gpu] = {}
             field_name = _FIELD_OF.get(name)
             if field_name == "info":
-                fields["model"] = labels.get("name", "")
+                fields["model"] = str(labels.get("name", ""))
+            elif field_name is not None and not _valid(field_name, value):
+                node.invalid.add(gpu)
             elif field_name is not None:
                 fields[field_name] = value
             elif name == STATE_REASON:
                 reason = _STATE_REASONS.get(labels.get("reason", ""))
                 if value == 1 and reason is not None:
                     fields.setdefault("reasons", set()).add(reason)
-        elif name == LAST_POLL:
+        elif name == LAST_POLL and math.isfinite(value) and value > 0:
             node.timestamp = max(value, node.timestamp or 0.0)
         elif name == PROVISIONABLE:
-            node.marked = node.marked or value == 0
+            node.marked = node.marked or value != 1  # 0, or anything that is not a 0 or 1
     views = []
     for node_name, node in sorted(nodes.items()):
         if node.timestamp is None:
             continue  # an actuator's mark without an exporter: no record
-        gpus = tuple(gpu for key, fields in sorted(node.gpus.items()) if (gpu := _gpu(key, fields)))
-        record = NodeRecord(node_name, node.timestamp, gpus)
-        views.append(NodeView(record, max(0.0, now - node.timestamp), node.marked))
+        gpus = tuple(
+            record
+            for key, fields in sorted(node.gpus.items())
+            if key not in node.invalid and (record := _gpu(key, fields))
+        )
+        age = max(0.0, now - node.timestamp)
+        node_record = NodeRecord(node_name, node.timestamp, gpus)
+        views.append(NodeView(node_record, age, node.marked, tuple(sorted(node.invalid))))
     return views
 
 

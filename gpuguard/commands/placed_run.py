@@ -1,5 +1,10 @@
 """``gpuguard run --placer.url ...``: ask the placer, then create a Swarm service on its node.
 
+With ``--placer.token-file`` the placement is reserved (``POST /api/v1/placement``): the
+placer counts it on its GPU until the records show the container, so runs started together
+spread out. Without it, the placer is only asked (``GET``) and nothing is reserved (a placer
+without a token cannot take reservations); that is said on stderr.
+
 The service is pinned to the chosen node (``node.id==``) and carries the real-time
 constraint ``node.labels.gpuguard.provisionable!=false``, so a node that its actuator has
 marked in the meantime takes nothing; the chosen GPU goes in ``NVIDIA_VISIBLE_DEVICES``.
@@ -20,7 +25,7 @@ import requests
 from gpuguard import flags
 from gpuguard.commands.errors import PlacementFailed, ServiceUnreachable
 from gpuguard.commands.launch import exec_docker, run_labels, split_run_flags
-from gpuguard.commands.service import PLACER, get_json
+from gpuguard.commands.service import PLACER, call_json, get_json
 from gpuguard.flags import ConfigError
 from gpuguard.labels import NODE, PLACEMENT, PROVISIONABLE
 
@@ -65,12 +70,22 @@ def place(found: dict[str, str]) -> dict[str, Any]:
     for flag, name in (("--runtime", "runtime"), ("--gpu-model", "gpu_model")):
         if flag in found:
             params[name] = found[flag]
-    headers = {}
     if "--placer.token-file" in found:
         token = flags.read_token(found["--placer.token-file"], "placer.token-file")
-        headers["Authorization"] = f"Bearer {token}"
-    reply = get_json(PLACER, found["--placer.url"], "/api/v1/placement", params, headers, 10.0)
+        headers = {"Authorization": f"Bearer {token}"}
+        reply = call_json(
+            PLACER, "POST", found["--placer.url"], "/api/v1/placement", params, headers, 10.0
+        )
+    else:
+        print(
+            "gpuguard run: no --placer.token-file: the placement is not reserved (runs "
+            "started together may be placed on the same GPU)",
+            file=sys.stderr,
+        )
+        reply = get_json(PLACER, found["--placer.url"], "/api/v1/placement", params, None, 10.0)
     doc = reply.doc
+    if reply.status == 429:
+        raise PlacementFailed(f"placer: {doc.get('error', 'too many reservations')}, retry later")
     if reply.status == 409:
         raise PlacementFailed(f"no node can take it now: {_reasons(doc)}")
     if reply.status != 200:

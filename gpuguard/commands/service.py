@@ -61,11 +61,27 @@ def get_json(
 ) -> Reply:
     """GET ``base_url + path`` as JSON, whatever its status; ``ServiceUnreachable`` (one line
     with the fix) when nothing answers there, or something that is not the service."""
+    return call_json(service, "GET", base_url, path, params, headers, timeout_s)
+
+
+def call_json(
+    service: Service,
+    method: str,
+    base_url: str,
+    path: str,
+    params: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 5.0,
+) -> Reply:
+    """``get_json`` for any method; a POST sends ``params`` as a form."""
     import requests
 
     url = base_url.rstrip("/") + path
+    query, form = (params, None) if method == "GET" else (None, params)
     try:
-        reply = requests.get(url, params=params, headers=headers, timeout=timeout_s)
+        reply = requests.request(
+            method, url, params=query, data=form, headers=headers, timeout=timeout_s
+        )
     except requests.RequestException as exc:
         raise ServiceUnreachable(
             f"no {service.name} at {base_url} ({_why(exc, timeout_s)}): {service.fix()}"

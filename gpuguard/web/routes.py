@@ -48,6 +48,8 @@ class Request:
     body: bytes = b""
     #: resolved by the server when it needs this connection back (interruptible routes)
     interrupt: asyncio.Future[None] | None = None
+    #: the client's address (IP, without the port), for per-client limits
+    peer: str = ""
 
     @property
     def accepts_gzip(self) -> bool:

@@ -112,11 +112,13 @@ class _SlowHead(Exception):
 class _Conn:
     """One client connection and what the server may do to it."""
 
-    __slots__ = ("broken", "close_after", "evicted", "id", "interrupt", "wire")
+    __slots__ = ("broken", "close_after", "evicted", "id", "interrupt", "peer", "wire")
 
     def __init__(self, conn_id: int, wire: Wire):
         self.id = conn_id
         self.wire = wire
+        peer = wire.transport.get_extra_info("peername") if wire.transport else None
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         self.interrupt: asyncio.Future[None] | None = None
         self.close_after = False  # answer the request in progress, then close
         self.evicted = False
@@ -349,6 +351,7 @@ class HttpServer:
     async def _exchange(self, h: h11.Connection, conn: _Conn, head: h11.Request) -> bool:
         """Answer one request; True when the connection may carry the next one."""
         request = _request(head)
+        request.peer = conn.peer
         route: Route | None = None
         try:
             route = self.router.resolve(request.method, request.path)

@@ -86,6 +86,11 @@ BENCHES = (
           alerting=True),
     Bench("alert_pipeline.py", ("--smoke",), ("alert_pipeline_p50_s", "alert_pipeline_max_s"),
           alerting=True),
+    Bench("faults.py", ("--quick",), (
+        "late_duplicate_listen_s", "late_duplicate_resumed", "late_duplicate_stale_skips",
+        "late_duplicate_failing_open", "hung_dockerd_listen_s", "hung_dockerd_engine_calls",
+        "hung_dockerd_both_alive", "gone1000_listen_s", "gone1000_settled_s",
+    )),
     Bench("http_load.py", ("--quick",), (
         "burst300_p99_s", "burst300_actuator_p99_s", "burst300_failed", "webhook_under_siege_ms",
         "followers1000_event_p50_s", "followers1000_event_p99_s", "followers1000_threads_before",

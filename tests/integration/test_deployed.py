@@ -6,7 +6,8 @@ needs ``python:3.11-slim`` and the package index, which cannot be reached here, 
 is imported from a rootfs holding the host's Python and gpuguard installed from its wheel,
 with the Dockerfile's entrypoint, user and state directory. Both containers run as compose
 runs them: uid 10001 with the Docker socket's group, read-only root, no capabilities,
-no-new-privileges; the actuator on the host network, the guard on none.
+no-new-privileges; both on the host network, listening on loopback (the guard for its
+/metrics only).
 """
 
 from __future__ import annotations
@@ -102,7 +103,11 @@ def test_kill_9_of_the_actuator_container_and_the_guard_container_resumes(
     deployment: Callable[..., Any],
 ) -> None:
     docker = "--docker.host=unix:///var/run/docker.sock"
-    guard = deployment("guard", ["guard", f"--state.dir={STATE}", docker], "none")
+    guard_port = free_port()
+    guard_argv = [
+        "guard", f"--state.dir={STATE}", docker, f"--web.listen-address=127.0.0.1:{guard_port}"
+    ]  # fmt: skip
+    guard = deployment("guard", guard_argv, "host")
     port = free_port()
     actuator_argv = [
         "actuator", f"--web.listen-address=127.0.0.1:{port}",
@@ -151,6 +156,8 @@ def test_kill_9_of_the_actuator_container_and_the_guard_container_resumes(
     assert actuator.status == "exited" and guard.status == "running"
     logs = guard.logs().decode()
     assert "no actuator holds the journal" in logs and "guard resumed dep-" in logs, logs
+    metrics = requests.get(f"http://127.0.0.1:{guard_port}/metrics", timeout=5).text
+    assert 'gpuguard_guard_actuator{state="gone"} 1.0' in metrics  # what Prometheus scrapes
 
     # A new actuator container on the same volume takes the journal back and serves.
     actuator.start()

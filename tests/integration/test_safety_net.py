@@ -214,6 +214,11 @@ def test_actuator_starts_without_docker_and_an_unreadable_journal(
     actuator = ManagedProcess("actuator", argv, tmp_path / "actuator.log").start()
     try:
         actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)
+        wait_for(
+            lambda: "docker engine unreachable" in requests.get(url + "/healthz", timeout=5).text,
+            20,
+            "/healthz to say why",
+        )  # it listens before it settles the journal with Docker
         health = requests.get(url + "/healthz", timeout=5).text
         assert health.startswith("degraded: docker engine unreachable"), health
         assert "journal unreadable" in health, health
@@ -227,3 +232,51 @@ def test_actuator_starts_without_docker_and_an_unreadable_journal(
         assert list(state_dir.glob(f"{JOURNAL_FILE}.corrupt-*"))
     finally:
         actuator.stop()
+
+
+def test_a_restarted_actuator_listens_at_once_beside_a_hung_docker(tmp_path: Path) -> None:
+    """Issue 20, item 4: the guard held the journal's lock through its Docker calls (3
+    retries x 5 s per entry against a hung dockerd) and the restarted actuator reconciled
+    before it listened: 66 s with 3 journalled pauses. Neither waits on Docker now."""
+    from tests.support.hung_engine import HungEngine
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    doc = journal_doc()
+    for i in range(3):
+        cid = f"{i:064x}"
+        doc["paused"][cid] = paused_entry(cid, f"rt-{i}", time.time())
+    atomic_write_json(state_dir / JOURNAL_FILE, doc)
+    (tmp_path / "token").write_text("t0ken")
+    (tmp_path / "token").chmod(0o600)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with HungEngine(tmp_path / "hung.sock") as engine:
+        guard = ManagedProcess(
+            "guard",
+            [sys.executable, "-m", "gpuguard.cli", "guard", f"--state.dir={state_dir}",
+             f"--docker.host={engine.url}"],
+            tmp_path / "guard.log",
+        ).start()  # fmt: skip
+        actuator = None
+        try:
+            wait_for(lambda: engine.accepted >= 1, 30, "the guard asking the hung engine")
+            argv = [
+                sys.executable, "-m", "gpuguard.cli", "actuator",
+                f"--web.listen-address=127.0.0.1:{port}", f"--web.token-file={tmp_path / 'token'}",
+                f"--exporter.url=http://127.0.0.1:{free_port()}", f"--docker.host={engine.url}",
+                f"--state.dir={state_dir}", "--node.name=itest", "--mode=webhook",
+                f"--rules.actions={REPO / 'rules' / 'actions.yml'}",
+                f"--rules.files={REPO / 'rules' / '*.rules.yml'}",
+            ]  # fmt: skip
+            started = time.monotonic()
+            actuator = ManagedProcess("actuator", argv, tmp_path / "actuator.log").start()
+            actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)
+            waited = time.monotonic() - started
+            assert waited < 10, f"listened after {waited:.1f}s (66 s before the fix)"
+            assert guard.alive() and actuator.alive()
+        finally:
+            if actuator is not None:
+                actuator.stop()
+            guard.stop()
+    assert "Traceback" not in guard.log_tail(200)

@@ -11,12 +11,12 @@ from typing import Any
 
 import docker
 
+from gpuguard.actuator.app import open_journal
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import FLAGS, Config, validate
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.executor import DockerExecutor
 from gpuguard.actuator.exporter_client import ExporterClient
-from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import SwarmMarker
 from gpuguard.demo.stack.process import free_port
@@ -50,7 +50,7 @@ def make_controller(tmp_path: Path, docker_url: str | None = None, **values: Any
     api = docker.APIClient(
         base_url=docker_url or "unix:///nonexistent/docker.sock", version="1.41", timeout=1
     )
-    journal = Journal(config.state_dir)
+    journal, journal_lost = open_journal(config.state_dir)  # as the actuator opens it
     audit = AuditLog(config.state_dir / "audit.jsonl")
     executor = DockerExecutor(api, journal, audit, retry_delay_s=0.001)
     return Controller(
@@ -61,4 +61,5 @@ def make_controller(tmp_path: Path, docker_url: str | None = None, **values: Any
         audit,
         ActuatorMetrics(config.node_name),
         SwarmMarker(api, api),
+        journal_lost,
     )

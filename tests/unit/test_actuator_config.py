@@ -251,3 +251,41 @@ def test_guard_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     args = build_parser().parse_args(["guard", "--max-pause=soon"])
     assert args.func(args) == 2
     assert capsys.readouterr().err.startswith("gpuguard guard: --max-pause")
+
+
+def test_node_name_must_be_one_name(files: dict[str, str], tmp_path: Path) -> None:
+    # Issue 20: `node.name: [a, b]` silently became the string "['a', 'b']".
+    conf = tmp_path / "conf.yml"
+    conf.write_text("node.name: [a, b]\n")
+    with pytest.raises(ConfigError, match=r"node\.name must be a single value"):
+        load_config(parse([*base(files), f"--config.file={conf}"]))
+    with pytest.raises(ConfigError, match=r"^--node.name "):
+        load_config(parse([*base(files), "--node.name=a\nb"]))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["guard", "--state.dir=/proc"],
+        ["guard", "--state.dir=/proc/self"],
+        ["guard", "--config.file=/dev/zero"],
+        ["actuator", "--state.dir=/proc", "--web.insecure"],
+        ["actuator", "--web.token-file=/dev/zero"],
+        ["actuator", "--web.insecure", "--rules.actions=/dev/zero"],
+        ["actuator", "--web.insecure", "--max-pause=9s\n"],
+        ["actuator", "--web.insecure", "--policy.max-actions=" + "9" * 5000],
+        ["placer", "--web.token-file=/dev/zero"],
+        ["exporter", "--config.file=/dev/zero"],
+    ],
+)
+def test_hostile_flags_are_one_line_and_exit_2(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuguard.cli import main
+
+    if argv[0] == "actuator" and not any(a.startswith("--state.dir") for a in argv):
+        argv = [*argv, f"--state.dir={tmp_path / 'state'}"]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and err.startswith(f"gpuguard {argv[0]}: "), err

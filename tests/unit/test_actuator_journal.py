@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,9 @@ def test_pause_is_on_disk_before_it_is_taken(tmp_path: Path) -> None:
     doc = read_journal(tmp_path / JOURNAL_FILE)
     assert doc["pid"] == os.getpid()
     assert doc["paused"]["c1"]["reason"] == "newcomer"
-    assert Journal(tmp_path).paused == {"c1": entry("c1")}
+    again = Journal(tmp_path).paused["c1"]
+    assert replace(again, paused_boot=None, boot_id=None) == entry("c1")
+    assert again == journal.paused["c1"]  # with its boot clock reading (pauseclock)
 
 
 def test_a_pause_intent_is_visible_before_it_is_durable(tmp_path: Path) -> None:
@@ -121,12 +124,14 @@ def test_foreign_file_is_refused(tmp_path: Path) -> None:
 def test_plan_reconcile(
     docker: bool | None, with_tasks: set[str] | None, paused_at: float, verdict: str
 ) -> None:
-    steps = plan_reconcile({"c1": entry("c1", paused_at)}, {"c1": docker}, with_tasks, 110.0, 60.0)
+    steps = plan_reconcile(
+        {"c1": entry("c1", paused_at)}, {"c1": docker}, with_tasks, lambda e: 110 - e.paused_at, 60
+    )
     assert [(s.container_id, s.verdict) for s in steps] == [("c1", verdict)]
 
 
 def test_reconcile_leaves_containers_paused_by_someone_else() -> None:
-    assert plan_reconcile({}, {"other": True}, set(), 110.0, 60.0) == []
+    assert plan_reconcile({}, {"other": True}, set(), lambda e: 0.0, 60.0) == []
 
 
 GOOD = {"version": 1, "paused": {"c1": {"container_id": "c1", "name": "n", "task_id": None,
@@ -154,8 +159,9 @@ def test_unreadable_journal_is_set_aside_not_a_crash(tmp_path: Path, content: by
     assert journal.paused == {} and lost is not None
     kept = [p for p in tmp_path.iterdir() if p.name.startswith(f"{JOURNAL_FILE}.corrupt-")]
     assert len(kept) == 1 and kept[0].read_bytes() == content  # kept for the operator
-    assert not (tmp_path / JOURNAL_FILE).exists()
     assert kept[0].name in lost
+    # The new journal records the loss, so the undoing survives a restart until done.
+    assert json.loads((tmp_path / JOURNAL_FILE).read_text())["lost"] == lost
 
 
 def test_a_readable_journal_opens_as_is(tmp_path: Path) -> None:
@@ -215,3 +221,176 @@ def test_lease_renewal_and_age(tmp_path: Path) -> None:
     assert seen.age(now=seen.renewed + 20) == pytest.approx(20)
     path.write_text("{not json")
     assert lease.read(path) is None and lease.age(path) == math.inf
+
+
+# Issue 20, item 6: nothing in the state directory is reached through a symbolic link.
+
+
+def outside_file(tmp_path: Path) -> Path:
+    target = tmp_path / "outside.txt"
+    target.write_text("an operator's file\n")
+    target.chmod(0o644)
+    return target
+
+
+def test_a_journal_lock_link_is_moved_aside_never_followed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    target = outside_file(tmp_path)
+    (state / "journal.lock").symlink_to(target)
+    lock = JournalLock(state)
+    assert lock.try_acquire()
+    lock.release()
+    assert target.read_text() == "an operator's file\n"  # not truncated, not overwritten
+    assert not (state / "journal.lock").is_symlink() and (state / "journal.lock").is_file()
+    assert [p for p in state.iterdir() if p.name.startswith("journal.lock.")]  # kept aside
+
+
+def test_an_audit_log_link_is_moved_aside_never_appended_to(tmp_path: Path) -> None:
+    from gpuguard.actuator.audit import AuditLog
+
+    state = tmp_path / "state"
+    state.mkdir()
+    target = outside_file(tmp_path)
+    (state / "audit.jsonl").symlink_to(target)
+    audit = AuditLog(state / "audit.jsonl")
+    audit.write("start")
+    audit.close()
+    assert target.read_text() == "an operator's file\n"
+    assert target.stat().st_mode & 0o777 == 0o644  # never chmod'ed through the link
+    assert not (state / "audit.jsonl").is_symlink()
+    assert (state / "audit.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_leases_are_never_read_through_a_link_nor_hang_on_a_fifo(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_text(json.dumps({"pid": 1, "renewed": lease.boottime()}))
+    (tmp_path / lease.ACTUATOR_LEASE).symlink_to(target)
+    assert lease.read(tmp_path / lease.ACTUATOR_LEASE) is None
+    os.mkfifo(tmp_path / lease.GUARD_LEASE)
+    reader = threading.Thread(target=lease.read, args=(tmp_path / lease.GUARD_LEASE,))
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive(), "reading a FIFO lease hung"
+    lease.renew(tmp_path / lease.GUARD_LEASE)  # replaces the FIFO with a lease
+    assert lease.age(tmp_path / lease.GUARD_LEASE) < 5
+    assert target.read_text().startswith("{")
+
+
+# Issue 20, item 7: a hostile journal is moved aside, never a crash or a hang.
+
+
+def open_in_time(state: Path, seconds: float = 5.0) -> tuple[Journal, str | None]:
+    result: list[tuple[Journal, str | None]] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(open_journal(state))
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "opening the journal hung"
+    assert not failed, failed
+    return result[0]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "symlink", "socket"])
+def test_a_journal_that_is_not_a_regular_file_is_set_aside(tmp_path: Path, kind: str) -> None:
+    import socket
+
+    path = tmp_path / JOURNAL_FILE
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "symlink":
+        (tmp_path / "real.json").write_text(json.dumps(GOOD))
+        path.symlink_to(tmp_path / "real.json")
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    journal, lost = open_in_time(tmp_path)
+    assert lost is not None and journal.paused == {}
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(f"{JOURNAL_FILE}.corrupt-")]
+    assert json.loads((tmp_path / JOURNAL_FILE).read_text())["version"] == 1
+    if kind == "symlink":
+        assert json.loads((tmp_path / "real.json").read_text()) == GOOD  # untouched
+
+
+def bad_paused(**fields: object) -> dict[str, object]:
+    good = dict(GOOD["paused"]["c1"])  # type: ignore[index]
+    good.update(fields)
+    return good
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        bad_paused(paused_at="soon"),
+        bad_paused(paused_at=float("nan")),
+        bad_paused(paused_at=float("inf")),
+        bad_paused(paused_at=True),
+        bad_paused(gpu="0"),
+        bad_paused(name=["x"]),
+        bad_paused(container_id="other"),
+        bad_paused(task_id=7),
+        bad_paused(paused_boot="later"),
+    ],
+    ids=["text", "nan", "inf", "bool", "gpu-text", "name-list", "id-mismatch", "task-int",
+         "boot-text"],
+)  # fmt: skip
+def test_a_bad_paused_entry_is_moved_aside_and_the_rest_kept(
+    tmp_path: Path, entry: dict[str, object]
+) -> None:
+    good = dict(GOOD["paused"]["c1"])  # type: ignore[index]
+    good["container_id"] = "c2"
+    doc = {"version": 1, "paused": {"c1": entry, "c2": good}, "admitted": {"c3": 5.0}}
+    (tmp_path / JOURNAL_FILE).write_text(json.dumps(doc))
+    journal, lost = open_in_time(tmp_path)
+    assert lost is not None and "paused" in lost  # every managed pause gets resumed
+    assert list(journal.paused) == ["c2"] and journal.admitted == {"c3": 5.0}
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(f"{JOURNAL_FILE}.corrupt-")]
+    assert len(kept) == 1 and kept[0].read_text() == json.dumps(doc)  # for the operator
+    assert "c1" not in json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("admitted", {"c1": "soon"}),
+        ("exempt_tasks", {"t": None}),
+        ("max_pause_s", "long"),
+        ("nodes", {"node": "host-a", "since": 1.0, "reasons": [{"alertname": "x"}]}),
+        ("nodes", {"node": "host-a", "since": "yesterday", "reasons": []}),
+        ("nodes", {"node": "host-a", "resolved_alerts": {"f1": ["2025-11-22T01:00:00", 1.0]}}),
+        ("alerts", {"resolved": {"f1": ["2025-11-22T01:00:00", 1.0]}}),
+        ("alerts", {"resolved": {"f1": ["2025-11-22T01:00:00+00:00", "x"]}}),
+        ("alerts", {"fail_open": {"f1": "now"}}),
+        ("alerts", []),
+    ],
+)
+def test_every_field_is_checked_at_load(tmp_path: Path, field: str, value: object) -> None:
+    doc = {**GOOD, field: value}
+    (tmp_path / JOURNAL_FILE).write_text(json.dumps(doc))
+    journal, lost = open_in_time(tmp_path)
+    assert lost is not None and field in lost
+    assert list(journal.paused) == ["c1"]
+
+
+def test_a_valid_journal_has_no_problems(tmp_path: Path) -> None:
+    doc = {
+        **GOOD,
+        "admitted": {"c9": 1.0},
+        "exempt_tasks": {"t": 2.0},
+        "max_pause_s": 120.0,
+        "nodes": {"node": "host-a", "since": 1.0, "provisionable": True, "reasons": []},
+        "alerts": {"resolved": {"f1": ["2025-11-22T01:00:00+00:00", 1.0]}, "fail_open": {}},
+    }
+    (tmp_path / JOURNAL_FILE).write_text(json.dumps(doc))
+    journal, lost = open_in_time(tmp_path)
+    assert lost is None and list(journal.paused) == ["c1"]

@@ -258,6 +258,8 @@ def test_no_preemption_that_only_trades_one_miss_for_another() -> None:
     cs[0]["typical_run_s"] = 3.0
     cs[1]["typical_run_s"] = 4.0
     ts = [task("a", "computing", 2, deadline=10, age=2.0), task("b", "input", 1, deadline=1)]
+    for t in ts:
+        t["mode"] = "process"  # exact boundaries: their deadlines are the work's own
     ts[0]["absolute_deadline"] = NOW + 2.0
     ts[1]["absolute_deadline"] = NOW - 0.5
     d = run(state(cs, ts, util=1.0), order="edf")
@@ -337,6 +339,42 @@ def test_under_edf_a_tight_repeater_does_not_yield_to_a_looser_waiter() -> None:
     d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(order="edf"), ours("b"),
                STRAIGHT_ON_A)  # fmt: skip
     assert acts(d) == [(UNPAUSE, "b")]
+
+
+def test_a_busy_server_past_its_first_deadline_keeps_its_edf_rank() -> None:
+    # two busy servers: the tight one's busy period began 3 s ago (its first request's
+    # deadline long past), the loose one's 1 s ago; the requests waiting in the tight one
+    # are due within 1 s of now, the loose one's within 30 s: the tight one goes first,
+    # and being late does not make preempting for it futile (bursts hold many requests)
+    cs = [container("t", deadline=1), container("l", deadline=30)]
+    cs[0]["typical_run_s"] = cs[1]["typical_run_s"] = 0.3
+    ts = [
+        task("t", "computing", 1, deadline=1, age=3.0),
+        task("l", "computing", 2, deadline=30, age=1.0),
+    ]
+    d = run(state(cs, ts, util=1.0), order="edf")
+    assert acts(d) == [(PAUSE, "l")] and "preempt_futile" not in reasons(d)
+    # a busy period that merged several requests ranks so before its first deadline too
+    ts = [
+        task("t", "computing", 1, deadline=1, age=0.2),
+        task("l", "computing", 2, deadline=5, age=4.5),
+    ]
+    assert acts(run(state(cs, ts, util=1.0), order="edf")) == [(PAUSE, "t")]
+    ts[1]["boundary"] = "merged"
+    assert acts(run(state(cs, ts, util=1.0), order="edf")) == [(PAUSE, "l")]
+
+
+def test_under_edf_a_tight_server_does_not_yield_to_a_late_loose_one() -> None:
+    # l's busy period began 10 s ago (its first deadline long past): what waits in it is
+    # due by now + 30 s, after what t's next request would be (now + 1 s)
+    cs = [container("t", deadline=1), container("l", deadline=30, paused=True)]
+    ts = [
+        task("t", "draining", 1, age=0.5, deadline=1),
+        task("l", "computing", 2, age=40.0, deadline=30, paused=True),
+    ]
+    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(order="edf"),
+               ours("l"), Recent(straight_on=frozenset({cid("t"), cid("l")})))  # fmt: skip
+    assert (PAUSE, "t") not in acts(d)
 
 
 def test_unmanaged_holders_are_never_preempted() -> None:
@@ -773,6 +811,26 @@ def test_the_hold_never_freezes_a_running_best_effort_container() -> None:
     seen = Recent(realtime_seen={(0, None): NOW - 0.1})
     d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), None, seen)
     assert acts(d) == []
+
+
+def test_best_effort_runs_on_beside_a_light_server_whose_requests_merge() -> None:
+    # a server with short dense requests: its busy periods merge them (NVML cannot see
+    # where one ends) and it needs 40% of the GPU; gpuguard can only schedule it as a
+    # whole, and freezing the trainer for all its busy time costs the trainer far more
+    # than time-slicing costs the server: they share, as unmanaged
+    cs = [container("r", deadline=0.3, demand=0.4), container("t", klass=BE)]
+    ts = [task("r", "computing", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
+    merged = EndedTask(cid("r"), NOW - 9, NOW - 2, gpu=0, boundary="merged")
+    st = replace(state(cs, ts, util=1.0), recent=(merged,))
+    d = run(st)
+    assert acts(d) == [] and d.realtime_devices == frozenset()
+    # requests it can see one by one, a heavier server, or the switch off: frozen
+    assert acts(run(replace(st, recent=(replace(merged, boundary="exact"),)))) == [(PAUSE, "t")]
+    cs[0]["demand_sm_ratio"] = 0.7
+    assert acts(run(replace(state(cs, ts, util=1.0), recent=(merged,)))) == [(PAUSE, "t")]
+    cs[0]["demand_sm_ratio"] = 0.4
+    d = run(replace(state(cs, ts, util=1.0), recent=(merged,)), best_effort_coexist_demand=0.0)
+    assert acts(d) == [(PAUSE, "t")]
 
 
 def test_the_decision_names_the_devices_real_time_work_needs() -> None:

@@ -3,6 +3,8 @@ commands, and ``gpuguard nodes``' ranked table."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpuguard.cli import main
@@ -174,3 +176,54 @@ def test_the_commands_default_urls_are_where_the_services_listen() -> None:
     assert DEFAULT_EXPORTER_URL.removeprefix("http://") == EXPORTER_LISTEN
     assert DEFAULT_ACTUATOR_URL.removeprefix("http://") == actuator_listen
     assert DEFAULT_PLACER_URL.removeprefix("http://") == PLACER_LISTEN
+
+
+def test_run_reserves_its_placement_with_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 20, item 5: a placement that reserves is a POST with the placer's token; a
+    # plain query (no token) places nothing.
+    import math
+
+    from gpuguard.commands.placed_run import place
+    from gpuguard.demo.stack.process import free_port
+    from gpuguard.noderecord import GpuRecord, NodeRecord
+    from gpuguard.placer.http import placer_server
+    from gpuguard.placer.ranking import NodeView
+    from gpuguard.placer.service import Placer
+
+    gpu = GpuRecord("0", "sim", 1, (), math.inf, 0, 0, 0, None, 0.0, 20 * 2**30, 24 * 2**30)
+
+    class Source:
+        def views(self) -> list[NodeView]:
+            return [NodeView(NodeRecord("node-a", 999.0, (gpu,)), 1.0)]
+
+    placer = Placer(Source(), clock=lambda: 1000.0)
+    port = free_port()
+    server = placer_server(("127.0.0.1", port), placer, token="s3cret")
+    server.serve_in_thread()
+    try:
+        token = tmp_path / "placer.token"
+        token.write_text("s3cret\n")
+        found = {"--placer.url": f"http://127.0.0.1:{port}", "--deadline": "9s",
+                 "--memory": "1GiB"}  # fmt: skip
+        answer = place({**found, "--placer.token-file": str(token)})
+        assert (answer["node"], answer["gpu"]) == ("node-a", "0")
+        assert len(placer.reservations) == 1
+        with pytest.raises(PlacementFailed, match="401"):
+            place(found)  # this placer wants its token even for a query
+    finally:
+        server.shutdown()
+        server.server_close()
+    loopback = Placer(Source(), clock=lambda: 1000.0)
+    port = free_port()
+    server = placer_server(("127.0.0.1", port), loopback, token=None)
+    server.serve_in_thread()
+    try:
+        found["--placer.url"] = f"http://127.0.0.1:{port}"
+        assert place(found)["node"] == "node-a"
+        assert len(loopback.reservations) == 0
+        assert "not reserved" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()

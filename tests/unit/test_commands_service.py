@@ -7,6 +7,7 @@ import http.server
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -69,10 +70,14 @@ COMMANDS = {
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_nothing_listening_names_the_service_and_the_fix(
-    command: str, closed_url: str, capsys: pytest.CaptureFixture[str]
+    command: str, closed_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     argv, service, flag = COMMANDS[command]
-    extra = ["img"] if command == "run placed" else []
+    extra = []
+    if command == "run placed":  # with a token: a reservation (POST); without, a note first
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        extra = ["--placer.token-file", str(token), "img"]
     status, err = _run([*argv, closed_url, *extra], capsys)
     assert status == 1
     assert f"no {service} at {closed_url} (connection refused): " in err

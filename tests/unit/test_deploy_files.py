@@ -184,9 +184,6 @@ def test_compose_services() -> None:
 
 def test_compose_listens_on_loopback_only() -> None:
     for name, service in compose()["services"].items():
-        if name == "guard":  # Docker's socket and a volume: no network at all
-            assert service["network_mode"] == "none"
-            continue
         # Host networking and no published ports: each service binds 127.0.0.1 itself.
         assert service.get("network_mode") == "host", name
         for port in service.get("ports", []):
@@ -316,7 +313,7 @@ def test_prometheus_config_and_rules_resolve_in_the_container() -> None:
         for target in static["targets"]
     }
     services = compose()["services"]
-    for name in ("exporter", "actuator"):
+    for name in ("exporter", "actuator", "guard"):
         listen = flag([expand(a) for a in services[name]["command"]], "web.listen-address")
         assert targets[f"gpuguard-{name}"] == listen
 
@@ -483,7 +480,10 @@ def test_guard_daemonset_shares_the_actuator_state() -> None:
     paths = {v["hostPath"]["path"] for v in guard["volumes"] if "hostPath" in v}
     assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
     assert guard["nodeSelector"] == actuator["nodeSelector"]
-    assert "hostNetwork" not in guard and "ports" not in main
+    # Its pod's own address, its /metrics only (GpuguardGuardMissing with the actuator down)
+    assert "hostNetwork" not in guard
+    assert [p["containerPort"] for p in main["ports"]] == [10838]
+    assert flag(main["args"], "web.listen-address") == "$(POD_IP):10838"
 
 
 def test_service_monitors_label_targets_with_their_node() -> None:
@@ -612,7 +612,10 @@ def test_systemd_guard_is_its_own_unit_on_the_actuator_state() -> None:
     assert "gpuguard-guard.service" in actuator["Unit"]["Wants"]
     assert "gpuguard-actuator.service" in guard["Unit"]["Before"]  # stopped after it
     assert "PartOf" not in guard["Unit"] and "BindsTo" not in guard["Unit"]
-    assert guard["Service"]["PrivateNetwork"] == "yes"
+    # Loopback only: Prometheus scrapes its /metrics there (GpuguardGuardMissing).
+    assert "PrivateNetwork" not in guard["Service"]
+    assert guard["Service"]["IPAddressDeny"] == "any"
+    assert guard["Service"]["IPAddressAllow"] == "localhost"
     assert flag(exec_start("gpuguard-guard.service"), "state.dir") == "${STATE_DIRECTORY}"
 
 

@@ -188,3 +188,62 @@ def test_reraise_as_the_callers_class(error: type[ConfigError]) -> None:
     with pytest.raises(error, match=r"^--c 'z'"):
         load()
     assert issubclass(error, ConfigError)
+
+
+# Issue 20, item 8: hostile config inputs are one line, never a traceback.
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("a.name: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested too deeply"),
+        ("b.count: " + "9" * 5000 + "\n", "invalid YAML"),
+        ("a.name: [x, y]\n", "a.name must be a single value, got a list"),
+        ("a.name: {x: 1}\n", "a.name must be a single value, got a mapping"),
+        ("a.name: yes\n", "a.name must be text or a number, got true"),
+    ],
+    ids=["deep", "huge-int", "list", "mapping", "bool"],
+)
+def test_hostile_config_files_are_one_line(tmp_path: Path, text: str, needle: str) -> None:
+    path = config_file(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        flags.merge(parse("--config.file", path), FLAGS)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"--config.file {path}: ")
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/proc/self"])
+def test_a_config_file_that_is_not_a_file(special: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^--config.file {special}: cannot read: not a regular"):
+        flags.merge(parse("--config.file", special), FLAGS)
+
+
+def test_a_config_file_too_large(tmp_path: Path) -> None:
+    path = tmp_path / "big.yml"
+    path.write_text("# " + "x" * flags.MAX_CONFIG_BYTES + "\n")
+    with pytest.raises(ConfigError, match="cannot read: larger than"):
+        flags.read_yaml(path, "--rules.actions")
+
+
+def test_token_from_dev_zero_is_one_line() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^--web.token-file /dev/zero: cannot read: not a regular"
+    ):
+        flags.read_token("/dev/zero")
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, 10**40, "٣", "3\n", True])
+def test_integer_is_bounded_ascii(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^--n .*must be an integer"):
+        flags.integer({"n": value}, "n", 1)
+
+
+@pytest.mark.parametrize("value", [["a", "b"], {"a": 1}, True, "", "a\nb", "x" * 300])
+def test_text_is_one_short_line(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^--t "):
+        flags.text({"t": value}, "t")
+
+
+def test_text() -> None:
+    assert flags.text({"t": "node-1"}, "t") == "node-1"
+    assert flags.text({"t": 7}, "t") == "7"  # YAML reads a bare number

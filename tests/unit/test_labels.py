@@ -82,3 +82,16 @@ def test_parse_priority_class_rejects(text: str) -> None:
 def test_parse_choice_rejects_non_strings() -> None:
     with pytest.raises(LabelError):
         parse_task_mode(1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["9s\n", "9\n", "\n9s", "9s\t", "\u0669s", "1\u0660s", "\uff19s", "9" * 65, "9\r"],
+    ids=["newline", "bare-newline", "leading-newline", "tab", "arabic-indic", "mixed-digits",
+         "fullwidth", "long", "carriage-return"],
+)  # fmt: skip
+def test_parse_duration_takes_ascii_digits_on_one_line(text: str) -> None:
+    # Issue 20: int() and \d accept Arabic-Indic or full-width digits and `$` matches before
+    # a trailing newline, so a deadline label or flag like "9s\n" was silently accepted.
+    with pytest.raises(LabelError):
+        parse_duration(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -154,21 +155,44 @@ def placer() -> Placer:
     return Placer(source, Settings(), clock=lambda: 1000.0)
 
 
-def test_placement_answers_node_gpu_and_why_and_reserves(placer: Placer) -> None:
-    first = placer.placement("deadline=9s&memory=8GiB")
+def test_a_reservation_answers_node_gpu_and_why_and_reserves(placer: Placer) -> None:
+    first = placer.reserve("deadline=9s&memory=8GiB", client="10.0.0.1")
     assert first.code == 200
     assert (first.doc["node"], first.doc["gpu"]) == ("b", "0")
     assert first.doc["why"].startswith("gpuguard: state 1, 0 task(s)")
     assert first.doc["ranked"][-1]["reasons"] == ["memory_full"]
     # b's record cannot show the first placement yet: it counts 8 GiB and one task there
-    second = placer.placement("deadline=9s&memory=8GiB")
+    second = placer.reserve("deadline=9s&memory=8GiB", client="10.0.0.1")
     assert second.doc["node"] == "a"
-    third = placer.placement("deadline=9s&memory=8GiB")  # b: 20 - 8 GiB still holds 8 + 1.2
+    third = placer.reserve("deadline=9s&memory=8GiB", client="10.0.0.1")  # b: 12 GiB left
     assert third.doc["node"] == "b" and "1 task(s)" in third.doc["why"]
-    fourth = placer.placement("deadline=9s&memory=8GiB")
+    fourth = placer.reserve("deadline=9s&memory=8GiB", client="10.0.0.1")
     assert fourth.code == 409 and fourth.doc["eligible"] == 0
     reasons = {c["node"]: c["reasons"] for c in fourth.doc["ranked"]}
     assert reasons == {"a": ["memory"], "b": ["memory"], "c": ["memory_full"]}
+
+
+def test_a_placement_query_does_not_reserve(placer: Placer) -> None:
+    # Issue 20, item 5: every GET reserved memory for ~10 s, so a client asking twice a
+    # second without a token made 35 of 40 legitimate requests answer 409.
+    for _ in range(10):
+        asked = placer.placement("deadline=9s&memory=8GiB")
+        assert asked.code == 200 and asked.doc["node"] == "b"
+    assert len(placer.reservations) == 0
+
+
+def test_reservations_are_rate_limited_per_client() -> None:
+    now = [1000.0]
+    source = StaticSource([record(f"n{i}", 23) for i in range(20)])
+    placer = Placer(source, Settings(client_rate=1.0, client_burst=3), clock=lambda: now[0])
+    codes = [placer.reserve("deadline=9s&memory=1GiB", client="a").code for _ in range(5)]
+    assert codes == [200, 200, 200, 429, 429]
+    limited = placer.reserve("deadline=9s&memory=1GiB", client="a")
+    assert limited.code == 429 and limited.retry_after_s == pytest.approx(1.0)
+    assert placer.reserve("deadline=9s&memory=1GiB", client="b").code == 200  # its own budget
+    now[0] += 1.0
+    assert placer.reserve("deadline=9s&memory=1GiB", client="a").code == 200
+    assert len(placer.reservations) == 5
 
 
 def test_node_list_does_not_reserve(placer: Placer) -> None:
@@ -211,11 +235,110 @@ def test_http_adapter(server: str) -> None:
     assert requests.get(url + "?deadline=9s&memory=1", headers=wrong, timeout=5).status_code == 401
     bad = requests.get(url + "?deadline=9s&memory=lots", headers=auth, timeout=5)
     assert bad.status_code == 400 and "memory" in bad.json()["error"]
-    assert requests.post(url, headers=auth, timeout=5).status_code == 405
+    assert requests.put(url, headers=auth, timeout=5).status_code == 405
     assert requests.get(server + "/nope", timeout=5).status_code == 404
     assert requests.get(server + "/healthz", timeout=5).text == "ok\n"
     metrics = requests.get(server + "/metrics", timeout=5).text
     assert 'gpuguard_placer_requests_total{code="401",endpoint="placement"} 2.0' in metrics
     assert "_created" not in metrics
     listed = requests.get(server + "/api/v1/nodes", headers=auth, timeout=5).json()
-    assert [c["node"] for c in listed["ranked"]] == ["a", "b", "c"]  # b has one pending
+    assert [c["node"] for c in listed["ranked"]] == ["b", "a", "c"]  # a query reserves nothing
+
+
+def test_http_reservation_needs_the_token(server: str) -> None:
+    auth = {"Authorization": "Bearer s3cret"}
+    url = server + "/api/v1/placement"
+    form = {"deadline": "9s", "memory": "8GiB"}
+    assert requests.post(url, data=form, timeout=5).status_code == 401
+    placed = requests.post(url, data=form, headers=auth, timeout=5)
+    assert placed.status_code == 200 and placed.json()["node"] == "b"
+    listed = requests.get(server + "/api/v1/nodes", headers=auth, timeout=5).json()
+    assert listed["ranked"][0]["node"] == "a"  # b holds the reservation now
+    bad = requests.post(url, data={"deadline": "9s"}, headers=auth, timeout=5)
+    assert bad.status_code == 400
+    as_json = requests.post(url, json=form, headers=auth, timeout=5)
+    assert as_json.status_code == 415
+
+
+def test_http_reservations_are_refused_without_a_token(placer: Placer) -> None:
+    port = free_port()
+    srv = placer_server(("127.0.0.1", port), placer, token=None)
+    srv.serve_in_thread()
+    try:
+        url = f"http://127.0.0.1:{port}/api/v1/placement"
+        refused = requests.post(url, data={"deadline": "9s", "memory": "1GiB"}, timeout=5)
+        assert refused.status_code == 403 and "--web.token-file" in refused.json()["error"]
+        asked = requests.get(url, params={"deadline": "9s", "memory": "1GiB"}, timeout=5)
+        assert asked.status_code == 200  # a query needs no token on loopback
+        assert len(placer.reservations) == 0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_http_reservations_are_rate_limited(placer: Placer) -> None:
+    port = free_port()
+    placer.settings = Settings(client_rate=0.5, client_burst=2)
+    srv = placer_server(("127.0.0.1", port), placer, token="s3cret")
+    srv.serve_in_thread()
+    try:
+        url = f"http://127.0.0.1:{port}/api/v1/placement"
+        auth = {"Authorization": "Bearer s3cret"}
+        form = {"deadline": "9s", "memory": "1GiB"}
+        replies = [requests.post(url, data=form, headers=auth, timeout=5) for _ in range(3)]
+        assert [r.status_code for r in replies] == [200, 200, 429]
+        assert replies[2].headers["Retry-After"] == "2"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+# --- issue 20, item 2: one bad record cannot break placement for the whole cluster ----------
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-1", "1e40"])
+@pytest.mark.parametrize(
+    "field",
+    ["free_memory_bytes", "memory_total_bytes", "state", "running_tasks", "busy_ratio"],
+)
+def test_a_gpu_whose_record_is_not_a_number_is_passed_over(field: str, bad: str) -> None:
+    samples = [
+        s if s["metric"]["__name__"] != f"gpuguard_gpu_{field}" else {**s, "value": [0, bad]}
+        for s in reply("broken")
+    ] + reply("good")
+    views = views_from_samples(samples, now=1000.0)
+    placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
+    chosen = placer.placement("deadline=9s&memory=1GiB")
+    assert chosen.code == 200 and chosen.doc["node"] == "good"
+    listed = placer.nodes("")
+    assert listed.code == 200
+    reasons = {c["node"]: c["reasons"] for c in listed.doc["ranked"]}
+    assert reasons == {"good": [], "broken": ["invalid_record"]}
+    assert "NaN" not in json.dumps(listed.doc) and "Infinity" not in json.dumps(listed.doc)
+
+
+def test_an_unbounded_float_time_is_fine_and_a_nan_one_is_not() -> None:
+    views = views_from_samples([*reply("a", float="+Inf"), *reply("b", float="NaN")], 1000.0)
+    placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
+    reasons = {c["node"]: c["reasons"] for c in placer.nodes("").doc["ranked"]}
+    assert reasons == {"a": [], "b": ["invalid_record"]}
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        {"metric": {"__name__": "gpuguard_exporter_last_poll_timestamp_seconds", "node": "x"},
+         "value": [0, "NaN"]},
+        {"metric": {"__name__": "gpuguard_gpu_state", "node": "a", "gpu": "0"}},
+        {"metric": "junk", "value": [0, "1"]},
+        {"metric": {"__name__": "gpuguard_gpu_state", "node": "a", "gpu": "0"}, "value": [0, 1]},
+        {"metric": {"__name__": "gpuguard_actuator_node_provisionable", "node": "a"},
+         "value": [0, "NaN"]},
+        "junk",
+    ],
+)  # fmt: skip
+def test_a_malformed_sample_never_stops_the_node_list(sample: Any) -> None:
+    views = views_from_samples([*reply("a"), sample, *reply("b")], now=1000.0)
+    assert {v.record.node for v in views} >= {"b"}
+    placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
+    assert placer.nodes("").code == 200

@@ -42,11 +42,20 @@ def test_placer_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
         ("--placement.headroom=nan",),
         ("--prometheus.url=ftp://x",),
         ("--records.max-age=soon",),
+        ("--placement.client-rate=0",),
+        ("--placement.client-rate=inf",),
+        ("--placement.client-burst=0",),
     ],
 )
 def test_bad_placer_flags(argv: tuple[str, ...]) -> None:
     with pytest.raises(ConfigError):
         config(*argv)
+
+
+def test_reservation_limits() -> None:
+    made = config("--placement.client-rate=0.5", "--placement.client-burst=3")
+    assert (made.client_rate, made.client_burst) == (0.5, 3)
+    assert (config().client_rate, config().client_burst) == (1.0, 10)
 
 
 def test_cli_exit_2_on_bad_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.join import join
 from gpuguard.exporter.model import ContainerInfo, ProcessOwner
 from gpuguard.exporter.samples import SampleHold
-from gpuguard.exporter.tracker import TaskRules, Tracker
+from gpuguard.exporter.tracker import RUNNING_DEMAND_SAMPLES, TaskRules, Tracker
 from tests.unit.exporter_fakes import GIB, cid, container, sample
 
 CTX = 300 * 2**20  # context base memory, as gpusim and a real CUDA context show
@@ -705,6 +705,19 @@ def test_demand_learns_from_tasks_computing_alone_only() -> None:
     h.poll(3.1, {1: GIB}, sm={1: 0.8})
     h.poll(3.2, {})
     assert h.tracker.demand[cid(1)] == pytest.approx(0.3 * 0.8 + 0.7 * 0.4)
+
+
+def test_a_task_that_runs_on_and_on_stands_for_its_demand_meanwhile() -> None:
+    # a busy server's one long busy period never ends: its own samples alone say what it
+    # needs, once there are enough of them; a learnt demand stays the one shown
+    h = Harness(container(1))
+    h.own(1, 1, 1)
+    for i in range(RUNNING_DEMAND_SAMPLES):
+        assert cid(1) not in h.tracker.demand_view()
+        h.poll(0.1 * i, {1: GIB}, sm={1: 0.4})
+    h.poll(0.1 * RUNNING_DEMAND_SAMPLES, {1: GIB}, sm={1: 0.4})
+    assert h.tracker.demand_view()[cid(1)] == pytest.approx(0.4)
+    assert cid(1) not in h.tracker.demand
 
 
 def test_tables_stay_bounded_under_process_and_container_churn() -> None:

@@ -23,6 +23,7 @@ PROMETHEUS_DEPLOY_DIR = resources.PROMETHEUS_DIR
 PROFILES = {"default": "prometheus.yml", "fast": "prometheus-fast.yml"}
 EXPORTER_JOB = "gpuguard-exporter"
 ACTUATOR_JOB = "gpuguard-actuator"
+GUARD_JOB = "gpuguard-guard"
 #: tenants' own latency histograms, discovered through Docker (their SLOs)
 TENANTS_JOB = "gpuguard-tenants"
 LISTEN_HOST = "127.0.0.1"
@@ -41,11 +42,14 @@ def render_prometheus_config(
     rule_files: Sequence[Path] | None = None,
     external_labels: Mapping[str, str] | None = None,
     deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
+    guards: Targets = (),
     tenant_engines: Sequence[str] = (),
 ) -> str:
     """The profile's config file with these targets; rule file paths made absolute.
 
-    An empty target list drops that job (or, for ``alertmanagers``, the alerting section).
+    An empty target list drops that job (or, for ``alertmanagers``, the alerting section);
+    the guards' job is dropped unless ``guards`` are given (a stack without guards would
+    otherwise raise ``GpuguardGuardMissing``).
     ``external_labels`` (e.g. ``grafana_url``, which the alerts' links use) are added.
     ``tenant_engines``: Docker engine URLs (``unix:///.../docker.sock``) whose containers
     the tenants' job discovers, one ``docker_sd_configs`` entry each; none drops the job.
@@ -63,7 +67,7 @@ def render_prometheus_config(
         ]
     else:
         config["rule_files"] = [str(Path(path).resolve()) for path in rule_files]
-    jobs = {EXPORTER_JOB: exporters, ACTUATOR_JOB: actuators}
+    jobs = {EXPORTER_JOB: exporters, ACTUATOR_JOB: actuators, GUARD_JOB: guards}
     scrape_configs = []
     for job in config.get("scrape_configs", []):
         if job["job_name"] == TENANTS_JOB:

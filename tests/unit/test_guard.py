@@ -1,0 +1,230 @@
+"""The guard against hostile state, without Docker (the engine is an address where nothing
+listens): it must neither crash, nor hang, nor hold the journal's lock while it waits."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuguard.actuator import lease
+from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.executor import docker_api
+from gpuguard.actuator.guard import Guard, GuardConfig
+from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalLock, PausedEntry
+
+
+@pytest.fixture
+def guard(tmp_path: Path) -> Iterator[Guard]:
+    config = GuardConfig(tmp_path, None, 120.0, lease_timeout_s=15.0, log_level="info")
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    yield Guard(config, docker_api(f"unix://{tmp_path}/no-docker.sock"), audit)
+    audit.close()
+
+
+def check_in_time(guard: Guard, seconds: float = 5.0) -> str:
+    verdicts: list[str] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            verdicts.append(guard.check())
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the guard's check hung"
+    assert not failed, failed
+    return verdicts[0]
+
+
+def make_hostile(path: Path, kind: str) -> None:
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "bad-entry":
+        entry = {"container_id": "c1", "name": "n", "task_id": None, "gpu": 0,
+                 "paused_at": "soon", "reason": "newcomer"}  # fmt: skip
+        path.write_text(json.dumps({"version": 1, "paused": {"c1": entry}}))
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "bad-entry"])
+def test_a_hostile_journal_of_a_gone_actuator_is_set_aside(
+    guard: Guard, tmp_path: Path, kind: str
+) -> None:
+    make_hostile(tmp_path / JOURNAL_FILE, kind)
+    assert check_in_time(guard) == "gone"
+    assert list(tmp_path.glob(f"{JOURNAL_FILE}.corrupt-*"))
+    assert [r for r in read_audit(tmp_path / AUDIT_FILE) if r["event"] == "journal_unreadable"]
+    assert check_in_time(guard) == "gone"  # and the next check is quiet
+    assert JournalLock(tmp_path).try_acquire(), "the guard gave the lock back"
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "bad-entry"])
+def test_a_hostile_journal_of_a_live_actuator_is_left_to_it(
+    guard: Guard, tmp_path: Path, kind: str
+) -> None:
+    make_hostile(tmp_path / JOURNAL_FILE, kind)
+    actuator = JournalLock(tmp_path)
+    assert actuator.try_acquire()
+    try:
+        lease.renew(tmp_path / lease.ACTUATOR_LEASE)
+        assert check_in_time(guard) == "alive"
+        assert not list(tmp_path.glob(f"{JOURNAL_FILE}.corrupt-*"))  # the actuator's to do
+    finally:
+        actuator.release()
+
+
+class SlowEngine:
+    """A Docker engine that takes ``delay`` seconds to answer each call (a hung or
+    overloaded dockerd, short of its client timeout)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.unpaused: list[str] = []
+
+    def inspect_container(self, cid: str) -> dict[str, object]:
+        threading.Event().wait(self.delay)
+        return {"State": {"Paused": cid not in self.unpaused}}
+
+    def unpause(self, cid: str) -> None:
+        threading.Event().wait(self.delay)
+        self.unpaused.append(cid)
+
+
+def test_the_guard_does_not_hold_the_journal_through_docker_calls(tmp_path: Path) -> None:
+    # Issue 20, item 4: with a hung dockerd each entry cost 3 retries x 5 s under the lock,
+    # and a restarted actuator waited 66 s (3 entries) before it could even start.
+    now = time.time()
+    journal = Journal(tmp_path)
+    journal.will_pause_many(
+        [PausedEntry(f"{i:064x}", f"rt-{i}", None, 0, now, "newcomer") for i in range(3)]
+    )
+    engine = SlowEngine(delay=0.5)
+    config = GuardConfig(tmp_path, None, 120.0, lease_timeout_s=15.0, log_level="info")
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    guard = Guard(config, engine, audit)
+    checking = threading.Thread(target=guard.check)
+    checking.start()
+    try:
+        time.sleep(0.3)  # the guard is inside its first Docker call
+        actuator = JournalLock(tmp_path)
+        started = time.monotonic()
+        assert actuator.try_acquire(), "the guard holds the journal while it waits for Docker"
+        assert time.monotonic() - started < 0.1
+        actuator.release()
+    finally:
+        checking.join(10)
+        audit.close()
+    assert len(engine.unpaused) == 3
+    assert json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"] == {}
+
+
+def test_the_guard_stops_at_the_first_unreachable_docker_call(guard: Guard, tmp_path: Path) -> None:
+    now = time.time()
+    Journal(tmp_path).will_pause_many(
+        [PausedEntry(f"{i:064x}", f"rt-{i}", None, 0, now, "newcomer") for i in range(5)]
+    )
+    calls = []
+    api = guard.api
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            calls.append(name)
+            return getattr(api, name)
+
+    guard.api = Counting()
+    assert check_in_time(guard) == "gone"
+    assert calls.count("inspect_container") <= 3  # one entry's retries, not 5 x 3
+    assert len(json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"]) == 5
+
+
+def test_a_hung_engine_is_not_asked_three_times(tmp_path: Path) -> None:
+    # A timeout on an engine that accepted the request will time out again: retrying it
+    # only multiplied the wait (3 x 5 s per call). A refused connection is still retried.
+    import requests
+
+    from gpuguard.actuator.errors import DockerUnavailable
+    from gpuguard.actuator.executor import docker_call
+
+    calls = []
+
+    def hung() -> None:
+        calls.append(1)
+        raise requests.ReadTimeout("no answer")
+
+    with pytest.raises(DockerUnavailable):
+        docker_call(hung, retries=3, delay_s=0.0)
+    assert len(calls) == 1
+
+    def refused() -> None:
+        calls.append(1)
+        raise requests.ConnectionError("refused")
+
+    calls.clear()
+    with pytest.raises(DockerUnavailable):
+        docker_call(refused, retries=3, delay_s=0.0)
+    assert len(calls) == 3
+
+
+def test_the_guard_publishes_what_it_sees(guard: Guard, tmp_path: Path) -> None:
+    # Issue 20, item 9: GpuguardGuardMissing came only from the actuator's gauge, so with
+    # both dead nothing said the tenants it paused would stay paused. The guard is scraped
+    # itself now (job gpuguard-guard): its `up`, and what it knows of the actuator.
+    from prometheus_client import CollectorRegistry
+
+    from gpuguard.actuator.guardmetrics import GuardCollector
+
+    registry = CollectorRegistry()
+    registry.register(GuardCollector(guard))
+    Journal(tmp_path).will_pause(PausedEntry("c" * 64, "rt", None, 0, time.time(), "newcomer"))
+    assert check_in_time(guard) == "gone"
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("gpuguard_guard_actuator_lease_age_seconds") == math.inf  # none ever
+    assert value("gpuguard_guard_actuator", state="gone") == 1
+    assert value("gpuguard_guard_actuator", state="alive") == 0
+    assert value("gpuguard_guard_journal_paused_containers") == 1  # Docker is unreachable
+    assert value("gpuguard_guard_docker_up") == 0
+    assert time.time() - (value("gpuguard_guard_last_check_timestamp_seconds") or 0) < 5
+
+
+def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
+    import requests
+
+    from gpuguard.actuator.guard import FLAGS, validate
+    from gpuguard.actuator.guardmetrics import guard_server
+    from gpuguard.demo.stack.process import free_port
+
+    port = free_port()
+    config = validate(
+        {f.name: f.default for f in FLAGS}
+        | {"state.dir": str(tmp_path), "web.listen-address": f"127.0.0.1:{port}"}
+    )
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", port)
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    guard = Guard(config, docker_api(f"unix://{tmp_path}/none.sock"), audit)
+    server = guard_server(guard, config.listen_host, config.listen_port)
+    assert server is not None
+    try:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "gpuguard_guard_last_check_timestamp_seconds" in text
+        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        assert (
+            guard_server(guard, config.listen_host, config.listen_port) is None
+        )  # the port is taken: logged, and it guards on
+    finally:
+        server.shutdown()
+        server.server_close()
+        audit.close()
