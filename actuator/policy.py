@@ -99,7 +99,7 @@ ORDERS = ("fifo", "edf")
 ADMIT_GRACE_S = 1.0
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
-REPEAT_GAP_S = 1.0
+REPEAT_GAP_S = 2.0
 #: SM shares add up to at most the whole device (with rounding slack).
 _FULL = 1.0 + 1e-6
 #: A learnt demand below this still takes some of the device.
