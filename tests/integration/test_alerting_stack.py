@@ -203,7 +203,8 @@ def test_saturation_alert_reaches_the_actuator_webhook(
     [alert] = [a for a in payload["alerts"] if a["labels"]["alertname"] == "GpuSaturatedContention"]
     assert alert["labels"]["node"] == NODE
     assert alert["labels"]["gpu"] == "0"
-    assert alert["labels"]["severity"] == "info"  # a trigger for the actuator, not a page
+    assert alert["labels"]["severity"] == "none"  # a trigger for the actuator, not a page
+    assert alert["labels"]["gpuguard_action"] == "admission"
     # Absolute links from the Prometheus external labels.
     assert alert["annotations"]["dashboard"].startswith(f"{GRAFANA}/d/gpuguard-node/")
     assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#gpusaturatedcontention"
