@@ -1003,7 +1003,7 @@ def cluster_dashboard() -> Json:
             "{{node}}",
             description=(
                 "Whether new real-time containers may be placed on each node; the actuator "
-                "marks a node while NodeCannotGuaranteeDeadlines fires."
+                "marks a node while GpuguardNodeCannotGuaranteeDeadlines fires."
             ),
             mappings=value_mappings({0: ("marked", "red"), 1: ("provisionable", "green")}),
             width=24,
@@ -1051,7 +1051,8 @@ def cluster_dashboard() -> Json:
             description=(
                 "1 while a node may take new real-time containers; 0 when on every GPU more "
                 "than 10% of the last 30 s of tasks missed, a kernel ran all the time, or "
-                "memory is 95% full (NodeInStateZero fires and the actuator labels the node)."
+                "memory is 95% full (GpuguardNodeInStateZero fires and the actuator labels the "
+                "node)."
             ),
             mappings=value_mappings({0: ("state 0", "red"), 1: ("state 1", "green")}),
         ),

@@ -152,10 +152,10 @@ def test_per_node_routing(tmp_path: Path) -> None:
     path.write_text(text)
     check([require_binary("amtool"), "check-config", str(path)])
     assert route_receiver(
-        path, "alertname=TaskDeadlineOverrun", "gpuguard_action=record", "node=node-a"
+        path, "alertname=GpuguardTaskDeadlineOverrun", "gpuguard_action=record", "node=node-a"
     ) == ("gpuguard-actuator-node-a")
     assert route_receiver(
-        path, "alertname=GpuSaturatedContention", "gpuguard_action=admission", "node=node-b"
+        path, "alertname=GpuguardGpuSaturatedContention", "gpuguard_action=admission", "node=node-b"
     ) == ("gpuguard-actuator-node-b")
     assert route_receiver(path, "alertname=GpuguardExporterDown") == "gpuguard-actuator"
     config = yaml.safe_load(text)

@@ -564,6 +564,29 @@ def test_alertmanagerconfig_is_the_shipped_actuator_routes() -> None:
     assert inhibit == shipped_inhibit
 
 
+def load_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, KUBERNETES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dashboard_config_maps_are_generated_for_grafanas_sidecar() -> None:
+    generator = load_module("gen_dashboards")
+    committed = (KUBERNETES / "dashboards.yaml").read_text()
+    assert committed == generator.render(), "run: python deploy/kubernetes/gen_dashboards.py"
+    maps = [d for d in yaml.safe_load_all(committed)]
+    dashboards = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
+    assert len(maps) == len(dashboards)
+    for config_map, path in zip(maps, dashboards, strict=True):
+        assert config_map["kind"] == "ConfigMap"
+        labels = config_map["metadata"]["labels"]
+        assert labels["grafana_dashboard"] == "1"
+        assert labels["release"] == "kube-prometheus-stack"
+        assert config_map["data"] == {path.name: path.read_text()}
+
+
 def test_prometheus_operator_objects_carry_the_release_label() -> None:
     kinds = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
     documents = [d for _, d in kubernetes_documents() if d["kind"] in kinds]
