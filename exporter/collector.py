@@ -39,7 +39,7 @@ from collections.abc import Mapping
 
 from gpuguard import __version__
 from gpuguard.contract import StateReason, TaskMode
-from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.model import ContainerInfo, DeviceSample
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 from gpuguard.labels import CLASS, TASK
@@ -48,6 +48,10 @@ from gpuguard.slo import SloDeclaration
 _C = ("node", "container", "container_id")
 _CG = ("node", "gpu", "container", "container_id")
 _G = ("node", "gpu")
+# `uuid`: the device's own (MIG-... for a MIG device); `UUID`: its physical GPU's, with the MIG
+# instance in GPU_I_ID and GPU_I_PROFILE (empty off MIG), as dcgm-exporter names them: the
+# join key to its series (README, "Beside dcgm-exporter").
+_GPU_INFO_LABELS = ("node", "gpu", "uuid", "name", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
 _BOUNDARY_LABELS = (*_CG, "boundary")
@@ -60,7 +64,12 @@ _SLO_BUCKET_LABELS = (*_C, "metric", "bound")
 
 #: Every family of /metrics: name -> (type, help, label names), in exposition order.
 SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "gpuguard_gpu_info": ("gauge", "GPU identity (always 1).", ("node", "gpu", "uuid", "name")),
+    "gpuguard_gpu_info": (
+        "gauge",
+        "GPU identity (always 1); UUID, GPU_I_ID and GPU_I_PROFILE as dcgm-exporter labels "
+        "the same GPU or MIG instance.",
+        _GPU_INFO_LABELS,
+    ),
     "gpuguard_gpu_utilization_ratio": (
         "gauge",
         "Share of time any kernel ran on the GPU (NVML meaning).",
@@ -474,17 +483,27 @@ def _value(value: float) -> str:
     return repr(float(value))
 
 
+def _gpu_info(node: str, d: DeviceSample, physical_uuid: str) -> tuple[str, ...]:
+    instance = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
+    return (node, d.key, d.uuid, d.name, physical_uuid, instance, d.mig_profile or "")
+
+
 def _add_gpus(r: Rows, snap: PollSnapshot) -> None:
     node = snap.node
     devices = snap.sample.devices if snap.sample is not None else ()
     unattributed = snap.joined.unattributed if snap.joined is not None else {}
+    physical = {d.index: d.uuid for d in devices if d.mig_index is None}
+    # A GPU in MIG mode: its memory is its instances' memory, so only they report it and a
+    # `sum` counts each byte once.
+    partitioned = {d.index for d in devices if d.mig_index is not None}
     for d in devices:
         gpu = (node, d.key)
-        r.add("gpuguard_gpu_info", (node, d.key, d.uuid, d.name), 1)
+        r.add("gpuguard_gpu_info", _gpu_info(node, d, physical.get(d.index, d.uuid)), 1)
         if d.utilization_ratio is not None:
             r.add("gpuguard_gpu_utilization_ratio", gpu, d.utilization_ratio)
-        r.add("gpuguard_gpu_memory_used_bytes", gpu, d.memory_used_bytes)
-        r.add("gpuguard_gpu_memory_total_bytes", gpu, d.memory_total_bytes)
+        if d.mig_index is not None or d.index not in partitioned:
+            r.add("gpuguard_gpu_memory_used_bytes", gpu, d.memory_used_bytes)
+            r.add("gpuguard_gpu_memory_total_bytes", gpu, d.memory_total_bytes)
         r.add("gpuguard_unattributed_gpu_processes", gpu, unattributed.get(d.key, 0))
     empty = (0,) * len(BUCKET_BOUNDS)
     for gpu_key in sorted({d.key for d in devices} | set(snap.histograms)):

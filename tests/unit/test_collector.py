@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
+from gpuguard.exporter.model import DeviceSample, GpuSample
 from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
 
@@ -42,7 +43,10 @@ def test_series_from_the_last_poll(setup) -> None:
     c1 = {**n, "container": "rt-1", "container_id": cid(1)[:12]}
     c2 = {**n, "container": "rt-2", "container_id": cid(2)[:12]}
     c3 = {**n, "container": "bad", "container_id": cid(3)[:12]}
-    assert v("gpuguard_gpu_info", {**n, "gpu": "0", "uuid": "GPU-00000000", "name": "gpusim"}) == 1
+    info = {"uuid": "GPU-00000000", "name": "gpusim", "UUID": "GPU-00000000"}
+    assert (
+        v("gpuguard_gpu_info", {**n, "gpu": "0", **info, "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1
+    )
     assert v("gpuguard_gpu_memory_used_bytes", {**n, "gpu": "0"}) == 6 * GIB
     assert v("gpuguard_container_managed", c3) == 0
     assert v("gpuguard_container_paused", c2) == 1
@@ -119,7 +123,8 @@ def test_failing_gpu_backend_keeps_tasks_and_answers(setup) -> None:
     assert v("gpuguard_exporter_collector_success", {"node": "node-a", "source": "gpu"}) == 0
     assert v("gpuguard_exporter_errors_total", {"node": "node-a", "source": "gpu"}) == 1
     assert v("gpuguard_gpu_info", {"node": "node-a", "gpu": "0", "uuid": "GPU-00000000",
-                                   "name": "gpusim"}) is None  # fmt: skip
+                                   "name": "gpusim", "UUID": "GPU-00000000", "GPU_I_ID": "",
+                                   "GPU_I_PROFILE": ""}) is None  # fmt: skip
     assert [t.pid for t in snap.tasks] == [100]  # not ended because a sample is missing
     assert poller.health() is None  # it did sample once
     assert poller.degraded() == "degraded: gpu source failing: gpusim at /x: cannot connect"
@@ -239,3 +244,46 @@ def test_label_cache_stays_bounded_with_container_churn(tmp_path: Path) -> None:
     # It may grow to a few times the live label sets before it trims, but no further.
     assert sizes[0] > 20  # two label sets per container, plus the node's and the GPU's
     assert max(sizes[-100:]) <= max(sizes[:100]) <= 20 * sizes[0], (sizes[0], max(sizes))
+
+
+def test_mig_instances_carry_dcgm_exporters_labels_and_count_memory_once(setup) -> None:
+    """Each MIG instance joins dcgm-exporter's series on (UUID, GPU_I_ID); the parent's
+    memory is its instances', so only they report it."""
+    backend, _, poller, registry = setup
+
+    def device(mig: int | None, total: int, used: int, uuid: str, name: str) -> DeviceSample:
+        return DeviceSample(
+            index=0, uuid=uuid, name=name, memory_total_bytes=total, memory_used_bytes=used,
+            utilization_ratio=None, mig_index=mig, gpu_instance_id=None if mig is None else mig + 7,
+        )  # fmt: skip
+
+    backend.next = GpuSample(
+        timestamp=1.0,
+        devices=(
+            device(None, 80 * GIB, 30 * GIB, "GPU-p", "NVIDIA A100 80GB"),
+            device(0, 40 * GIB, 10 * GIB, "MIG-a", "NVIDIA A100 80GB MIG 3g.40gb"),
+            device(1, 40 * GIB, 20 * GIB, "MIG-b", "NVIDIA A100 80GB MIG 3g.40gb"),
+        ),
+    )
+    poller.poll_once()
+    v = registry.get_sample_value
+    n = {"node": "node-a"}
+    assert v("gpuguard_gpu_info", {**n, "gpu": "0:1", "uuid": "MIG-b",
+             "name": "NVIDIA A100 80GB MIG 3g.40gb", "UUID": "GPU-p", "GPU_I_ID": "8",
+             "GPU_I_PROFILE": "3g.40gb"}) == 1  # fmt: skip
+    assert v("gpuguard_gpu_info", {**n, "gpu": "0", "uuid": "GPU-p", "name": "NVIDIA A100 80GB",
+             "UUID": "GPU-p", "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1  # fmt: skip
+    assert v("gpuguard_gpu_memory_total_bytes", {**n, "gpu": "0"}) is None
+    assert v("gpuguard_gpu_memory_used_bytes", {**n, "gpu": "0"}) is None
+    totals = [v("gpuguard_gpu_memory_total_bytes", {**n, "gpu": g}) for g in ("0:0", "0:1")]
+    assert totals == [40 * GIB, 40 * GIB]
+
+
+def test_mig_profile_comes_from_the_mig_device_name() -> None:
+    def named(name: str, mig: int | None) -> DeviceSample:
+        return DeviceSample(0, "u", name, 1, 0, None, mig_index=mig)
+
+    assert named("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 0).mig_profile == "1g.10gb"
+    assert named("sim0 MIG 3g.40gb", 2).mig_profile == "3g.40gb"
+    assert named("NVIDIA H100 80GB HBM3", None).mig_profile is None
+    assert named("odd name", 1).mig_profile is None
