@@ -97,6 +97,12 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "(ignored).",
         _LABEL_INVALID_LABELS,
     ),
+    "gpuguard_container_claim_rejected": (
+        "gauge",
+        "1 for each gpuguard.class or gpuguard.deadline claim the operator's trust policy "
+        "rejected (the container is treated as the policy allows).",
+        _LABEL_INVALID_LABELS,
+    ),
     # the tenant's own latency objective (gpuguard/slo.py), joined by the SLO rules
     "gpuguard_container_slo_info": (
         "gauge",
@@ -360,6 +366,7 @@ _IDENTITY_FAMILIES = (
     "gpuguard_container_deadline_invalid",
     "gpuguard_container_task_info",
     "gpuguard_container_label_invalid",
+    "gpuguard_container_claim_rejected",
     "gpuguard_container_slo_info",
     "gpuguard_container_slo_target_seconds",
     "gpuguard_container_slo_objective_ratio",
@@ -532,6 +539,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
     )
     task_info = g["gpuguard_container_task_info"]
     label_invalid = g["gpuguard_container_label_invalid"]
+    rejected = g["gpuguard_container_claim_rejected"]
     default_mode = snap.default_task_mode
     for info in snap.containers.values():
         values = (node, info.name, info.short_id)
@@ -549,6 +557,8 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
                 label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
         for label, _ in info.slo_errors:
             label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        for label, _ in info.claims_rejected:
+            rejected.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
         if info.slo is not None:
             _add_slo(r, values, labels, info.slo)
 

@@ -98,6 +98,8 @@ class ContainerInfo:
     class_error: str | None = None
     slo: SloDeclaration | None = None  # gpuguard.slo.* (gpuguard/slo.py)
     slo_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
+    #: (label, why) for each claim the operator's trust policy rejected (exporter/trust.py)
+    claims_rejected: tuple[tuple[str, str], ...] = ()
 
     @property
     def paused(self) -> bool:

@@ -287,3 +287,18 @@ def test_mig_profile_comes_from_the_mig_device_name() -> None:
     assert named("sim0 MIG 3g.40gb", 2).mig_profile == "3g.40gb"
     assert named("NVIDIA H100 80GB HBM3", None).mig_profile is None
     assert named("odd name", 1).mig_profile is None
+
+
+def test_claims_the_trust_policy_rejected_are_counted(setup) -> None:
+    backend, containers, poller, registry = setup
+    why = (("gpuguard.class", "real-time is not allowed"), ("gpuguard.deadline", "too short"))
+    tenant = replace(container(1, "tenant", class_label=PriorityClass.NORMAL), claims_rejected=why)
+    containers.set(tenant, container(2, "honest"))
+    backend.next = sample(1.0, {})
+    poller.poll_once()
+    v = registry.get_sample_value
+    c1 = {"node": "node-a", "container": "tenant", "container_id": cid(1)[:12]}
+    c2 = {"node": "node-a", "container": "honest", "container_id": cid(2)[:12]}
+    for label, _ in why:
+        assert v("gpuguard_container_claim_rejected", {**c1, "label": label}) == 1
+    assert v("gpuguard_container_claim_rejected", {**c2, "label": "gpuguard.class"}) is None
