@@ -411,11 +411,11 @@ def by_gpuguard_gpu(dcgm_metric: str) -> str:
     )
 
 
-# Each container's SM share on a GPU, labelled with the GPU's UUID (and MIG instance).
+# Each container's SM share on a GPU, with the GPU's UUID (and MIG instance) that every
+# per-GPU gpuguard series carries.
 CONTAINER_SHARE_BY_UUID = (
-    f"sum by (node, gpu, container) (gpuguard_container_gpu_sm_utilization_ratio"
-    f"{{{NODE_GPU_CONTAINER}}}) * on (node, gpu) group_left (UUID, GPU_I_ID) "
-    f"max by (node, gpu, UUID, GPU_I_ID) (gpuguard_gpu_info{{{NODE_GPU}}})"
+    "sum by (node, gpu, container, UUID, GPU_I_ID) "
+    f"(gpuguard_container_gpu_sm_utilization_ratio{{{NODE_GPU_CONTAINER}}})"
 )
 
 
@@ -438,8 +438,8 @@ def dcgm_exporter_row() -> list[Json]:
             "Container SM share by GPU UUID",
             [target(CONTAINER_SHARE_BY_UUID, "{{container}} on {{UUID}} {{GPU_I_ID}}")],
             description=(
-                "Each container's SM share (per-process samples) on each GPU, labelled with "
-                "the GPU's UUID as dcgm-exporter labels it: the key of the panels beside it."
+                "Each container's SM share (per-process samples) on each GPU, with the GPU's "
+                "UUID as dcgm-exporter labels it: the key of the panels beside it."
             ),
             unit="percentunit",
             minimum=0,
@@ -449,7 +449,7 @@ def dcgm_exporter_row() -> list[Json]:
             "Container power by SM share",
             [
                 target(
-                    f"sum by (node, gpu, container, UUID) ({CONTAINER_SHARE_BY_UUID}) "
+                    f"{CONTAINER_SHARE_BY_UUID} "
                     "* on (UUID) group_left () max by (UUID) (DCGM_FI_DEV_POWER_USAGE)",
                     "{{container}} on {{node}} GPU {{gpu}}",
                 )
@@ -619,7 +619,7 @@ def node_dashboard() -> Json:
                 target(
                     "max by (node, gpu, name, uuid, UUID, GPU_I_PROFILE) "
                     f"(gpuguard_gpu_memory_total_bytes{{{NODE_GPU}}} * on (node, gpu) "
-                    "group_left (name, uuid, UUID, GPU_I_PROFILE) "
+                    "group_left (name, uuid, GPU_I_PROFILE) "
                     f"gpuguard_gpu_info{{{NODE_GPU}}})",
                     instant=True,
                     table=True,

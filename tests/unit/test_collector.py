@@ -14,6 +14,9 @@ from gpuguard.exporter.model import DeviceSample, GpuSample
 from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
 
+# The fakes' GPU 0 on every per-GPU series, named as dcgm-exporter names it too
+GPU0 = {"gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""}
+
 
 @pytest.fixture
 def setup(tmp_path: Path):
@@ -47,35 +50,35 @@ def test_series_from_the_last_poll(setup) -> None:
     assert (
         v("gpuguard_gpu_info", {**n, "gpu": "0", **info, "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1
     )
-    assert v("gpuguard_gpu_memory_used_bytes", {**n, "gpu": "0"}) == 6 * GIB
+    assert v("gpuguard_gpu_memory_used_bytes", {**n, **GPU0}) == 6 * GIB
     assert v("gpuguard_container_managed", c3) == 0
     assert v("gpuguard_container_paused", c2) == 1
     assert v("gpuguard_container_deadline_seconds", c1) == 9.0
     assert v("gpuguard_container_deadline_seconds", c3) is None
     assert v("gpuguard_container_deadline_invalid", c3) == 1
-    assert v("gpuguard_container_gpu_memory_bytes", {**c1, "gpu": "0"}) == 3 * GIB
-    assert v("gpuguard_container_gpu_sm_utilization_ratio", {**c1, "gpu": "0"}) == 0.5
-    assert v("gpuguard_container_gpu_processes", {**c2, "gpu": "0"}) == 1
-    assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "computing"}) == 1
-    assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "input"}) == 0
-    assert v("gpuguard_container_task_elapsed_seconds", {**c1, "gpu": "0"}) == pytest.approx(0.15)
-    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) == pytest.approx(8.85)
-    assert v("gpuguard_container_task_boundary", {**c1, "gpu": "0", "boundary": "open"}) == 1
-    assert v("gpuguard_container_task_boundary", {**c1, "gpu": "0", "boundary": "exact"}) is None
-    assert v("gpuguard_container_task_slack_seconds", {**c2, "gpu": "0"}) is None
-    assert v("gpuguard_tasks_waiting", {**n, "gpu": "0"}) == 1
-    assert v("gpuguard_unattributed_gpu_processes", {**n, "gpu": "0"}) == 1
+    assert v("gpuguard_container_gpu_memory_bytes", {**c1, **GPU0}) == 3 * GIB
+    assert v("gpuguard_container_gpu_sm_utilization_ratio", {**c1, **GPU0}) == 0.5
+    assert v("gpuguard_container_gpu_processes", {**c2, **GPU0}) == 1
+    assert v("gpuguard_container_task_phase", {**c1, **GPU0, "phase": "computing"}) == 1
+    assert v("gpuguard_container_task_phase", {**c1, **GPU0, "phase": "input"}) == 0
+    assert v("gpuguard_container_task_elapsed_seconds", {**c1, **GPU0}) == pytest.approx(0.15)
+    assert v("gpuguard_container_task_slack_seconds", {**c1, **GPU0}) == pytest.approx(8.85)
+    assert v("gpuguard_container_task_boundary", {**c1, **GPU0, "boundary": "open"}) == 1
+    assert v("gpuguard_container_task_boundary", {**c1, **GPU0, "boundary": "exact"}) is None
+    assert v("gpuguard_container_task_slack_seconds", {**c2, **GPU0}) is None
+    assert v("gpuguard_tasks_waiting", {**n, **GPU0}) == 1
+    assert v("gpuguard_unattributed_gpu_processes", {**n, **GPU0}) == 1
     assert v("gpuguard_exporter_polls_total", n) == 3
     assert v("gpuguard_exporter_collector_success", {**n, "source": "gpu"}) == 1
     assert v("gpuguard_exporter_build_info", {**n, "version": "0.1.0", "backend": "test"}) == 1
-    assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 0
+    assert v("gpuguard_task_run_seconds_count", {**n, **GPU0}) == 0
     backend.next = sample(1.2, {200: 2 * GIB, 300: GIB})
     poller.poll_once()
     assert v("gpuguard_container_tasks_finished_total", c1) == 1
     assert v("gpuguard_container_deadline_hits_total", c1) == 1
     assert v("gpuguard_container_busy_periods_total", c1) is None  # none yet: no series
-    assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 1
-    assert v("gpuguard_task_run_seconds_bucket", {**n, "gpu": "0", "le": "0.25"}) == 1
+    assert v("gpuguard_task_run_seconds_count", {**n, **GPU0}) == 1
+    assert v("gpuguard_task_run_seconds_bucket", {**n, **GPU0, "le": "0.25"}) == 1
 
 
 def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None:
@@ -87,9 +90,9 @@ def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None
         poller.poll_once()
     v = registry.get_sample_value
     c1 = {"node": "node-a", "container": "rt-1", "container_id": cid(1)[:12]}
-    merged = {**c1, "gpu": "0", "boundary": "merged"}
+    merged = {**c1, **GPU0, "boundary": "merged"}
     assert v("gpuguard_container_task_boundary", merged) == 1
-    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) < 0
+    assert v("gpuguard_container_task_slack_seconds", {**c1, **GPU0}) < 0
     backend.next = sample(13.2, {})
     poller.poll_once()
     assert v("gpuguard_container_task_boundary", merged) is None  # no running task
@@ -97,7 +100,7 @@ def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None
     assert v("gpuguard_container_busy_seconds_total", c1) == pytest.approx(12.1, abs=0.2)
     for counter in ("tasks_finished", "deadline_hits", "deadline_misses"):
         assert v(f"gpuguard_container_{counter}_total", c1) == 0
-    assert v("gpuguard_task_run_seconds_count", {"node": "node-a", "gpu": "0"}) == 0
+    assert v("gpuguard_task_run_seconds_count", {"node": "node-a", **GPU0}) == 0
 
 
 def test_removed_container_leaves_no_series(setup) -> None:
@@ -273,9 +276,13 @@ def test_mig_instances_carry_dcgm_exporters_labels_and_count_memory_once(setup) 
              "GPU_I_PROFILE": "3g.40gb"}) == 1  # fmt: skip
     assert v("gpuguard_gpu_info", {**n, "gpu": "0", "uuid": "GPU-p", "name": "NVIDIA A100 80GB",
              "UUID": "GPU-p", "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1  # fmt: skip
-    assert v("gpuguard_gpu_memory_total_bytes", {**n, "gpu": "0"}) is None
-    assert v("gpuguard_gpu_memory_used_bytes", {**n, "gpu": "0"}) is None
-    totals = [v("gpuguard_gpu_memory_total_bytes", {**n, "gpu": g}) for g in ("0:0", "0:1")]
+    parent = {**n, "gpu": "0", "UUID": "GPU-p", "GPU_I_ID": ""}
+    assert v("gpuguard_gpu_memory_total_bytes", parent) is None
+    assert v("gpuguard_gpu_memory_used_bytes", parent) is None
+    totals = [
+        v("gpuguard_gpu_memory_total_bytes", {**n, "gpu": g, "UUID": "GPU-p", "GPU_I_ID": i})
+        for g, i in (("0:0", "7"), ("0:1", "8"))
+    ]
     assert totals == [40 * GIB, 40 * GIB]
 
 
