@@ -130,7 +130,8 @@ class PolicyConfig:
     #: a task admitted this recently is not preempted
     preempt_quantum_s: float = 0.5
     #: a best-effort freeze outlasts the last real-time activity on its devices by this much
-    best_effort_hold_s: float = 0.5
+    #: (two NVML sample periods: a draining report the next sample contradicts thaws nothing)
+    best_effort_hold_s: float = 0.3
     #: the hold doubles while freezes follow thaws closely, up to this
     best_effort_hold_max_s: float = 4.0
     #: a container that yielded between tasks waits at most this long for its turn
