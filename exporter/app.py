@@ -48,7 +48,9 @@ def run_exporter(config: ExporterConfig) -> int:
         print(f"gpuguard exporter: {exc}", file=sys.stderr)
         return 1
     events = EventLog(config.events_buffer)
-    index = ContainerIndex(docker_client_factory(config.docker_host), events).start()
+    index = ContainerIndex(
+        docker_client_factory(config.docker_host), events, policy=config.trust
+    ).start()
     poller = Poller(
         backend,
         index,

@@ -21,6 +21,7 @@ from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
+from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy, load_policy
 from gpuguard.flags import Flag
 
 DEFAULT_LISTEN = "127.0.0.1:10835"
@@ -63,6 +64,10 @@ FLAGS: tuple[Flag, ...] = (
          "node record: average utilization at or above which the GPU counts as 100%%", "ratio"),
     Flag("record.memory-threshold", 0.95,
          "node record: share of GPU memory in use at or above which it counts as full", "ratio"),
+    Flag("trust.policy-file", None,
+         "YAML file of the classes and minimum deadlines each image, name or Kubernetes "
+         "namespace may claim by label (default: every claim believed; README, Security)",
+         metavar="PATH"),
 )  # fmt: skip
 
 
@@ -81,6 +86,7 @@ class ExporterConfig:
     log_level: str = "info"
     record: RecordConfig = field(default_factory=RecordConfig)
     task_rules: TaskRules = field(default_factory=TaskRules)
+    trust: TrustPolicy = TRUST_ALL
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +121,14 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
         record=_record(values),
         task_rules=_task_rules(values),
+        trust=_trust(values["trust.policy-file"]),
     )
+
+
+def _trust(path: Any) -> TrustPolicy:
+    if path is None or str(path) == "":
+        return TRUST_ALL
+    return load_policy(Path(str(path)))
 
 
 def _record(values: Mapping[str, Any]) -> RecordConfig:

@@ -38,6 +38,8 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "demand_sm_ratio": snap.demand.get(info.id),
         "typical_run_s": snap.typical_run.get(info.id),
         "slo": _slo_json(info),
+        # the operator's trust policy replaced these claims (exporter/trust.py)
+        "claims_rejected": [{"label": lbl, "why": why} for lbl, why in info.claims_rejected],
     }
 
 
