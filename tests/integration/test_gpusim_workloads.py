@@ -77,9 +77,15 @@ def test_training_loop_paused_stops_once_its_queue_drains(
         paused_at = time.time()
         queued = me(observer.status())["kernels_queued"]
         wait_for(lambda: me(observer.status())["phase"] == "idle", timeout=10, interval=0.005)
-        time.sleep(0.05)  # one sample period: the driver has sampled the period it ended in
-        *_, sample = observer.sample()["devices"][0]["process_samples"]
-        # the driver's instant that closed the period in which its last kernel ran
+        idle_at = time.time()
+
+        def closing() -> dict[str, Any] | None:
+            # the driver's sample of the period its last kernel ran in: the first taken
+            # after it went idle (a loaded machine may take a while to take it)
+            samples = observer.sample()["devices"][0]["process_samples"]
+            return next((s for s in samples if s["timestamp_us"] / 1e6 >= idle_at), None)
+
+        sample = wait_for(closing, timeout=5, what="the sample closing the last period")
         drained_at = sample["timestamp_us"] / 1e6
         drain_s = drained_at - paused_at
         print(f"\nfrozen with {queued} kernels queued; SM activity stopped {drain_s:.3f} s later")
