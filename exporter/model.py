@@ -83,6 +83,10 @@ class ContainerInfo:
     class_error: str | None = None
     slo: SloDeclaration | None = None  # gpuguard.slo.* (gpuguard/slo.py)
     slo_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
+    # Kubernetes identity (containerd source, CRI labels; exporter/kube.py); None elsewhere
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    pod_uid: str | None = None
 
     @property
     def paused(self) -> bool:
