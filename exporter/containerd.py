@@ -13,7 +13,7 @@ why it beat the ``containerd`` package on the index). Parsing is pure and tested
 
 On a Kubernetes node (namespace ``k8s.io``) a container's name is its Kubernetes container
 name, it carries its pod's namespace, name and uid, and its pod's ``gpuguard.*`` labels come
-from the pod's sandbox (``exporter/kube.py``); sandboxes themselves are not listed.
+from the pod's sandbox (``gpuguard/kube.py``); sandboxes themselves are not listed.
 """
 
 from __future__ import annotations
@@ -32,16 +32,15 @@ from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
+from gpuguard import kube
 from gpuguard.contract import EventType
-from gpuguard.exporter import kube
+from gpuguard.ctr import Ctr, CtrError
 from gpuguard.exporter.containers import container_info
-from gpuguard.exporter.errors import ContainerdError
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
 
 log = logging.getLogger(__name__)
 
-CTR_TIMEOUT_S = 10.0
 #: after connecting, list once more this much later: an event raised before ``ctr events``
 #: had subscribed is then still seen
 RECONCILE_AFTER_S = 1.0
@@ -60,13 +59,6 @@ _TASK_TOPIC_STATE = {
     "/tasks/resumed": "running",
     "/tasks/exit": "exited",
     "/tasks/delete": "exited",
-}
-_TASK_STATUS = {
-    "CREATED": "created",
-    "RUNNING": "running",
-    "PAUSING": "running",
-    "PAUSED": "paused",
-    "STOPPED": "exited",
 }
 
 
@@ -120,31 +112,6 @@ def _event_time(date: str, fraction: str | None, offset: str) -> float | None:
     return when.replace(tzinfo=zone).timestamp() + float(fraction or 0)
 
 
-def parse_task_list(text: str) -> dict[str, str]:
-    """``ctr tasks list`` (TASK PID STATUS) -> container id -> state in Docker's words."""
-    states = {}
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) >= 3:
-            states[fields[0]] = _TASK_STATUS.get(fields[2].upper(), "unknown")
-    return states
-
-
-def trim_info(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of ``ctr containers info`` the exporter keeps (the OCI spec is large)."""
-    spec = doc.get("Spec") or {}
-    process = spec.get("process") or {}
-    linux = spec.get("linux") or {}
-    return {
-        "ID": str(doc["ID"]),
-        "Labels": dict(doc.get("Labels") or {}),
-        "Image": str(doc.get("Image") or ""),
-        "Args": list(process.get("args") or ()),
-        "Env": list(process.get("env") or ()),
-        "CgroupsPath": str(linux.get("cgroupsPath") or ""),
-    }
-
-
 def containerd_container_info(
     doc: Mapping[str, Any], state: str, sandbox_labels: Mapping[str, str] | None
 ) -> ContainerInfo:
@@ -191,58 +158,6 @@ def containers_from_docs(
         pod_labels = sandboxes.get(identity.pod_uid) if identity is not None else None
         out[cid] = containerd_container_info(doc, states.get(cid, "created"), pod_labels)
     return out
-
-
-class Ctr:
-    """containerd through Debian's ``ctr``, one namespace; every failure is ContainerdError."""
-
-    def __init__(self, address: str, namespace: str, binary: str = "ctr") -> None:
-        self.address = address.removeprefix("unix://")
-        self.namespace = namespace
-        self.binary = binary
-
-    def _base(self) -> list[str]:
-        return [self.binary, "--address", self.address, "--namespace", self.namespace]
-
-    def run(self, *args: str) -> str:
-        try:
-            done = subprocess.run(
-                [*self._base(), *args],
-                capture_output=True,
-                text=True,
-                timeout=CTR_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ContainerdError(f"ctr {' '.join(args[:2])}: {exc}") from exc
-        if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or ["failed"])[-1]
-            raise ContainerdError(f"ctr {' '.join(args[:2])}: {why}")
-        return done.stdout
-
-    def container_ids(self) -> list[str]:
-        return self.run("containers", "list", "--quiet").split()
-
-    def info(self, container_id: str) -> dict[str, Any]:
-        try:
-            return trim_info(json.loads(self.run("containers", "info", container_id)))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ContainerdError(f"ctr containers info {container_id}: {exc}") from exc
-
-    def task_states(self) -> dict[str, str]:
-        return parse_task_list(self.run("tasks", "list"))
-
-    def follow_events(self) -> subprocess.Popen[str]:
-        try:
-            return subprocess.Popen(
-                [*self._base(), "events"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                text=True,
-            )
-        except OSError as exc:
-            raise ContainerdError(f"ctr events: {exc}") from exc
 
 
 class ContainerdIndex:
@@ -346,7 +261,7 @@ class ContainerdIndex:
                 proc.wait(timeout=5)
                 why = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
                 if proc.returncode:
-                    raise ContainerdError(f"ctr events: {(why or ['exited'])[-1]}")
+                    raise CtrError(f"ctr events: {(why or ['exited'])[-1]}")
                 return
             self._apply_line(line)
 
@@ -354,7 +269,7 @@ class ContainerdIndex:
         """A container's trimmed info, or None when it is gone."""
         try:
             doc = self._ctr.info(container_id)
-        except ContainerdError:
+        except CtrError:
             # ctr says "not found" only in words: decide by listing instead
             if container_id not in self._ctr.container_ids():
                 return None

@@ -23,7 +23,3 @@ class BackendUnavailable(BackendError):
 
 class ProcfsError(ExporterError):
     """The procfs tree (``--path.procfs``) cannot be read."""
-
-
-class ContainerdError(ExporterError):
-    """containerd (through ``ctr``) could not answer; the container source retries."""

@@ -14,15 +14,8 @@ from typing import Any
 import pytest
 
 from gpuguard.contract import EventType
-from gpuguard.exporter.containerd import (
-    ContainerdIndex,
-    Ctr,
-    containers_from_docs,
-    parse_event_line,
-    parse_task_list,
-    trim_info,
-)
-from gpuguard.exporter.errors import ContainerdError
+from gpuguard.ctr import Ctr, CtrError, parse_task_list, parse_task_pids, trim_info
+from gpuguard.exporter.containerd import ContainerdIndex, containers_from_docs, parse_event_line
 from gpuguard.exporter.events import EventLog
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
@@ -84,6 +77,10 @@ def test_task_list() -> None:
     assert parse_task_list((FIXTURES / "tasks.txt").read_text()) == {
         SANDBOX: "running",
         CONTAINER: "running",
+    }
+    assert parse_task_pids((FIXTURES / "tasks.txt").read_text()) == {
+        SANDBOX: 14072,
+        CONTAINER: 5586,
     }
     assert parse_task_list("TASK PID STATUS\nx 1 PAUSED\ny 2 STOPPED\nz 3 ODD\n") == {
         "x": "paused",
@@ -177,7 +174,7 @@ class FakeCtr(Ctr):
 
     def _check(self) -> None:
         if self.down:
-            raise ContainerdError("ctr containers list: connection refused")
+            raise CtrError("ctr containers list: connection refused")
 
     def container_ids(self) -> list[str]:
         self._check()
@@ -187,7 +184,7 @@ class FakeCtr(Ctr):
         self._check()
         self.info_calls += 1
         if container_id not in self.docs:
-            raise ContainerdError("not found")
+            raise CtrError("not found")
         return json.loads(json.dumps(self.docs[container_id]))
 
     def task_states(self) -> dict[str, str]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gpuguard import kube
 from gpuguard.commands.ps import ps_rows
-from gpuguard.exporter import kube
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.config import add_flags, load_config, pick_container_source
 from gpuguard.exporter.errors import ConfigError
