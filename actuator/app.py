@@ -12,6 +12,7 @@ from gpuguard import flags
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
+from gpuguard.actuator.containerd_engine import engine_api
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, docker_api
@@ -80,7 +81,9 @@ def run(config: Config) -> int:
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     if journal_lost:
         audit.write("journal_unreadable", detail=journal_lost)
-    local_api = docker_api(config.docker_host)
+    local_api = engine_api(
+        config.docker_host, config.containerd_address, config.containerd_namespace
+    )
     manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
     metrics = ActuatorMetrics(config.node_name)
     freezer = (

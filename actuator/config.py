@@ -36,6 +36,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
+    Flag("containerd.address", None,
+         "act through containerd at this socket instead of Docker (a Kubernetes node)"),
+    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)"),
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
     Flag("node.name", None, "this node's name in alerts and the node list (default: hostname)"),
     Flag("mode", "both", "triggers: webhook, fast (exporter events) or both"),
@@ -108,6 +111,8 @@ class Config:
     pause_method: str = "cgroup"
     procfs: Path = Path("/proc")
     sysfs: Path = Path("/sys")
+    containerd_address: str | None = None  # set: act through containerd, not Docker
+    containerd_namespace: str = "k8s.io"
 
     def alerts_for(self, action: str) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -175,6 +180,8 @@ def validate(values: Mapping[str, Any]) -> Config:
         exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
         exporter_timeout_s=exporter_timeout,
         docker_host=engine_url(values, "docker.host"),
+        containerd_address=containerd_address(values),
+        containerd_namespace=flags.text(values, "containerd.namespace"),
         swarm_manager=engine_url(values, "swarm.manager"),
         node_name=flags.text(values, "node.name") if values["node.name"] else socket.gethostname(),
         mode=flags.choice(values, "mode", MODES),
@@ -287,6 +294,15 @@ def host_path(values: Mapping[str, Any], name: str) -> Path:
     if not path.is_dir():
         raise ConfigError(f"--{name} {values[name]!r}: not a directory")
     return path
+
+
+def containerd_address(values: Mapping[str, Any]) -> str | None:
+    value = values.get("containerd.address")
+    if value in (None, ""):
+        return None
+    if not str(value).removeprefix("unix://").startswith("/"):
+        raise ConfigError(f"--containerd.address {value!r}: must be a socket path or unix://PATH")
+    return str(value)
 
 
 def engine_url(values: Mapping[str, Any], name: str) -> str | None:

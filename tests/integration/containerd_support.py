@@ -12,15 +12,20 @@ driver's form is given as the path it makes on disk
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.images import REPO_ROOT, python_mounts
+from gpuguard.demo.stack.process import ServiceError
+from tests.prereq import require_binary, unavailable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: names of the cgroups above a container that the kubelet's drivers make (pod, QoS, top)
@@ -102,8 +107,8 @@ class Pod:
         self._run(container_id, labels, argv, [*ro, *((path, "rw") for path in mounts)], env)
         return container_id
 
-    def run_sleeper(self, container: str) -> str:
-        """A container that only sleeps (to pause, resume and remove)."""
+    def run_command(self, container: str, argv: list[str]) -> str:
+        """A container running ``argv`` from the busybox root filesystem."""
         container_id = secrets.token_hex(32)
         labels = {
             "io.cri-containerd.kind": "container",
@@ -111,8 +116,12 @@ class Pod:
             "io.kubernetes.container.name": container,
         }
         self.containers[container] = container_id
-        self._run(container_id, labels, ["/bin/sleep", "3600"])
+        self._run(container_id, labels, argv)
         return container_id
+
+    def run_sleeper(self, container: str) -> str:
+        """A container that only sleeps (to pause, resume and remove)."""
+        return self.run_command(container, ["/bin/sleep", "3600"])
 
     def _pid(self, container_id: str) -> int:
         for line in self.engine.check("tasks", "list").splitlines()[1:]:
@@ -152,3 +161,33 @@ def remove_cgroups(dirs: Sequence[Path]) -> None:
             with contextlib.suppress(OSError):
                 current.rmdir()
             current = current.parent
+
+
+@pytest.fixture(scope="module")
+def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateContainerd]:
+    require_binary("containerd")
+    require_binary("ctr")
+    if os.geteuid() != 0:
+        unavailable("a private containerd needs root")
+    engine = PrivateContainerd(Path(tmp_path_factory.mktemp("ctrd", numbered=True)))
+    try:
+        engine.start()
+    except ServiceError as exc:
+        engine.stop()
+        unavailable(f"private containerd did not start: {exc}")
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture
+def pods(containerd: PrivateContainerd) -> Iterator[Callable[..., Pod]]:
+    made: list[Pod] = []
+
+    def make(name: str, driver: str, labels: dict[str, str]) -> Pod:
+        pod = Pod(containerd, name, "team-a", driver, labels)
+        made.append(pod)
+        return pod.start_sandbox()
+
+    yield make
+    for pod in made:
+        pod.remove()

@@ -8,7 +8,6 @@ removal followed from containerd's events.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,41 +18,9 @@ from exporter_support import ExporterProcess, workload_args, workload_log
 
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.gpusim import GpusimService
-from gpuguard.demo.stack.process import ServiceError
-from tests.prereq import require_binary, unavailable
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateContainerd]:
-    require_binary("containerd")
-    require_binary("ctr")
-    if os.geteuid() != 0:
-        unavailable("a private containerd needs root")
-    engine = PrivateContainerd(Path(tmp_path_factory.mktemp("ctrd", numbered=True)))
-    try:
-        engine.start()
-    except ServiceError as exc:
-        engine.stop()
-        unavailable(f"private containerd did not start: {exc}")
-    yield engine
-    engine.stop()
-
-
-@pytest.fixture
-def pods(containerd: PrivateContainerd) -> Iterator[Callable[..., Pod]]:
-    made: list[Pod] = []
-
-    def make(name: str, driver: str, labels: dict[str, str]) -> Pod:
-        pod = Pod(containerd, name, "team-a", driver, labels)
-        made.append(pod)
-        return pod.start_sandbox()
-
-    yield make
-    for pod in made:
-        pod.remove()
 
 
 @pytest.fixture
