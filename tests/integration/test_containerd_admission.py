@@ -21,7 +21,7 @@ from containerd_support import Pod
 
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
 from gpuguard.actuator.freezer import FROZEN, THAWED, ContainerFreezer
 from gpuguard.actuator.journal import JOURNAL_FILE, Journal
 from gpuguard.actuator.lease import GUARD_LEASE
@@ -113,8 +113,11 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
     told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "docker_pause"]
     assert [(r["container_id"], r["result"]) for r in told] == [(cid, "ok")]
 
+    assert executor.paused_states([cid, "f" * 64]) == {cid: True, "f" * 64: None}  # reconcile
+
     outcome = executor.execute(Action(UNPAUSE, cid, "server", "admit", gpu=0), "fast")
     assert outcome.result == "ok" and executor.journal.paused == {}
+    assert executor.paused_states([cid]) == {cid: False}
     assert advancing(pod, "server") and cgroup.state() == THAWED
     assert task_status(containerd, cid) == "RUNNING"
 
@@ -133,13 +136,31 @@ def test_an_unmanaged_pod_and_a_vanished_container_are_skipped(
     assert executor.journal.paused == {}
 
 
+def test_a_lost_journal_resumes_every_managed_pod_container_and_nothing_else(
+    containerd: PrivateContainerd, pods: Callable[..., Pod], tmp_path: Path
+) -> None:
+    managed = pods("held", "cgroupfs", {"gpuguard.managed": "true"})
+    other = pods("operator", "cgroupfs", {})
+    held, kept = counting(managed, "server"), counting(other, "batch")
+    containerd.check("tasks", "pause", held)
+    containerd.check("tasks", "pause", kept)  # an operator's pause of an unmanaged pod
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    resumed = resume_managed_paused(
+        engine_of(containerd), audit, "journal lost", ContainerFreezer()
+    )
+    assert resumed == [held]
+    assert task_status(containerd, held) == "RUNNING" and advancing(managed, "server")
+    assert task_status(containerd, kept) == "PAUSED"
+    containerd.check("tasks", "resume", kept)
+
+
 CRASHING_ACTUATOR = """
 import sys, time
 from pathlib import Path
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.executor import DockerExecutor
+from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
 from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.journal import Journal, JournalLock
 from gpuguard.actuator.policy import PAUSE, Action
