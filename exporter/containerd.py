@@ -274,7 +274,6 @@ class ContainerdIndex:
             if container_id not in self._ctr.container_ids():
                 return None
             raise
-        self._warn_labels(doc)
         return doc
 
     def _resync(self, full: bool) -> None:
@@ -325,6 +324,7 @@ class ContainerdIndex:
 
     def _publish(self, ts: float | None, announce_new: bool) -> None:
         fresh = containers_from_docs(self._docs, self._states)
+        self._warn_labels(fresh)
         with self._lock:
             old = self._containers
             self._containers = MappingProxyType(fresh)
@@ -351,15 +351,16 @@ class ContainerdIndex:
                 paused = EventType.CONTAINER_PAUSED
                 self._emit(paused if info.paused else EventType.CONTAINER_RESUMED, info, ts)
 
-    def _warn_labels(self, doc: Mapping[str, Any]) -> None:
-        if doc["ID"] in self._warned_labels or kube.is_sandbox(doc["Labels"]):
-            return
-        info = containerd_container_info(doc, "unknown", None)
-        errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
-        errors += [error for _, error in info.slo_errors]
-        if errors:
-            self._warned_labels.add(info.id)  # logged once per container, never fatal
-            log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))
+    def _warn_labels(self, containers: Mapping[str, ContainerInfo]) -> None:
+        """Log once per container a label it cannot use (its own or its pod's)."""
+        for info in containers.values():
+            if info.id in self._warned_labels:
+                continue
+            errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
+            errors += [error for _, error in info.slo_errors]
+            if errors:
+                self._warned_labels.add(info.id)  # never fatal
+                log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))
 
     def _emit(self, type_: EventType, info: ContainerInfo, ts: float | None) -> None:
         if self._events is not None:

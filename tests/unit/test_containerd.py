@@ -304,3 +304,20 @@ def test_events_of_other_namespaces_are_ignored(ctr: FakeCtr) -> None:
         assert ctr.info_calls == 1  # the sandbox's, at the resync
     finally:
         index.stop()
+
+
+def test_an_unusable_pod_label_is_logged_once(
+    ctr: FakeCtr, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctr.docs[SANDBOX]["Labels"]["gpuguard.deadline"] = "soon"
+    ctr.docs[CONTAINER] = fixture_doc("info_container.json")
+    index = ContainerdIndex(ctr, backoff_s=(0.01, 0.05)).start()
+    try:
+        assert index.wait_synced(5)
+        ctr.event("/tasks/paused", CONTAINER)
+        wait_for(lambda: index.snapshot()[CONTAINER].paused)
+        assert index.snapshot()[CONTAINER].deadline_error
+    finally:
+        index.stop()
+    warnings = [r for r in caplog.records if "label ignored" in r.getMessage()]
+    assert len(warnings) == 1 and "infer" in warnings[0].getMessage()
