@@ -108,3 +108,23 @@ def test_pause_resume_and_removal_followed_from_events(
     types = [e["type"] for e in k8s_exporter.events()["events"] if e.get("container_id") == cid]
     assert types == ["container_started", "container_paused", "container_resumed",
                      "container_removed"]  # fmt: skip
+
+
+def test_a_restarted_containerd_is_resynced_and_followed_again(
+    k8s_exporter: ExporterProcess, pods: Callable[..., Pod], containerd: PrivateContainerd
+) -> None:
+    pod = pods("restart", "systemd", {})
+    before = pod.run_sleeper("before")
+    wait_for(lambda: container_doc(k8s_exporter.state(), before), 10, "first container seen")
+    errors = k8s_exporter.metric("gpuguard_exporter_errors_total", source="docker") or 0
+
+    containerd.restart_daemon()
+    after = pod.run_sleeper("after")
+
+    wait_for(lambda: container_doc(k8s_exporter.state(), after), 20, "container made after")
+    assert (container_doc(k8s_exporter.state(), before) or {}).get("state") == "running"
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="docker") == 1
+    restarted = k8s_exporter.metric("gpuguard_exporter_errors_total", source="docker")
+    assert restarted is not None and restarted > errors
+    containerd.remove(before)  # followed again after the restart
+    wait_for(lambda: container_doc(k8s_exporter.state(), before) is None, 10, "removal seen")

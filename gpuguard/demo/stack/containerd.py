@@ -65,6 +65,14 @@ class PrivateContainerd:
         self.process.wait_ready(lambda: self.ctr("version").returncode == 0, timeout=timeout)
         return self
 
+    def restart_daemon(self) -> None:
+        """Stop and start only the containerd process: running tasks keep running in their
+        shims and are found again (``stop`` would remove every container)."""
+        assert self.process is not None
+        self.process.stop(timeout=20)
+        self.process = None
+        self.start()
+
     def ctr(
         self, *args: str, namespace: str = "k8s.io", timeout: float = 30
     ) -> subprocess.CompletedProcess[str]:
