@@ -238,7 +238,7 @@ def summary(
 def measure(bench: Any) -> dict[str, Any]:
     """``bench/realtime.py``'s scenario (d): a server alone through the whole pipeline, on a
     stack of its own (the realtime bench's node has no Prometheus or Alertmanager)."""
-    duration = {"smoke": 8.0, "quick": 30.0}.get(bench.mode, 120.0)
+    duration = {"smoke": 8.0, "quick": 20.0}.get(bench.mode, 120.0)
     return measure_node_marks(duration, time_scale=bench.time_scale, progress=bench.progress)
 
 

@@ -93,7 +93,7 @@ class Sizes:
 
 SIZES = {
     "smoke": Sizes(1, 1, 4.0, 4.0, 2.5, True),
-    "quick": Sizes(1, 3, 20.0, 10.0, 3.5, False),
+    "quick": Sizes(1, 3, 20.0, 10.0, 3.5, True),
     "full": Sizes(3, 3, 60.0, 60.0, 3.5, False),
 }
 

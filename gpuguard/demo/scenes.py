@@ -13,7 +13,9 @@ from typing import Any
 
 import requests
 
+from gpuguard import labels
 from gpuguard.contract import EventType, PriorityClass, WorkloadKind
+from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
 from gpuguard.demo.timeline import Panel, draw, lanes, pause_spans
 from gpuguard.gpusim.workload.server import percentile
@@ -126,18 +128,30 @@ def _lead_in(specs: list[WorkloadSpec]) -> float:
 
 def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[WorkloadSpec]:
     """An inference server (0.5 s requests, 0.6 a second: 30% of the GPU, a 3 s deadline
-    each) and a training loop (40 ms steps) that is best-effort, and managed when asked."""
+    each) and a training loop (40 ms steps) that is best-effort, and managed when asked.
+
+    The server serves its latency histogram as vLLM does and declares a latency SLO on it
+    (90% within 2.5 s): the stack's Prometheus scrapes it, and the SLO rules and dashboard
+    panel show its attainment beside what NVML shows."""
+    port = free_port()
     server = (
         "--rate", "0.6", "--request-work", f"{0.5 / time_scale:g}", "--kernels", "5",
         "--duration", f"{COLOCATION_S:g}", "--seed", "1", "--memory-bytes", "1GiB",
+        "--metrics-port", str(port),
     )  # fmt: skip
+    slo = (
+        (labels.SLO_METRIC, "vllm:e2e_request_latency_seconds"),
+        (labels.SLO_TARGET, "2500ms"),
+        (labels.SLO_OBJECTIVE, "0.9"),
+        (labels.SLO_PORT, str(port)),
+    )
     trainer = (
         "--step-work", f"{0.04 / time_scale:g}", "--kernels", "4", "--sync-every", "1",
         "--duration", f"{COLOCATION_S:g}", "--memory-bytes", "2GiB",
     )  # fmt: skip
     return [
         WorkloadSpec(f"{prefix}-server", kind=WorkloadKind.SERVER, kind_args=server,
-                     deadline="3s"),
+                     deadline="3s", extra_labels=slo, host_network=True),
         WorkloadSpec(f"{prefix}-trainer", kind=WorkloadKind.TRAIN, kind_args=trainer,
                      managed=managed, priority=PriorityClass.BEST_EFFORT),
     ]  # fmt: skip

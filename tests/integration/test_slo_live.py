@@ -14,7 +14,6 @@ server whose SLO fails with nothing beside it to freeze marks its node instead.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import requests
 
 from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
+from gpuguard.demo.stack.dockerd import unmount_below
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
 from gpuguard.demo.stack.process import ServiceError, free_port
@@ -55,17 +55,7 @@ def stack(short_tmp: Path) -> Iterator[LocalStack]:
         unavailable(f"stack did not start: {exc}")
     yield stack
     stack.stop()
-    _unmount_below(stack.dir)
-
-
-def _unmount_below(directory: Path) -> None:
-    """A host-network container makes dockerd bind the host's network namespace under its
-    exec root (``exec/netns/default``), and it stays mounted after dockerd stops."""
-    prefix = str(directory.resolve()) + "/"
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        target = line.split()[1]
-        if target.startswith(prefix):
-            subprocess.run(["umount", target], check=False, capture_output=True, timeout=10)
+    unmount_below(stack.dir)  # the engine's own stop did; a second look costs nothing
 
 
 def _workload(

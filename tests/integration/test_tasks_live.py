@@ -106,7 +106,10 @@ def test_looping_tenants_do_not_overtake_a_waiting_container(
             workload_args(
                 sim, f"{name}.log", *task, *loop, "--start-at", f"{start_at + 0.1 * i:.3f}"
             ),
-            labels=MANAGED, extra_mounts=sim_mounts(sim), name=name,
+            # a deadline as the waiter has: one class, so first come is first served
+            # (real-time work would go before normal work, whatever came first)
+            labels={**MANAGED, "gpuguard.deadline": "30s"}, extra_mounts=sim_mounts(sim),
+            name=name,
         )  # fmt: skip
     waiter = run_python_container(
         workload_args(sim, "waiter.log", *task, "--start-at", f"{start_at + 0.5:.3f}"),

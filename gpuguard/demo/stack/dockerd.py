@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,17 @@ def shutdown_engine(url: str, pid: int, base_dir: Path, alive: bool = True) -> N
     # shim would hold the exec-root, so stop any that dockerd left behind.
     for shim in _shims_under(base_dir):
         stop_pid(shim, timeout=5)
+    unmount_below(base_dir)
+
+
+def unmount_below(directory: Path) -> None:
+    """A host-network container makes dockerd bind the host's network namespace under its
+    exec root (``exec/netns/default``), and it stays mounted after dockerd stops."""
+    prefix = str(directory.resolve()) + "/"
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        target = line.split()[1]
+        if target.startswith(prefix):
+            subprocess.run(["umount", target], check=False, capture_output=True, timeout=10)
 
 
 def _shims_under(base_dir: Path) -> list[int]:

@@ -40,6 +40,10 @@ class WorkloadSpec:
     kind_args: tuple[str, ...] = ()
     priority: str | None = None  # label gpuguard.class
     task_mode: str | None = None  # label gpuguard.task
+    #: more container labels (a latency SLO's ``gpuguard.slo.*``)
+    extra_labels: tuple[tuple[str, str], ...] = ()
+    #: on the host's network: a server whose /metrics the stack's Prometheus scrapes
+    host_network: bool = False
 
     def labels(self, scenario: str) -> dict[str, str]:
         out = {SCENARIO_LABEL: scenario}
@@ -51,6 +55,7 @@ class WorkloadSpec:
             out[labels.CLASS] = self.priority
         if self.task_mode is not None:
             out[labels.TASK] = self.task_mode
+        out.update(self.extra_labels)
         return out
 
     def workload_args(self, log_path: Path, start_at: float) -> list[str]:
@@ -274,6 +279,8 @@ class Scenario:
                 environment=env,
                 name=spec.name,
             )
+            if spec.host_network:
+                kwargs["network_mode"] = "host"  # its /metrics on the host's loopback
             self.containers.append(self.client.containers.run(**kwargs))
 
     def running(self) -> int:
