@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -62,6 +63,11 @@ def run_exporter(config: ExporterConfig) -> int:
         print(f"gpuguard exporter: {exc}", file=sys.stderr)
         return 1
     events = EventLog(config.events_buffer)
+    if pick_container_source(config) == "containerd" and shutil.which("ctr") is None:
+        print("gpuguard exporter: the containerd source needs ctr on PATH "
+              "(Debian's containerd package)", file=sys.stderr)  # fmt: skip
+        backend.close()
+        return 1
     index, source = open_container_source(config, events)
     poller = Poller(
         backend,

@@ -136,3 +136,20 @@ def test_auto_prefers_docker_then_containerd(tmp_path: Path) -> None:
     assert pick_container_source(load_config(parse(*argv), env={})) == "containerd"
     docker.touch()
     assert pick_container_source(load_config(parse(*argv), env={})) == "docker"
+
+
+def test_the_containerd_source_without_ctr_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from gpuguard.exporter import app
+
+    monkeypatch.setattr(app.shutil, "which", lambda name: None)
+    config = load_config(
+        parse("--container.source", "containerd", "--gpu.backend", "gpusim",
+              "--gpusim.socket", str(tmp_path / "none.sock")),
+        env={},
+    )  # fmt: skip
+    assert app.run_exporter(config) == 1
+    assert (
+        capsys.readouterr().err.strip().endswith("needs ctr on PATH (Debian's containerd package)")
+    )
