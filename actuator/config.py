@@ -40,6 +40,11 @@ FLAGS: tuple[Flag, ...] = (
          "act through containerd at this socket instead of Docker (a Kubernetes node)"),
     Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)"),
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
+    Flag("node.marker", "swarm",
+         "how this node is marked: swarm (a Swarm node label) or kubernetes (a taint and a "
+         "node label, through the API with the pod's service account)"),
+    Flag("kubernetes.api-server", None,
+         "Kubernetes API server URL (default: in-cluster, the pod's service account)"),
     Flag("node.name", None, "this node's name in alerts and the node list (default: hostname)"),
     Flag("mode", "both", "triggers: webhook, fast (exporter events) or both"),
     Flag("policy.order", "fifo", "admission order: fifo (task start) or edf (deadline)"),
@@ -113,6 +118,8 @@ class Config:
     sysfs: Path = Path("/sys")
     containerd_address: str | None = None  # set: act through containerd, not Docker
     containerd_namespace: str = "k8s.io"
+    node_marker: str = "swarm"  # swarm or kubernetes
+    kubernetes_api_server: str | None = None  # None: in-cluster
 
     def alerts_for(self, action: str) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -181,6 +188,12 @@ def validate(values: Mapping[str, Any]) -> Config:
         exporter_timeout_s=exporter_timeout,
         docker_host=engine_url(values, "docker.host"),
         containerd_address=containerd_address(values),
+        node_marker=flags.choice(values, "node.marker", ("swarm", "kubernetes")),
+        kubernetes_api_server=(
+            flags.http_url(values, "kubernetes.api-server", ("http", "https"))
+            if values.get("kubernetes.api-server")
+            else None
+        ),
         containerd_namespace=flags.text(values, "containerd.namespace"),
         swarm_manager=engine_url(values, "swarm.manager"),
         node_name=flags.text(values, "node.name") if values["node.name"] else socket.gethostname(),
