@@ -1,7 +1,7 @@
 """Admission without Docker: the actuator's executor and the guard on a real private
 containerd (``actuator/containerd_engine.py``), pods made as the kubelet makes them.
 
-Each tenant is a busybox shell counting into a file every 10 ms, read from the host through
+Each tenant is a busybox shell counting into its own file every 10 ms, read from the host through
 ``/proc/<pid>/root``: a counter that stops advancing is a container that is frozen.
 """
 
@@ -33,7 +33,12 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c-$$; sleep 0.01; done"
+# $0 is the container's name: its own file in the root filesystem the pods share, written
+# whole and renamed, so a read never sees it empty
+COUNTER = (
+    "i=0; while true; do i=$((i+1)); echo $i > /tmp/.c-$0; "
+    "/bin/busybox mv /tmp/.c-$0 /tmp/c-$0; sleep 0.01; done"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -50,27 +55,17 @@ def engine_of(containerd: PrivateContainerd) -> ContainerdEngine:
 
 
 def counting(pod: Pod, name: str) -> str:
-    cid = pod.run_command(name, ["/bin/sh", "-c", COUNTER])
+    cid = pod.run_command(name, ["/bin/sh", "-c", COUNTER, f"{pod.name}-{name}"])
     wait_for(lambda: count(pod, name) > 0, 10, f"{name} counting", interval=0.02)
     return cid
 
 
 def count(pod: Pod, name: str) -> int:
-    pid = pod.task_pid(name)
-    root = Path(f"/proc/{pid}/root/tmp")
-    for _ in range(20):  # `echo >` truncates, then writes: a read in between sees nothing
-        try:
-            return int((root / f"c-{_shell_pid(pid)}").read_text())
-        except (OSError, ValueError):
-            time.sleep(0.002)
-    return 0
-
-
-def _shell_pid(host_pid: int) -> int:
-    """The counting shell's PID inside its container (its ``$$``)."""
-    status = Path(f"/proc/{host_pid}/status").read_text()
-    nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
-    return int(nspid.split()[-1])
+    path = Path(f"/proc/{pod.task_pid(name)}/root/tmp/c-{pod.name}-{name}")
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):  # not written yet
+        return 0
 
 
 def advancing(pod: Pod, name: str, window_s: float = 0.3) -> bool:
