@@ -19,7 +19,10 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	@# setuptools' editable install warns that a folder named like the package may shadow it
+	@# on import: here that folder is the package itself (gpuguard/), so the warning is noise.
+	PYTHONWARNINGS='ignore:Editable installation:UserWarning' \
+	  $(PY) -m pip install -q -e '.[test,bench]'
 	touch $(STAMP)
 
 demo: setup

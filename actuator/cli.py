@@ -15,8 +15,11 @@ def register(subparsers: Any) -> None:
     run_parser = subparsers.add_parser(
         "actuator",
         help="admission control and node list, driven by alerts and exporter events",
-        description="Pause/unpause managed containers to admit GPU tasks one at a time, "
-        "and keep the node list (Swarm label gpuguard.provisionable).",
+        description="Admit GPU tasks by pausing and resuming managed containers: in "
+        "--policy.order, as many at once as fit beside each other on a device (headroom), "
+        "a task with precedence preempting one that holds its device (--policy.preempt); "
+        "best-effort containers frozen while real-time work runs. Keeps the node list "
+        "(Swarm label gpuguard.provisionable) from the alerts Alertmanager sends.",
     )
     add_flags(run_parser)
     run_parser.set_defaults(func=run_actuator)

@@ -161,6 +161,7 @@ class Guard:
         lease.renew(self.config.state_dir / lease.GUARD_LEASE)
         self.seen.last_check = time.time()
         self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
+        left: JournalContent | None = None
         if self.lock.try_acquire():
             verdict = "gone"
             try:
@@ -176,13 +177,16 @@ class Guard:
             verdict = "stuck" if stuck else "alive"
             self._watch(resume_all=stuck)
         if verdict != self.verdict:
-            self._announce(verdict)
+            self._announce(verdict, left)
             self.verdict = verdict
         return verdict
 
-    def _announce(self, verdict: str) -> None:
+    def _announce(self, verdict: str, left: JournalContent | None) -> None:
         if verdict == "alive":
             log.info("actuator alive: enforcing --max-pause %gs", self.config.max_pause_s)
+        elif verdict == "gone" and left is not None and not left.paused and left.lost is None:
+            # every start (the guard first) and every stop: nothing is wrong
+            log.info("no actuator holds the journal, and it names nothing paused")
         elif verdict == "gone":
             log.warning("no actuator holds the journal: resuming what it left paused")
         else:

@@ -23,10 +23,11 @@ from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PRE_KERNEL, ActionReason, Phase, Result
 
 _DONE = (Result.OK, Result.ALREADY)
-#: a freeze this soon after a ``realtime_idle`` thaw (in holds) lengthens the hold
-QUICK_REFREEZE_HOLDS = 2.0
+#: a freeze this soon after a ``realtime_idle`` thaw (in holds) lengthens the hold: the
+#: thaw gave the best-effort container less than one hold of running
+QUICK_REFREEZE_HOLDS = 1.0
 #: a thaw that lasted this long (in holds) shortens it again
-CALM_HOLDS = 8.0
+CALM_HOLDS = 4.0
 #: what a container or image was seen to do is remembered this long
 REPEATER_MEMORY_S = 600.0
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuguard import __version__
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import PayloadError
 from gpuguard.actuator.webhook import parse_body, parse_message
 from gpuguard.web import HttpServer, Limits, Request, Response, Router
-from gpuguard.web.render import SharedRender
+from gpuguard.web.render import SharedRender, metrics_text
 from gpuguard.web.routes import json_response, landing_page, text_response
 
 log = logging.getLogger("gpuguard.actuator.http")
@@ -62,7 +62,7 @@ def actuator_router(controller: Controller, token: str | None) -> Router:
     router.get("/", lambda request: page)
     router.get("/healthz", lambda request: text_response(controller.health() + "\n"))
     router.get("/api/v1/nodes", lambda request: json_response(controller.node_doc()), compress=True)
-    metrics = SharedRender(lambda: generate_latest(controller.metrics.registry))
+    metrics = SharedRender(lambda: metrics_text(controller.metrics.registry))
     router.get(
         "/metrics",
         lambda request: Response(200, metrics.get(), CONTENT_TYPE_LATEST),

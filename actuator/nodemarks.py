@@ -22,7 +22,7 @@ from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import NodeList, NodeMarker
 from gpuguard.actuator.report import Report
 from gpuguard.actuator.webhook import WebhookMessage
-from gpuguard.contract import ActionKind, Result
+from gpuguard.contract import ActionKind, NodeListExecutor, Result
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -156,7 +156,9 @@ class NodeMarks:
         doc["swarm_node_id"] = node_id
         doc["applied"] = self._applied_provisionable == self.nodes.provisionable
         if node_id is None:
-            executor, note = "list_only", "engine not in a swarm: node list kept, no label set"
+            executor = NodeListExecutor.LIST_ONLY
+            note = "engine not in a swarm: node list kept, no label set"
         else:
-            executor, note = "swarm", "swarm node label gpuguard.provisionable=false while marked"
+            executor = NodeListExecutor.SWARM
+            note = "swarm node label gpuguard.provisionable=false while marked"
         return {"executor": executor, "note": note, "nodes": [doc]}

@@ -99,7 +99,7 @@ ORDERS = ("fifo", "edf")
 ADMIT_GRACE_S = 1.0
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
-REPEAT_GAP_S = 1.0
+REPEAT_GAP_S = 2.0
 #: SM shares add up to at most the whole device (with rounding slack).
 _FULL = 1.0 + 1e-6
 #: A learnt demand below this still takes some of the device.
@@ -130,7 +130,8 @@ class PolicyConfig:
     #: a task admitted this recently is not preempted
     preempt_quantum_s: float = 0.5
     #: a best-effort freeze outlasts the last real-time activity on its devices by this much
-    best_effort_hold_s: float = 0.5
+    #: (two NVML sample periods: a draining report the next sample contradicts thaws nothing)
+    best_effort_hold_s: float = 0.3
     #: the hold doubles while freezes follow thaws closely, up to this
     best_effort_hold_max_s: float = 4.0
     #: a container that yielded between tasks waits at most this long for its turn

@@ -5,8 +5,8 @@ Fast profile (Prometheus scrape and evaluation 1 s, Alertmanager group_wait 0, g
 alert can make it act. Each round: one managed task computes; a second managed container
 creates a GPU context (the condition GpuSaturatedContention looks for starts: two unpaused
 tasks on a saturated GPU); the time until the actuator's audit log records the finished
-``docker pause`` of that container is one sample. ``--quick``: 3 rounds. The last line is one
-JSON object.
+``docker pause`` of that container is one sample. ``--quick``: 3 rounds; ``--smoke`` (CI): 1.
+The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -38,12 +38,17 @@ IDLE_CONTEXT = (
 
 
 def container(
-    node: NodeStack, client: Any, name: str, command: list[str] | None, args: list[str]
+    node: NodeStack,
+    client: Any,
+    name: str,
+    command: list[str] | None,
+    args: list[str],
+    task_mode: str = "burst",
 ) -> Any:
     assert node.gpusim is not None
     kwargs = python_container_kwargs(
         args,
-        labels={"gpuguard.managed": "true"},
+        labels={"gpuguard.managed": "true", "gpuguard.task": task_mode},
         extra_mounts={str(node.gpusim.dir): {"bind": str(node.gpusim.dir), "mode": "rw"}},
         name=name,
     )
@@ -56,7 +61,10 @@ def one_round(node: NodeStack, client: Any, index: int) -> float:
     """Seconds from the second task's context to the actuator's finished pause of it."""
     assert node.gpusim is not None
     command = [sys.executable, "-c", IDLE_CONTEXT, str(node.gpusim.socket)]
-    newcomer = container(node, client, f"newcomer-{index}", command, ["gpuguard.gpusim.workload"])
+    # process mode: in the default burst mode an idle context is no task at all
+    newcomer = container(
+        node, client, f"newcomer-{index}", command, ["gpuguard.gpusim.workload"], "process"
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -81,9 +89,10 @@ def one_round(node: NodeStack, client: Any, index: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds (< 1 minute)")
+    parser.add_argument("--smoke", action="store_true", help="1 round, for CI (~30 s)")
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
-    rounds = args.rounds or (3 if args.quick else 10)
+    rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 10)
     base = Path(tempfile.mkdtemp(prefix="gga-"))
     stack = LocalStack(base, ["bench-node"], time_scale=0.1)
     node = stack.nodes[0]

@@ -29,6 +29,7 @@ requests at each gap).
 
     python bench/detection_accuracy.py            # 10 x 5 tasks, 4 servers x 6 requests
     python bench/detection_accuracy.py --quick    # 4 x 3 tasks, 2 servers x 4 requests
+    python bench/detection_accuracy.py --smoke    # 2 x 2, 1 server x 3, 3 gaps (CI)
 """
 
 from __future__ import annotations
@@ -197,13 +198,19 @@ def classify_requests(
     return out, idle
 
 
-def gap_sweep(client: Any, sim: GpusimService, url: str, requests: int) -> dict[str, float]:
+#: one gap of each kind the full sweep finds (joined, merged, own): the CI smoke run's
+SMOKE_GAPS_S = (0.004, 0.05, 0.6)
+
+
+def gap_sweep(
+    client: Any, sim: GpusimService, url: str, requests: int, gaps: tuple[float, ...] = GAPS_S
+) -> dict[str, float]:
     """Shares of requests seen as their own task, merged, or joined, at each gap."""
     result: dict[str, float] = {}
     print(f"{'gap (ms)':>9}{'real':>7}{'own':>7}{'merged':>8}{'joined':>8}{'unseen':>8}   "
           f"({requests} requests of {1000 * GAP_REQUEST_S:.0f} ms each; real: the mean "
           f"idle between two, from their logs)")  # fmt: skip
-    for gap in GAPS_S:
+    for gap in gaps:
         container = run_gap_server(client, sim, gap, requests + 1)
         time.sleep(1.0)  # the last burst's end is known after the idle gap
         state = requests_get_state(url)
@@ -234,10 +241,13 @@ def truth(sim: GpusimService, name: str) -> list[tuple[float, float]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer containers and tasks (CI)")
+    parser.add_argument("--quick", action="store_true", help="fewer containers and tasks")
+    parser.add_argument(
+        "--smoke", action="store_true", help="fewest, and three gaps: for CI (~40 s)"
+    )
     args = parser.parse_args()
-    n, repeat = (4, 3) if args.quick else (10, 5)
-    n_servers, n_requests = (2, 4) if args.quick else (4, 6)
+    n, repeat = (2, 2) if args.smoke else (4, 3) if args.quick else (10, 5)
+    n_servers, n_requests = (1, 3) if args.smoke else (2, 4) if args.quick else (4, 6)
     tmp = Path(tempfile.mkdtemp(prefix="gg-acc-"))
     engine = PrivateDockerd(tmp / "engine")
     sim = GpusimService(tmp / "sim", {"time_scale": TIME_SCALE})
@@ -289,7 +299,8 @@ def main() -> int:
             burst_end += ends
         for container in servers.values():
             container.remove(force=True)
-        sweep = gap_sweep(client, sim, url, 5 if args.quick else 8)
+        gaps = SMOKE_GAPS_S if args.smoke else GAPS_S
+        sweep = gap_sweep(client, sim, url, 5 if args.quick or args.smoke else 8, gaps)
         stats = {"start": summary(start_err), "end": summary(end_err), "runtime": summary(run_err),
                  "burst_start": summary(burst_start), "burst_end": summary(burst_end)}  # fmt: skip
         print(f"{len(start_err)} tasks in {n} containers, {len(burst_start)} requests of "

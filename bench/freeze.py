@@ -14,8 +14,8 @@ the cgroup method it also reports when Docker shows the container paused (the au
 
 ``measure_burst(node, rounds)`` runs it on a started ``NodeStack`` and returns the figures
 (``freeze_p95_ms_burst10`` and its baseline); ``bench/realtime.py`` calls it. The exporter
-polls every 20 ms here. ``--quick``: 2 rounds per method (20 freezes each), else 5. The last
-line printed is one JSON object.
+polls every 20 ms here. ``--quick``: 2 rounds per method (20 freezes each), ``--smoke`` (CI)
+1, else 5. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -243,18 +243,24 @@ def figures(samples: dict[str, list[dict[str, float]]], n: int) -> dict[str, Any
     }
 
 
+#: bursts per method in each mode (``bench/realtime.py`` runs its own modes' counts too)
+ROUNDS = {"smoke": 1, "quick": 2, "full": 5}
+
+
 def measure(bench: Any) -> dict[str, Any]:
     """``bench/realtime.py``'s scenario (e), on the bench's node: ten tasks at once."""
-    rounds = {"smoke": 1, "quick": 2}.get(bench.mode, 5)
+    rounds = ROUNDS.get(bench.mode, ROUNDS["full"])
     return measure_burst(bench.node, rounds, progress=bench.progress)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds per method (< 2 minutes)")
+    parser.add_argument("--smoke", action="store_true", help="1 round per method, for CI")
     parser.add_argument("--rounds", type=int, default=None, help="bursts per method")
     args = parser.parse_args()
-    rounds = args.rounds or (2 if args.quick else 5)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    rounds = args.rounds or ROUNDS[mode]
     base = Path(tempfile.mkdtemp(prefix="ggf-"))
     node = NodeStack(base, "bench", time_scale=1.0, poll_interval=POLL)
     node.actuator_mode = "fast"

@@ -20,6 +20,7 @@ script it prints a summary and, last, one JSON line.
 
     python bench/node_marks.py            # 120 s of the default bursty server
     python bench/node_marks.py --quick    # 30 s (about a minute with the stack's start)
+    python bench/node_marks.py --smoke    # 8 s, for CI
 """
 
 from __future__ import annotations
@@ -245,6 +246,7 @@ def measure(bench: Any) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 30 s run (about a minute)")
+    parser.add_argument("--smoke", action="store_true", help="an 8 s run, for CI")
     parser.add_argument("--duration", type=float, default=None, help="seconds of traffic")
     parser.add_argument("--deadline", type=float, default=ServerLoad.deadline_s,
                         help="each request's deadline, seconds")  # fmt: skip
@@ -255,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="median kernel seconds of a request")  # fmt: skip
     parser.add_argument("--time-scale", type=float, default=1.0, help="gpusim's kernel scale")
     args = parser.parse_args(argv)
-    duration = args.duration or (30.0 if args.quick else 120.0)
+    duration = args.duration or (8.0 if args.smoke else 30.0 if args.quick else 120.0)
     load = ServerLoad(
         deadline_s=args.deadline, seed=args.seed, burst_requests=args.burst_requests,
         median_work_s=args.median_work,

@@ -64,7 +64,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "task_id": task.task_id,
         "container_id": task.container_id,
-        "container": info.name if info is not None else None,
+        "container": info.name if info is not None else task.container_name,
         "pid": task.pid,
         "gpu": task.gpu_index,
         "mig_index": task.mig_index,

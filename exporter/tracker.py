@@ -137,6 +137,8 @@ class TaskView(NamedTuple):
     busy_until: float | None = None
     #: Whether its start and end are one task's (only ``exact`` tasks meet or miss).
     boundary: TaskBoundary = TaskBoundary.EXACT
+    #: Its container's name while it ran: a finished task keeps it once the container is gone.
+    container_name: str | None = None
 
     @property
     def absolute_deadline(self) -> float | None:
@@ -199,6 +201,7 @@ class _Task:
         "blind",
         "computed",
         "container_id",
+        "container_name",
         "deadline_s",
         "exact_start",
         "floor",
@@ -247,6 +250,7 @@ class _Task:
         self.waited = False  # its container was paused at some poll during the task
         self.blind = False  # on a device whose activity cannot be seen (this poll)
         self.deadline_s: float | None = None
+        self.container_name: str | None = None
         self.overrun = False
         self.alone_sm = 0.0
         self.alone_n = 0
@@ -299,6 +303,7 @@ class _Task:
             ended_at=ended_at,
             busy_until=None if ended_at is not None else self.busy_until,
             boundary=self.boundary if boundary is None else boundary,
+            container_name=self.container_name,
         )
 
 
@@ -473,6 +478,8 @@ class Tracker:
         if task is not None:
             task.paused = seen.info is not None and seen.info.paused
             task.blind = seen.blind
+            if seen.info is not None:
+                task.container_name = seen.info.name
             if task.deadline_s is None and seen.info is not None:
                 # the container index may sync after the task was first seen
                 task.deadline_s = seen.info.deadline_s
@@ -589,6 +596,7 @@ class Tracker:
             task.phase = Phase.INPUT
         info = seen.info
         task.deadline_s = info.deadline_s if info is not None else None
+        task.container_name = info.name if info is not None else None
         task.paused = info is not None and info.paused
         task.waited = task.paused
         task.blind = seen.blind
@@ -685,7 +693,7 @@ class Tracker:
             ts=ts,
             task_id=task.task_id,
             container_id=task.container_id,
-            container=info.name if info is not None else None,
+            container=info.name if info is not None else task.container_name,
             gpu=task.gpu_index,
             phase=fields.pop("phase", None),
             **fields,

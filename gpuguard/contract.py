@@ -197,6 +197,13 @@ class RankReason(StrEnum):
     INVALID_RECORD = "invalid_record"  # its record holds NaN, an infinity or a value out of range
 
 
+class NodeListExecutor(StrEnum):
+    """How the actuator's node marks take effect (``/api/v1/nodes``' ``executor``)."""
+
+    SWARM = "swarm"  # a marked node gets the Swarm label gpuguard.provisionable=false
+    LIST_ONLY = "list_only"  # the engine is in no swarm: the list is kept, no label is set
+
+
 class WorkloadKind(StrEnum):
     """What a gpusim workload process does (``python -m gpuguard.gpusim.workload KIND``)."""
 

@@ -57,16 +57,53 @@ class ConfigError(ValueError):
     """A flag or config-file value is invalid; the message is one line naming the flag."""
 
 
+Kind = Literal["str", "bool", "int", "float", "ratio", "duration"]
+
+#: How ``--help`` names a flag's value when the flag does not say: by kind, and for the
+#: names every component shares, by name.
+KIND_METAVARS: dict[str, str] = {
+    "int": "N",
+    "float": "NUMBER",
+    "ratio": "RATIO",
+    "duration": "DURATION",
+}
+SHARED_METAVARS: dict[str, str] = {
+    "web.listen-address": "HOST:PORT",
+    "web.token-file": "PATH",
+    "docker.host": "URL",
+    "swarm.manager": "URL",
+    "exporter.url": "URL",
+    "prometheus.url": "URL",
+    "path.procfs": "PATH",
+    "path.sysfs": "PATH",
+    "state.dir": "PATH",
+    "node.name": "NAME",
+    "log.level": "LEVEL",
+}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
 @dataclass(frozen=True)
 class Flag:
+    """One dotted flag. ``kind`` says how ``--help`` shows it (``ratio``: a share in [0, 1])
+    and makes ``bool`` a switch; ``metavar`` names a ``str`` value (``PATH``, ``URL``)."""
+
     name: str
     default: Any
     help: str
-    kind: Literal["str", "bool", "int", "float", "duration"] = "str"
+    kind: Kind = "str"
+    metavar: str | None = None
 
     @property
     def dest(self) -> str:
         return dest(self.name)
+
+    @property
+    def value_name(self) -> str:
+        """What ``--help`` calls its value; ``TEXT`` only when nothing more is known."""
+        return (
+            self.metavar or SHARED_METAVARS.get(self.name) or KIND_METAVARS.get(self.kind) or "TEXT"
+        )
 
 
 def dest(name: str) -> str:
@@ -74,12 +111,33 @@ def dest(name: str) -> str:
     return name.replace(".", "_").replace("-", "_")
 
 
+class _Switch(argparse.Action):
+    """A bool flag: ``--x`` is true, and ``--x=false`` (or ``--x false``) says it outright,
+    so a switch that is on by default can be turned off from the command line."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        word = str(values).strip().lower()
+        if word not in _TRUE + _FALSE:
+            parser.error(f"argument {option_string}: expected true or false, got {values!r}")
+        setattr(namespace, self.dest, word in _TRUE)
+
+
 def add_flags(
     parser: argparse.ArgumentParser,
     flags: Iterable[Flag],
     config_help: str = "YAML file keyed by flag name (flags win)",
 ) -> None:
-    """Add ``--config.file`` and every flag; unset flags stay absent so the file can fill them."""
+    """Add ``--config.file`` and every flag; unset flags stay absent so the file can fill them.
+
+    Each help ends with the default (``on``/``off`` for a switch); a flag whose default is
+    worked out at start-up says how in its own help.
+    """
     parser.add_argument(
         "--config.file", dest="config_file", metavar="PATH", default=None, help=config_help
     )
@@ -88,16 +146,19 @@ def add_flags(
             parser.add_argument(
                 f"--{flag.name}",
                 dest=flag.dest,
-                action="store_true",
+                action=_Switch,
+                nargs="?",
+                const="true",
+                metavar="true|false",
                 default=argparse.SUPPRESS,
-                help=flag.help,
+                help=f"{flag.help} (default: {'on' if flag.default else 'off'})",
             )
         else:
             default = "" if flag.default is None else f" (default: {flag.default})"
             parser.add_argument(
                 f"--{flag.name}",
                 dest=flag.dest,
-                metavar="VALUE",
+                metavar=flag.value_name,
                 default=argparse.SUPPRESS,
                 help=flag.help + default,
             )

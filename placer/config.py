@@ -26,9 +26,9 @@ FLAGS: tuple[Flag, ...] = (
          "duration"),
     Flag("records.max-age", f"{DEFAULT_MAX_AGE_S:g}s",
          "a node whose exporter polled longer ago is never chosen (stale)", "duration"),
-    Flag("placement.policy", str(Policy.GPUGUARD), "gpuguard or paper-c"),
+    Flag("placement.policy", str(Policy.GPUGUARD), "gpuguard or paper-c", metavar="POLICY"),
     Flag("placement.headroom", DEFAULT_HEADROOM,
-         "share of a GPU's memory kept free after a placement (gpuguard policy)"),
+         "share of a GPU's memory kept free after a placement (gpuguard policy)", "ratio"),
     Flag("placement.settle", f"{DEFAULT_SETTLE_S:g}s",
          "a placement counts until a record this much newer shows the node "
          "(container start-up + scrape interval)", "duration"),

@@ -14,13 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuguard import __version__
 from gpuguard.placer.query import MAX_QUERY
 from gpuguard.placer.service import Placer, Reply
 from gpuguard.web import HttpServer, Request, Response, Router
-from gpuguard.web.render import SharedRender
+from gpuguard.web.render import SharedRender, metrics_text
 from gpuguard.web.routes import json_response, landing_page, text_response
 
 
@@ -60,7 +60,7 @@ def placer_router(placer: Placer, token: str | None) -> Router:
         max_body=MAX_QUERY,
         observe=_count_refusals(placer, "reservation"),
     )
-    metrics = SharedRender(lambda: generate_latest(placer.metrics.registry))
+    metrics = SharedRender(lambda: metrics_text(placer.metrics.registry))
     router.get("/", lambda request: page)
     router.get("/healthz", lambda request: text_response("ok\n"))
     router.get(

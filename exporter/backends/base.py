@@ -9,6 +9,10 @@ from gpuguard.exporter.errors import BackendUnavailable
 from gpuguard.exporter.model import GpuSample
 
 BACKEND_CHOICES = ("auto", "nvml", "gpusim")
+NVML_FIX = (
+    "on a host with an NVIDIA GPU, install its driver (NVML, libnvidia-ml.so.1, comes with it; "
+    "in a container, the NVIDIA Container Toolkit mounts it)"
+)
 
 
 class GpuBackend(Protocol):
@@ -31,7 +35,10 @@ def open_backend(kind: str, gpusim_socket: Path, nvml_module: Any = None) -> Gpu
     from gpuguard.exporter.backends.nvml import NvmlBackend
 
     if kind == "nvml":
-        return NvmlBackend(nvml_module)
+        try:
+            return NvmlBackend(nvml_module)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"--gpu.backend nvml: {exc}; {NVML_FIX}") from exc
     if kind == "gpusim":
         return GpusimBackend(gpusim_socket)
     if kind != "auto":
@@ -42,5 +49,8 @@ def open_backend(kind: str, gpusim_socket: Path, nvml_module: Any = None) -> Gpu
         if gpusim_socket.exists():
             return GpusimBackend(gpusim_socket)
         raise BackendUnavailable(
-            f"no GPU backend: NVML failed ({nvml_exc}) and no gpusim socket at {gpusim_socket}"
+            f"no GPU backend: NVML failed ({nvml_exc}) and there is no gpusim socket at "
+            f"{gpusim_socket}. {NVML_FIX}; without a GPU, start gpusim (`gpusim serve "
+            f"--socket {gpusim_socket}`) or point --gpusim.socket at its socket "
+            "(`make demo` runs everything on gpusim)"
         ) from nvml_exc

@@ -63,6 +63,18 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceSample:
     )
 
 
+def no_socket(path: Path) -> str:
+    """A missing socket, and the fix: start gpusim there, or say where it listens.
+
+    The exporter keeps polling (gpusim may start after it, or restart), and /healthz
+    answers 503 with this line until the first sample.
+    """
+    return (
+        f"no gpusim socket at {path}: start gpusim (`gpusim serve --socket {path}`) "
+        "or point --gpusim.socket (or $GPUSIM_SOCKET) at its socket"
+    )
+
+
 def _default_client(socket_path: Path) -> SampleClient:
     from gpuguard.gpusim.client import GpusimClient
 
@@ -95,6 +107,8 @@ class GpusimBackend:
             reply = self._client.sample(since_us=self._since_us)
         except (GpusimError, OSError) as exc:
             self._drop_client()  # reconnect next poll: the daemon may come back
+            if isinstance(exc.__cause__ or exc, FileNotFoundError):
+                raise BackendError(no_socket(self.socket_path)) from exc
             raise BackendError(f"gpusim at {self.socket_path}: {exc}") from exc
         sample = parse_sample(reply)
         self._since_us = int(reply["timestamp_us"])

@@ -9,3 +9,7 @@ class CommandError(Exception):
 
 class PlacementFailed(CommandError):
     """``gpuguard run`` could not place the service; the message is one line."""
+
+
+class ServiceUnreachable(CommandError):
+    """A gpuguard service did not answer (or something else did); the message says the fix."""

@@ -10,7 +10,10 @@ import sys
 import time
 from typing import Any
 
-from gpuguard import flags
+from gpuguard import flags, labels
+from gpuguard.commands.errors import ServiceUnreachable
+from gpuguard.commands.service import ACTUATOR, PLACER, get_json, service_url
+from gpuguard.contract import NodeListExecutor
 
 DEFAULT_ACTUATOR_URL = "http://127.0.0.1:10836"
 #: the placer's default address (``gpuguard placer --web.listen-address``), for the help
@@ -24,10 +27,15 @@ def register(subparsers: Any) -> None:
     nodes_parser = subparsers.add_parser(
         "nodes",
         help="show the actuator's node list, or with --placer.url the placer's ranked list",
+        description="Which nodes take new real-time work: the actuator's node list (marked "
+        "by alerts), or with --placer.url the placer's ranked list of nodes and GPUs with the "
+        "reasons each was passed over.",
     )
     nodes_parser.add_argument(
         "--actuator.url",
         dest="actuator_url",
+        type=service_url,
+        metavar="URL",
         default=os.environ.get("GPUGUARD_ACTUATOR_URL", DEFAULT_ACTUATOR_URL),
         help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
     )
@@ -41,33 +49,41 @@ def add_ranked_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--placer.url",
         dest="placer_url",
+        type=service_url,
+        metavar="URL",
         default=None,
         help=f"show the placer's ranked list (e.g. {DEFAULT_PLACER_URL}) instead of the actuator's",
     )
-    parser.add_argument("--deadline", default=None, help="rank for this deadline (e.g. 9s)")
-    parser.add_argument("--memory", default=None, help="rank for this GPU memory (e.g. 2GiB)")
-    parser.add_argument("--runtime", default=None, help="a task's run time alone (e.g. 2s)")
-    parser.add_argument("--policy", default=None, help="gpuguard or paper-c")
-    parser.add_argument("--placer.token-file", dest="placer_token_file", default=None)
+    parser.add_argument("--deadline", metavar="DURATION", help="rank for this deadline (e.g. 9s)")
+    parser.add_argument(
+        "--memory", metavar="BYTES", help="rank for this much GPU memory (e.g. 2GiB)"
+    )
+    parser.add_argument(
+        "--runtime", metavar="DURATION", help="a task's run time on an idle GPU (e.g. 2s)"
+    )
+    parser.add_argument(
+        "--policy", metavar="POLICY", help="gpuguard or paper-c (default: the placer's)"
+    )
+    parser.add_argument(
+        "--placer.token-file",
+        dest="placer_token_file",
+        metavar="PATH",
+        help="file holding the placer's bearer token (its --web.token-file), when it has one",
+    )
 
 
 def show_nodes(args: argparse.Namespace) -> int:
     if args.placer_url:
         return show_ranked(args)
-    import requests
-
-    url = args.actuator_url.rstrip("/") + "/api/v1/nodes"
     try:
-        reply = requests.get(url, timeout=5)
-        reply.raise_for_status()
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
-        print(f"gpuguard nodes: {url}: {exc}", file=sys.stderr)
+        reply = get_json(ACTUATOR, args.actuator_url, "/api/v1/nodes")
+    except ServiceUnreachable as exc:
+        print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(format_nodes(doc))
+    if reply.status != 200:
+        print(f"gpuguard nodes: the actuator answered {reply.error()}", file=sys.stderr)
+        return 1
+    print(json.dumps(reply.doc, indent=2) if args.json else format_nodes(reply.doc))
     return 0
 
 
@@ -82,14 +98,29 @@ def format_nodes(doc: dict[str, Any]) -> str:
         rows.append((node["node"], "yes" if node["provisionable"] else "NO", since, reasons or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows]
-    lines.append(f"({doc.get('executor', '?')}: {doc.get('note', '')})")
+    lines.append(_how_marks_act(doc))
     return "\n".join(lines)
+
+
+def _how_marks_act(doc: dict[str, Any]) -> str:
+    """What a mark does on this node, in words (the API's ``executor`` is for programs)."""
+    executor = doc.get("executor")
+    if executor == NodeListExecutor.LIST_ONLY:
+        return (
+            "This engine is in no Swarm: a node marked NO is only listed here, and nothing "
+            "keeps new work off it (in a Swarm it would get the node label "
+            f"{labels.PROVISIONABLE}=false)."
+        )
+    if executor == NodeListExecutor.SWARM:
+        return (
+            f"A node marked NO gets the Swarm node label {labels.PROVISIONABLE}=false, so "
+            f"services constrained to node.labels.{labels.PROVISIONABLE}!=false avoid it."
+        )
+    return f"({executor}: {doc.get('note', '')})"
 
 
 def show_ranked(args: argparse.Namespace) -> int:
     """``gpuguard nodes --placer.url URL``: the ranked list with the reasons."""
-    import requests
-
     params = {
         name: value
         for name, value in (
@@ -108,17 +139,15 @@ def show_ranked(args: argparse.Namespace) -> int:
     except flags.ConfigError as exc:
         print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 2
-    url = args.placer_url.rstrip("/") + "/api/v1/nodes"
     try:
-        reply = requests.get(url, params=params, headers=headers, timeout=10)
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
-        print(f"gpuguard nodes: {url}: {type(exc).__name__}", file=sys.stderr)
+        reply = get_json(PLACER, args.placer_url, "/api/v1/nodes", params, headers, 10.0)
+    except ServiceUnreachable as exc:
+        print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 1
-    if reply.status_code != 200:
-        print(f"gpuguard nodes: {url}: {reply.status_code} {doc.get('error')}", file=sys.stderr)
-        return 2 if reply.status_code == 400 else 1
-    print(json.dumps(doc, indent=2) if args.json else format_ranked(doc))
+    if reply.status != 200:
+        print(f"gpuguard nodes: the placer answered {reply.error()}", file=sys.stderr)
+        return 2 if reply.status == 400 else 1
+    print(json.dumps(reply.doc, indent=2) if args.json else format_ranked(reply.doc))
     return 0
 
 

@@ -23,8 +23,9 @@ from typing import Any
 import requests
 
 from gpuguard import flags
-from gpuguard.commands.errors import PlacementFailed
+from gpuguard.commands.errors import PlacementFailed, ServiceUnreachable
 from gpuguard.commands.launch import exec_docker, run_labels, split_run_flags
+from gpuguard.commands.service import PLACER, call_json, get_json
 from gpuguard.flags import ConfigError
 from gpuguard.labels import NODE, PLACEMENT, PROVISIONABLE
 
@@ -54,7 +55,7 @@ def run_service(argv: Sequence[str]) -> int:
     try:
         found, rest = split_run_flags(argv, VALUED)
         cmd = service_argv(found, rest, place(found), swarm_nodes(found.get("--docker.host")))
-    except (ConfigError, PlacementFailed) as exc:
+    except (ConfigError, PlacementFailed, ServiceUnreachable) as exc:
         print(f"gpuguard run: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     return exec_docker(cmd)
@@ -69,28 +70,26 @@ def place(found: dict[str, str]) -> dict[str, Any]:
     for flag, name in (("--runtime", "runtime"), ("--gpu-model", "gpu_model")):
         if flag in found:
             params[name] = found[flag]
-    url = found["--placer.url"].rstrip("/") + "/api/v1/placement"
-    try:
-        if "--placer.token-file" in found:
-            token = flags.read_token(found["--placer.token-file"], "placer.token-file")
-            headers = {"Authorization": f"Bearer {token}"}
-            reply = requests.post(url, data=params, headers=headers, timeout=10)
-        else:
-            print(
-                "gpuguard run: no --placer.token-file: the placement is not reserved (runs "
-                "started together may be placed on the same GPU)",
-                file=sys.stderr,
-            )
-            reply = requests.get(url, params=params, timeout=10)
-        doc = reply.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise PlacementFailed(f"placer at {url}: {type(exc).__name__}") from None
-    if reply.status_code == 429:
+    if "--placer.token-file" in found:
+        token = flags.read_token(found["--placer.token-file"], "placer.token-file")
+        headers = {"Authorization": f"Bearer {token}"}
+        reply = call_json(
+            PLACER, "POST", found["--placer.url"], "/api/v1/placement", params, headers, 10.0
+        )
+    else:
+        print(
+            "gpuguard run: no --placer.token-file: the placement is not reserved (runs "
+            "started together may be placed on the same GPU)",
+            file=sys.stderr,
+        )
+        reply = get_json(PLACER, found["--placer.url"], "/api/v1/placement", params, None, 10.0)
+    doc = reply.doc
+    if reply.status == 429:
         raise PlacementFailed(f"placer: {doc.get('error', 'too many reservations')}, retry later")
-    if reply.status_code == 409:
+    if reply.status == 409:
         raise PlacementFailed(f"no node can take it now: {_reasons(doc)}")
-    if reply.status_code != 200:
-        raise PlacementFailed(f"placer answered {reply.status_code}: {doc.get('error', '')}")
+    if reply.status != 200:
+        raise PlacementFailed(f"the placer answered {reply.error()}")
     print(f"gpuguard run: node {doc['node']}, GPU {doc['gpu']}: {doc['why']}", file=sys.stderr)
     return dict(doc)
 

@@ -13,6 +13,8 @@ import sys
 from typing import Any
 
 from gpuguard import labels
+from gpuguard.commands.errors import ServiceUnreachable
+from gpuguard.commands.service import EXPORTER, get_json, service_url
 
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:10835"
 PS_COLUMNS = (
@@ -22,10 +24,18 @@ PS_COLUMNS = (
 
 def register(sub: Any) -> None:
     """Add ``gpuguard ps`` to ``gpuguard``'s subparsers."""
-    ps = sub.add_parser("ps", help="containers with their deadlines and GPU tasks")
+    ps = sub.add_parser(
+        "ps",
+        help="containers with their deadlines and GPU tasks",
+        description="One row per running GPU task (or per container without one): its "
+        "deadline, phase, elapsed time, slack and whether the actuator paused it, read from "
+        "the exporter's /api/v1/state.",
+    )
     ps.add_argument(
         "--exporter.url",
         dest="exporter_url",
+        type=service_url,
+        metavar="URL",
         default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
         help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
     )
@@ -35,22 +45,15 @@ def register(sub: Any) -> None:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    import requests
-
-    url = args.exporter_url.rstrip("/") + "/api/v1/state"
     try:
-        reply = requests.get(url, timeout=5)
-    except requests.RequestException as exc:
-        print(f"gpuguard ps: exporter not reachable at {args.exporter_url} ({type(exc).__name__});"
-              " is `gpuguard exporter` running?", file=sys.stderr)  # fmt: skip
+        reply = get_json(EXPORTER, args.exporter_url, "/api/v1/state")
+    except ServiceUnreachable as exc:
+        print(f"gpuguard ps: {exc}", file=sys.stderr)
         return 1
-    if reply.status_code != 200:
-        print(
-            f"gpuguard ps: {url} answered {reply.status_code}: {reply.text.strip()}",
-            file=sys.stderr,
-        )
+    if reply.status != 200:
+        print(f"gpuguard ps: the exporter answered {reply.error()}", file=sys.stderr)
         return 1
-    rows = ps_rows(reply.json(), show_all=args.all)
+    rows = ps_rows(reply.doc, show_all=args.all)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

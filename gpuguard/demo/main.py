@@ -28,17 +28,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpuguard demo: stopped {stopped} processes" if stopped else "nothing running")
         return 0
     if os.geteuid() != 0:
-        print("gpuguard demo: needs root (it starts a private dockerd)", file=sys.stderr)
-        return 2
-    if not 1 <= args.containers <= 20 or args.size <= 0 or args.time_scale <= 0:
-        print("gpuguard demo: --containers 1..20, --size and --time-scale > 0", file=sys.stderr)
+        print("gpuguard demo: needs root, for the private dockerd it starts: run it with sudo "
+              "(sudo make demo)", file=sys.stderr)  # fmt: skip
         return 2
     LocalStack.stop_recorded(args.dir)
     LocalStack.clean(args.dir)  # a fresh stack: no journal or node marks of an earlier run
     stack = LocalStack(args.dir.resolve(), time_scale=args.time_scale, order=args.order)
     started = time.monotonic()
     try:
-        print("gpuguard demo: starting the stack on 127.0.0.1 ...", flush=True)
+        node = stack.nodes[0].node_name
+        print(f"gpuguard demo: starting the stack on 127.0.0.1; its one node is {node}, this "
+              f"machine's hostname (the exporter's default --node.name), so lines about it "
+              f"start with [{node}] ...", flush=True)  # fmt: skip
         stack.start(progress=lambda line: print("  " + line, flush=True))
         report = scenes.run_both(stack, args.containers, args.size)
         print("  importing gpuguard/workload:local for your own containers ...", flush=True)

@@ -23,6 +23,11 @@ from gpuguard.gpusim.workload.server import percentile
 #: how long scene 2's server and trainer run, seconds
 COLOCATION_S = 20.0
 PAUSES_LISTED = 20
+#: the report's one clock, said once at its top and named in every header with times
+CLOCK = [
+    "Times (t) are seconds from each run's release: t = 0 when its workloads were released",
+    "together. Tasks as the workloads logged them, pauses as the exporter saw them.",
+]
 
 
 def demo_specs(
@@ -64,7 +69,7 @@ class Run:
 def run_both(stack: Any, count: int, size: int) -> str:
     """Both scenes, each unmanaged then managed; the report text (timelines beside it)."""
     node = stack.nodes[0]
-    lines = ["", "gpuguard demo report", "===================="]
+    lines = ["", "gpuguard demo report", "====================", *CLOCK]
     first = run_scene(
         node, stack.dir, "paper-b",
         lambda name, managed: demo_specs(name, count, size, managed, node.time_scale),
@@ -162,20 +167,21 @@ def paper_b_report(runs: dict[str, Run]) -> list[str]:
     for run in runs.values():
         lines += [*format_result(run.result), ""]
         lines += [f"  error: {e}" for e in run.result.errors]
-    pauses = runs["managed"].pauses
-    lines += pause_lines(pauses)
+    lines += pause_lines(runs["managed"])
     lines += ["", *compare(runs["unmanaged"].result, runs["managed"].result)]
     return lines
 
 
-def pause_lines(pauses: list[dict[str, Any]]) -> list[str]:
+def pause_lines(run: Run) -> list[str]:
+    """The managed run's pauses and resumes, on the report's clock (t from its release)."""
+    pauses = run.pauses
     lines = [
         f"managed run: {sum(p['type'] == 'container_paused' for p in pauses)} pauses, "
-        f"{sum(p['type'] == 'container_resumed' for p in pauses)} resumes"
+        f"{sum(p['type'] == 'container_resumed' for p in pauses)} resumes (t from release)"
     ]
-    first = min((p["ts"] for p in pauses), default=0.0)
     for event in pauses[:PAUSES_LISTED]:
-        lines.append(f"  {event['ts'] - first:7.2f}s  {event['type']:<18} {event.get('container')}")
+        t = float(event["ts"]) - run.result.released_at
+        lines.append(f"  t={t:6.2f}s  {event['type']:<18} {event.get('container')}")
     if len(pauses) > PAUSES_LISTED:
         lines.append(f"  ... {len(pauses) - PAUSES_LISTED} more (see the timeline)")
     return lines
@@ -188,7 +194,7 @@ def colocation_report(runs: dict[str, Run]) -> list[str]:
     lines = []
     for run in runs.values():
         lines += [f"  error: {e}" for e in run.result.errors]
-    lines += pause_lines(runs["managed"].pauses)
+    lines += pause_lines(runs["managed"])
     lines += [
         "",
         "side by side                    unmanaged    managed",
@@ -234,6 +240,12 @@ def draw_scene(path: Path, title: str, runs: dict[str, Run]) -> str:
 def live_view(exporter_url: str, scenario: Scenario, title: str) -> None:
     """Redraw a ps-style table from the exporter's state until the scenario ends."""
     tty = sys.stdout.isatty()
+    if not tty:
+        print(
+            f"  ({title}: output is not a terminal, so no live table: a line every 2 s; "
+            "run it in a terminal to watch each container's deadline, phase and slack)",
+            flush=True,
+        )
     drawn = 0
     last_line = 0.0
     while scenario.running():
@@ -277,7 +289,7 @@ def _table(state: dict[str, Any], title: str) -> list[str]:
 
 def _row(*cols: str) -> str:
     widths = (18, 10, 11, 10, 10, 16)
-    return "  " + "".join(str(c).ljust(w) for c, w in zip(cols, widths, strict=True))
+    return ("  " + "".join(str(c).ljust(w) for c, w in zip(cols, widths, strict=True))).rstrip()
 
 
 def _util(state: dict[str, Any]) -> str:
@@ -294,7 +306,7 @@ def pauses_from_events(exporter_url: str, since: int) -> list[dict[str, Any]]:
 
 
 def format_result(result: ScenarioResult) -> list[str]:
-    lines = [f"{result.name}: tasks (times from release)"]
+    lines = [f"{result.name}: tasks (START and END: t from release)"]
     lines.append(_row("CONTAINER", "START", "END", "RUN", "DEADLINE", "OUTCOME"))
     for task in sorted(result.tasks, key=lambda t: t.end):
         deadline = f"{task.deadline_s:.1f}s" if task.deadline_s else "-"
@@ -302,8 +314,8 @@ def format_result(result: ScenarioResult) -> list[str]:
         lines.append(
             _row(
                 task.container,
-                f"{task.start - result.released_at:.2f}",
-                f"{task.end - result.released_at:.2f}",
+                f"t={task.start - result.released_at:.2f}s",
+                f"t={task.end - result.released_at:.2f}s",
                 f"{task.run_s:.2f}s",
                 deadline,
                 outcome,

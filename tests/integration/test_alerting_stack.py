@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from gpuguard.demo.stack.alertmanager import AlertmanagerService
 from gpuguard.demo.stack.prometheus import PrometheusService
@@ -218,3 +219,12 @@ def test_saturation_alert_reaches_the_actuator_webhook(
     assert resolved is not None, "the resolution never reached the webhook"
     assert resolved.authorization == f"Bearer {TOKEN}"
     print(f"alert pipeline: resolution -> webhook in {resolved.at - changed:.2f} s")
+
+
+def test_the_printed_ui_links_open(prometheus_factory: Callable[..., PrometheusService]) -> None:
+    """Debian's Prometheus serves its UI under /classic/: /alerts is a 404 there."""
+    prometheus = prometheus_factory(profile="fast", exporters={}, actuators=[], alertmanagers=[])
+    for page in ("alerts", "targets", "graph"):
+        url = prometheus.page(page)
+        assert url.startswith(prometheus.url) and url.endswith(f"/{page}")
+        assert requests.get(url, timeout=5).status_code == 200, url

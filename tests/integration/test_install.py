@@ -61,3 +61,16 @@ def test_wheel_installs_one_namespace_with_its_data(tmp_path: Path) -> None:
         text=True,
     )
     assert version.returncode == 0 and version.stdout.startswith("gpuguard "), version.stderr
+
+
+def test_make_setup_is_quiet_about_the_editable_install(tmp_path: Path) -> None:
+    """A newcomer's first command prints no setuptools warning block (issue 19)."""
+    venv = tmp_path / "venv"
+    out = subprocess.run(
+        ["make", "-s", "-C", str(REPO), f"VENV={venv}", "setup"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (venv / "bin" / "gpuguard").exists()
+    text = out.stdout + out.stderr
+    assert "same name" not in text and "Editable installation" not in text, text[-3000:]

@@ -56,6 +56,10 @@ def test_the_hold_doubles_on_quick_refreezes_and_halves_when_calm() -> None:
     thaw(history, t + 1, ActionReason.REALTIME_IDLE)
     freeze(history, t + 60)
     assert history.snapshot(t + 60).hold_s[T] == 1.0
+    # a thaw that gave it more than a hold of running leaves the hold as it is
+    thaw(history, t + 61, ActionReason.REALTIME_IDLE)
+    freeze(history, t + 62.5)
+    assert history.snapshot(t + 62.5).hold_s[T] == 1.0
 
 
 def test_gone_containers_are_forgotten() -> None:

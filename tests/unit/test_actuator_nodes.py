@@ -126,7 +126,11 @@ def test_format_nodes_table() -> None:
     assert lines[0].split() == ["NODE", "PROVISIONABLE", "SINCE", "REASONS"]
     assert "host-a" in lines[1] and "NO" in lines[1]
     assert "NodeCannotGuaranteeDeadlines(11223344)" in lines[1]
-    assert lines[-1] == "(list_only: not in a swarm)"
+    # in words, not the API's executor names (list_only: ...)
+    assert lines[-1].startswith("This engine is in no Swarm: a node marked NO is only listed")
+    assert "list_only" not in text
+    swarm = format_nodes({"executor": "swarm", "note": "", "nodes": [nodes.to_doc()]})
+    assert "gets the Swarm node label gpuguard.provisionable=false" in swarm
 
 
 def test_a_mark_no_webhook_renews_expires() -> None:

@@ -20,7 +20,7 @@ from gpuguard.exporter.http import (
     parse_events_query,
 )
 from gpuguard.exporter.state import program_name, state_json
-from tests.unit.exporter_fakes import GIB, sample, three_container_poller
+from tests.unit.exporter_fakes import GIB, cid, sample, three_container_poller
 
 
 def test_snapshot_cache_renders_once_per_poll(tmp_path: Path) -> None:
@@ -146,3 +146,22 @@ def test_events_query() -> None:
 def test_events_query_rejects(query: str) -> None:
     with pytest.raises(BadRequest):
         parse_events_query(query)
+
+
+def test_a_finished_task_keeps_its_container_name_once_the_container_is_gone(
+    tmp_path: Path,
+) -> None:
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
+    backend.next = sample(1.0, {100: GIB}, sm={100: 0.9})
+    poller.poll_once()
+    *_, second, third = containers.snapshot().values()
+    containers.set(second, third)  # rt-1 is removed as its process exits
+    events_from = poller.events.seq
+    backend.next = sample(1.1, {})
+    snap = poller.poll_once()
+    backend.next = sample(1.2, {})
+    snap = poller.poll_once()
+    (finished,) = state_json(snap)["recent"]
+    assert (finished["container_id"], finished["container"]) == (cid(1), "rt-1")
+    ended = [e for e in poller.events.since(events_from).events if e["type"] == "task_ended"]
+    assert [e["container"] for e in ended] == ["rt-1"]

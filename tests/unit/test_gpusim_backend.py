@@ -11,6 +11,7 @@ from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
 from gpuguard.gpusim.errors import DaemonUnavailable
 from gpuguard.gpusim.gpu import SimulatedGpu
 from gpuguard.gpusim.protocol import parse_request
+from tests.unit.exporter_fakes import three_container_poller
 
 REPLY = {
     "ok": True,
@@ -80,8 +81,23 @@ def test_since_us_follows_replies_and_errors_reconnect() -> None:
 
 
 def test_no_daemon_is_a_backend_error(tmp_path: Path) -> None:
+    socket = tmp_path / "gpusim.sock"
+    socket.touch()  # a socket file nobody listens on
     with pytest.raises(BackendError, match="gpusim at"):
-        GpusimBackend(tmp_path / "missing.sock").sample()
+        GpusimBackend(socket).sample()
+
+
+def test_no_socket_says_how_to_start_gpusim_and_healthz_says_it_too(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.sock"
+    with pytest.raises(BackendError) as err:
+        GpusimBackend(missing).sample()
+    assert f"`gpusim serve --socket {missing}`" in str(err.value)
+    assert "--gpusim.socket" in str(err.value)
+    # The exporter keeps polling (gpusim may start later); /healthz answers 503 with this.
+    _, _, poller = three_container_poller(tmp_path / "proc")
+    poller.backend = GpusimBackend(missing)
+    poller.poll_once()
+    assert f"no gpusim socket at {missing}: start gpusim" in (poller.health() or "")
 
 
 def test_mig_devices_keep_their_index_and_have_no_utilization() -> None:

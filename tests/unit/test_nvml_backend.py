@@ -112,8 +112,18 @@ def test_auto_prefers_nvml_then_gpusim_then_fails(tmp_path: Path) -> None:
     sock = tmp_path / "gpusim.sock"
     sock.touch()
     assert open_backend("auto", sock, broken).name == "gpusim"
-    with pytest.raises(BackendUnavailable, match="no GPU backend"):
+    with pytest.raises(BackendUnavailable, match="no GPU backend") as err:
         open_backend("auto", tmp_path / "none.sock", broken)
+    # ... and says what to do: install the driver, or start gpusim where it looks
+    assert "install its driver" in str(err.value)
+    assert f"`gpusim serve --socket {tmp_path / 'none.sock'}`" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_nvml_asked_for_and_failing_says_what_to_do(tmp_path: Path) -> None:
+    broken = FakeNvml([], init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
+    with pytest.raises(BackendUnavailable, match=r"^--gpu.backend nvml: .*install its driver"):
+        open_backend("nvml", tmp_path / "none.sock", broken)
 
 
 def test_real_pynvml_without_a_driver_is_unavailable() -> None:

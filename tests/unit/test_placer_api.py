@@ -240,6 +240,7 @@ def test_http_adapter(server: str) -> None:
     assert requests.get(server + "/healthz", timeout=5).text == "ok\n"
     metrics = requests.get(server + "/metrics", timeout=5).text
     assert 'gpuguard_placer_requests_total{code="401",endpoint="placement"} 2.0' in metrics
+    assert "_created" not in metrics
     listed = requests.get(server + "/api/v1/nodes", headers=auth, timeout=5).json()
     assert [c["node"] for c in listed["ranked"]] == ["b", "a", "c"]  # a query reserves nothing
 

@@ -366,7 +366,7 @@ class LocalStack:
         lines = ["The stack is up on 127.0.0.1:"]
         if self.prometheus is not None:
             lines.append(
-                f"  Prometheus    {self.prometheus.url}  (alerts: {self.prometheus.url}/alerts)"
+                f"  Prometheus    {self.prometheus.url}  (alerts: {self.prometheus.page('alerts')})"
             )
         if self.alertmanager is not None:
             lines.append(f"  Alertmanager  {self.alertmanager.url}")

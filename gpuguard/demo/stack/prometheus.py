@@ -190,6 +190,22 @@ class PrometheusService(ConfiguredHttpService):
             raise ServiceError(f"{expr!r} has {len(result)} results, expected one")
         return float(result[0]["value"][1])
 
+    def page(self, name: str) -> str:
+        """The URL of the web UI's page ``name`` (``alerts``, ``targets``, ``graph``), as this
+        server serves it.
+
+        Debian's Prometheus 2.42 ships only the classic UI, under ``/classic/``: ``/alerts``
+        is a 404 there and ``/`` redirects to ``/classic/graph``. Upstream 2.x builds serve
+        ``/alerts`` (the classic pages too) and 3.x only ``/alerts``: so ask.
+        """
+        for path in (f"/{name}", f"/classic/{name}"):
+            try:
+                if requests.get(self.url + path, timeout=5).status_code == 200:
+                    return self.url + path
+            except requests.RequestException:
+                break
+        return f"{self.url}/{name}"
+
     def alerts(self) -> list[dict[str, Any]]:
         """Pending and firing alerts (``/api/v1/alerts``)."""
         alerts: list[dict[str, Any]] = self._api("/api/v1/alerts")["alerts"]

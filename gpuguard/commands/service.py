@@ -1,0 +1,111 @@
+"""What the commands that talk to a gpuguard service share: its URL flag's type, and one
+GET that turns every way of not reaching the service into one line saying what to do."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuguard import flags
+from gpuguard.commands.errors import ServiceUnreachable
+
+
+@dataclass(frozen=True)
+class Service:
+    """A service a command asks: what it is called, how it starts, how to point at it."""
+
+    name: str
+    flag: str
+    env: str | None = None
+
+    def fix(self) -> str:
+        where = f"{self.flag} (or ${self.env})" if self.env else self.flag
+        demo = "; for the demo's, `. .stack/env`" if self.env else ""
+        return f"start `gpuguard {self.name}`, or point {where} at one{demo}"
+
+
+EXPORTER = Service("exporter", "--exporter.url", "GPUGUARD_EXPORTER_URL")
+ACTUATOR = Service("actuator", "--actuator.url", "GPUGUARD_ACTUATOR_URL")
+PLACER = Service("placer", "--placer.url")
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    doc: Any
+
+    def error(self) -> str:
+        """The service's own one-line reason (``{"error": ...}``), else the status."""
+        if isinstance(self.doc, dict) and self.doc.get("error"):
+            return f"{self.status} {self.doc['error']}"
+        return str(self.status)
+
+
+def service_url(text: str) -> str:
+    """An argparse type: an http(s) URL without its trailing slash; else one line."""
+    try:
+        return flags.http_url({"url": text}, "url", ("http", "https"))
+    except flags.ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL") from None
+
+
+def get_json(
+    service: Service,
+    base_url: str,
+    path: str,
+    params: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 5.0,
+) -> Reply:
+    """GET ``base_url + path`` as JSON, whatever its status; ``ServiceUnreachable`` (one line
+    with the fix) when nothing answers there, or something that is not the service."""
+    return call_json(service, "GET", base_url, path, params, headers, timeout_s)
+
+
+def call_json(
+    service: Service,
+    method: str,
+    base_url: str,
+    path: str,
+    params: Mapping[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 5.0,
+) -> Reply:
+    """``get_json`` for any method; a POST sends ``params`` as a form."""
+    import requests
+
+    url = base_url.rstrip("/") + path
+    query, form = (params, None) if method == "GET" else (None, params)
+    try:
+        reply = requests.request(
+            method, url, params=query, data=form, headers=headers, timeout=timeout_s
+        )
+    except requests.RequestException as exc:
+        raise ServiceUnreachable(
+            f"no {service.name} at {base_url} ({_why(exc, timeout_s)}): {service.fix()}"
+        ) from None
+    try:
+        return Reply(reply.status_code, reply.json())
+    except ValueError:
+        raise ServiceUnreachable(
+            f"{url} answered {reply.status_code} without JSON: is that the {service.name}? "
+            f"({service.fix()})"
+        ) from None
+
+
+def _why(exc: Exception, timeout_s: float) -> str:
+    """What went wrong, in words: the cause requests wraps, not its repr."""
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {timeout_s:g}s"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__

@@ -1,0 +1,139 @@
+"""Every benchmark runs in CI: each ``bench/*.py`` with its shortest flag ends with one JSON
+line holding the figures the README quotes for it (issue 19 item 3).
+
+Only the shape is checked, never a figure: performance is the benchmarks' business, and
+these runs are too short to mean anything. What this catches is a bench that no longer runs
+(``bench/placement.py`` crashed once a ``TaskView`` field was added, and
+``bench/alert_pipeline.py`` waited for a pause that burst mode never asked for) or that lost
+a figure the README quotes. ``bench/realtime.py --smoke`` runs in ``test_realtime_bench.py``
+and ``bench/gpu_truth.py --quick`` in ``test_gpu_truth.py``.
+
+On this project's 2-core machine all of these take about 5 minutes together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.prereq import require_binary, unavailable
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+ELSEWHERE = {"realtime.py": "test_realtime_bench.py", "gpu_truth.py": "test_gpu_truth.py"}
+
+
+@dataclass(frozen=True)
+class Bench:
+    script: str
+    flags: tuple[str, ...]
+    keys: tuple[str, ...]
+    dockerd: bool = True  # a private dockerd (root)
+    alerting: bool = False  # Prometheus and Alertmanager
+    timeout_s: float = 240.0
+
+    @property
+    def id(self) -> str:
+        return " ".join((self.script, *self.flags))
+
+
+BENCHES = (
+    Bench("placement.py", ("--quick",), (
+        "rank_ms_10", "rank_ms_100", "rank_ms_1000", "rank_only_ms_1000",
+        "hit_rate_gpuguard", "fig3_hit_rate_gpuguard", "fig4_hit_rate_gpuguard",
+        "hit_rate_gpuguard_no_runtime", "hit_rate_random", "hit_rate_least_loaded",
+        "hit_rate_paper_c",
+    ), dockerd=False),
+    Bench("contention_model.py", ("--quick",), ("max_rel_error", "time_scale", "profile"),
+          dockerd=False),
+    Bench("exporter_cost.py", ("--quick",), (
+        "poll_ms_100", "poll_ms_1000", "algorithm1_poll_ms_100", "render_ms_1000",
+        "render_first_ms_1000", "render_generic_ms_1000", "rss_mb", "idle_cpu_pct",
+    )),
+    Bench("detection_accuracy.py", ("--smoke",), (
+        "start_err_mean_s", "end_err_mean_s", "runtime_err_mean_s", "start_err_abs_mean_s",
+        "end_err_abs_mean_s", "runtime_err_abs_mean_s", "burst_start_err_mean_s",
+        "burst_end_err_mean_s", "gap_4ms_joined", "gap_50ms_merged", "gap_600ms_own",
+    )),
+    Bench("contention.py", ("--quick",), (
+        "unmanaged_total_s", "managed_total_s", "ideal_sequential_s", "mean_completion_gain",
+        "edf_hit_rate", "fifo_hit_rate", "unmanaged_hit_rate", "pause_latency_p95_ms",
+        "pause_latency_staggered_p95_ms",
+    )),
+    Bench("contention.py", ("--quick", "--light"), (
+        "light_headroom_total_s", "light_headroom_mean_completion_s",
+        "light_one_at_a_time_total_s", "light_one_at_a_time_mean_completion_s",
+        "light_unmanaged_total_s", "light_unmanaged_mean_completion_s",
+    )),
+    Bench("freeze.py", ("--smoke",), (
+        "freeze_p50_ms_burst10", "freeze_p95_ms_burst10", "freeze_docker_in_line_p95_ms_burst10",
+        "docker_pause_p50_ms_burst10", "docker_pause_p95_ms_burst10",
+    )),
+    Bench("colocation.py", ("--quick",), (
+        "rt_p99_alone_ms", "rt_p99_shared_ms", "rt_p99_managed_ms", "rt_hit_rate_shared",
+        "rt_hit_rate_managed", "be_steps_per_s_alone", "be_steps_per_s_managed",
+        "be_share_of_solo", "freeze_latency_median_ms", "thaw_latency_median_ms",
+    )),
+    Bench("node_marks.py", ("--smoke",), ("node_marked_fraction", "server_hit_rate"),
+          alerting=True),
+    Bench("alert_pipeline.py", ("--smoke",), ("alert_pipeline_p50_s", "alert_pipeline_max_s"),
+          alerting=True),
+    Bench("faults.py", ("--quick",), (
+        "late_duplicate_listen_s", "late_duplicate_resumed", "late_duplicate_stale_skips",
+        "late_duplicate_failing_open", "hung_dockerd_listen_s", "hung_dockerd_engine_calls",
+        "hung_dockerd_both_alive", "gone1000_listen_s", "gone1000_settled_s",
+    )),
+    Bench("http_load.py", ("--quick",), (
+        "burst300_p99_s", "burst300_actuator_p99_s", "burst300_failed", "webhook_under_siege_ms",
+        "followers1000_event_p50_s", "followers1000_event_p99_s", "followers1000_threads_before",
+        "followers1000_threads_waiting", "followers1000_rss_growth_mb",
+        "unauth_4mib_rss_growth_mb", "unauth_4mib_401",
+    )),
+)  # fmt: skip
+
+
+def test_every_bench_is_run_somewhere() -> None:
+    scripts = {p.name for p in (REPO / "bench").glob("*.py")}
+    assert scripts == {b.script for b in BENCHES} | set(ELSEWHERE)
+
+
+@pytest.mark.parametrize("bench", BENCHES, ids=[b.id for b in BENCHES])
+def test_bench_ends_with_the_figures_the_readme_quotes(bench: Bench) -> None:
+    if bench.dockerd:
+        require_binary("dockerd")
+        if os.geteuid() != 0:
+            unavailable("the benchmark's private dockerd needs root")
+    if bench.alerting:
+        for binary in ("prometheus", "prometheus-alertmanager"):
+            require_binary(binary)
+    out, err, status = _run([sys.executable, str(REPO / "bench" / bench.script), *bench.flags],
+                            bench.timeout_s)  # fmt: skip
+    assert status == 0, out[-3000:] + err[-3000:]
+    line = json.loads(out.strip().splitlines()[-1])
+    missing = [key for key in bench.keys if line.get(key) is None]
+    assert not missing, (missing, line)
+
+
+def _run(argv: list[str], timeout_s: float) -> tuple[str, str, int]:
+    """Run a bench; past the timeout, interrupt it (its ``finally`` stops every process it
+    started and removes its containers) before killing it."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"{argv[1]} ran past {timeout_s:g}s:\n{out[-3000:]}{err[-3000:]}")
+    return out, err, proc.returncode
