@@ -152,6 +152,13 @@ class Controller:
             ledger = self.journal.ledger()
             pressure = self.slo.devices(state)
             decision = decide(state, trigger, self.config.policy, ledger, recent, pressure)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s decision: tasks %s, straight on %s, actions %s", source,
+                    [(t.container, t.phase, t.paused) for t in state.tasks],
+                    sorted(c[:12] for c in recent.straight_on),
+                    [(a.container, a.kind, a.reason) for a in decision.actions],
+                )  # fmt: skip
             if self.fail_open.holding_open:
                 decision = _without_pauses(decision)
             t_decided = time.monotonic()

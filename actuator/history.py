@@ -85,7 +85,7 @@ class RecentHistory:
                     self._learn(cid, task.phase == Phase.COMPUTING, now)
         for cid in [c for c in self._tasks_seen if c not in running]:
             if len(self._tasks_seen.pop(cid)) == 1:
-                self._learn(cid, False, now)  # left after one task
+                self._learn(cid, False, now, left=True)  # left after one task
             self._drained_at.pop(cid, None)
             self._image_of.pop(cid, None)
         for cid in [c for c, t in self._drained_at.items() if now - t > REPEAT_GAP_S]:
@@ -96,10 +96,17 @@ class RecentHistory:
             c.id for c in state.containers if self._goes_straight_on(c.id, c.image)
         )
 
-    def _learn(self, cid: str, straight_on: bool, now: float) -> None:
-        self._learnt[cid] = (now, straight_on)
+    def _learn(self, cid: str, straight_on: bool, now: float, left: bool = False) -> None:
+        """Going straight on, once seen, sticks to a container (a program that re-allocates
+        across a poll now and then still launches at once the rest of the time). Its image
+        takes what the container showed, except that one next input seen in time does not
+        undo it: only leaving after a single task (``left``) says the image is a one-shot's.
+        """
+        own = self._learnt.get(cid)
+        if straight_on or own is None or not own[1]:
+            self._learnt[cid] = (now, straight_on or (own is not None and own[1]))
         image = self._image_of.get(cid)
-        if image is not None:
+        if image is not None and (straight_on or left):
             self._learnt[image] = (now, straight_on)
 
     def _goes_straight_on(self, cid: str, image: str) -> bool:

@@ -3,7 +3,7 @@
 Fast profile (Prometheus scrape and evaluation 1 s, Alertmanager group_wait 0, group_interval
 1 s); the exporter polls every 100 ms; the actuator runs with ``--mode=webhook`` so only the
 alert can make it act. Each round: one managed task computes; a second managed container
-creates a GPU context (the condition GpuSaturatedContention looks for starts: two unpaused
+creates a GPU context (the condition GpuguardGpuSaturatedContention looks for starts: two unpaused
 tasks on a saturated GPU); the time until the actuator's audit log records the finished
 ``docker pause`` of that container is one sample. ``--quick``: 3 rounds; ``--smoke`` (CI): 1.
 The last line is one JSON object.

@@ -54,7 +54,7 @@ TARGETS = {
 def webhook_body() -> bytes:
     alert = {
         "status": "firing",
-        "labels": {"alertname": "GpuSaturatedContention", "node": NODE, "gpu": "0"},
+        "labels": {"alertname": "GpuguardGpuSaturatedContention", "node": NODE, "gpu": "0"},
         "annotations": {},
         "startsAt": "2025-11-22T01:02:03Z",
         "endsAt": "0001-01-01T00:00:00Z",

@@ -44,10 +44,9 @@ def open_container_source(
     if pick_container_source(config) == "containerd":
         ctr = Ctr(config.containerd_address, config.containerd_namespace)
         where = f"containerd {config.containerd_address} (namespace {config.containerd_namespace})"
-        return ContainerdIndex(ctr, events).start(), where
-    return ContainerIndex(docker_client_factory(config.docker_host), events).start(), (
-        f"docker {config.docker_host}"
-    )
+        return ContainerdIndex(ctr, events, policy=config.trust).start(), where
+    index = ContainerIndex(docker_client_factory(config.docker_host), events, policy=config.trust)
+    return index.start(), f"docker {config.docker_host}"
 
 
 def run_exporter(config: ExporterConfig) -> int:

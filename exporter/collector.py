@@ -39,15 +39,23 @@ from collections.abc import Mapping
 
 from gpuguard import __version__
 from gpuguard.contract import StateReason, TaskMode
-from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.model import ContainerInfo, DeviceSample
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
 from gpuguard.labels import CLASS, TASK
 from gpuguard.slo import SloDeclaration
 
 _C = ("node", "container", "container_id")
-_CG = ("node", "gpu", "container", "container_id")
-_G = ("node", "gpu")
+# Every per-GPU series also names the GPU as dcgm-exporter does: UUID (the physical GPU's)
+# and GPU_I_ID (the MIG instance; empty off MIG), so its series join with gpuguard's on
+# (UUID, GPU_I_ID) without gpuguard_gpu_info (README, "Beside dcgm-exporter").
+_GPU_ID = ("UUID", "GPU_I_ID")
+_CG = ("node", "gpu", "container", "container_id", *_GPU_ID)
+_G = ("node", "gpu", *_GPU_ID)
+# `uuid`: the device's own (MIG-... for a MIG device); `UUID`: its physical GPU's, with the MIG
+# instance in GPU_I_ID and GPU_I_PROFILE (empty off MIG), as dcgm-exporter names them: the
+# join key to its series (README, "Beside dcgm-exporter").
+_GPU_INFO_LABELS = ("node", "gpu", "uuid", "name", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
 _BOUNDARY_LABELS = (*_CG, "boundary")
@@ -61,7 +69,12 @@ _SLO_BUCKET_LABELS = (*_C, "metric", "bound")
 
 #: Every family of /metrics: name -> (type, help, label names), in exposition order.
 SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "gpuguard_gpu_info": ("gauge", "GPU identity (always 1).", ("node", "gpu", "uuid", "name")),
+    "gpuguard_gpu_info": (
+        "gauge",
+        "GPU identity (always 1); UUID, GPU_I_ID and GPU_I_PROFILE as dcgm-exporter labels "
+        "the same GPU or MIG instance.",
+        _GPU_INFO_LABELS,
+    ),
     "gpuguard_gpu_utilization_ratio": (
         "gauge",
         "Share of time any kernel ran on the GPU (NVML meaning).",
@@ -92,6 +105,12 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "gauge",
         "1 for each gpuguard.task, gpuguard.class or gpuguard.slo.* label that cannot be used "
         "(ignored).",
+        _LABEL_INVALID_LABELS,
+    ),
+    "gpuguard_container_claim_rejected": (
+        "gauge",
+        "1 for each gpuguard.class or gpuguard.deadline claim the operator's trust policy "
+        "rejected (the container is treated as the policy allows).",
         _LABEL_INVALID_LABELS,
     ),
     # the tenant's own latency objective (gpuguard/slo.py), joined by the SLO rules
@@ -358,6 +377,7 @@ _IDENTITY_FAMILIES = (
     "gpuguard_container_deadline_invalid",
     "gpuguard_container_task_info",
     "gpuguard_container_label_invalid",
+    "gpuguard_container_claim_rejected",
     "gpuguard_container_slo_info",
     "gpuguard_container_slo_target_seconds",
     "gpuguard_container_slo_objective_ratio",
@@ -481,24 +501,51 @@ def _value(value: float) -> str:
     return repr(float(value))
 
 
+def gpu_ids(snap: PollSnapshot) -> dict[str, tuple[str, str]]:
+    """gpu key -> (UUID, GPU_I_ID) of each device of the last sample (dcgm-exporter's names)."""
+    devices = snap.sample.devices if snap.sample is not None else ()
+    physical = {d.index: d.uuid for d in devices if d.mig_index is None}
+    return {
+        d.key: (
+            physical.get(d.index, d.uuid),
+            "" if d.gpu_instance_id is None else str(d.gpu_instance_id),
+        )
+        for d in devices
+    }
+
+
+_NO_ID = ("", "")
+
+
+def _gpu_info(node: str, d: DeviceSample, physical_uuid: str) -> tuple[str, ...]:
+    instance = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
+    return (node, d.key, d.uuid, d.name, physical_uuid, instance, d.mig_profile or "")
+
+
 def _add_gpus(r: Rows, snap: PollSnapshot) -> None:
     node = snap.node
     devices = snap.sample.devices if snap.sample is not None else ()
     unattributed = snap.joined.unattributed if snap.joined is not None else {}
+    physical = {d.index: d.uuid for d in devices if d.mig_index is None}
+    # A GPU in MIG mode: its memory is its instances' memory, so only they report it and a
+    # `sum` counts each byte once.
+    partitioned = {d.index for d in devices if d.mig_index is not None}
+    ids = gpu_ids(snap)
     for d in devices:
-        gpu = (node, d.key)
-        r.add("gpuguard_gpu_info", (node, d.key, d.uuid, d.name), 1)
+        gpu = (node, d.key, *ids[d.key])
+        r.add("gpuguard_gpu_info", _gpu_info(node, d, physical.get(d.index, d.uuid)), 1)
         if d.utilization_ratio is not None:
             r.add("gpuguard_gpu_utilization_ratio", gpu, d.utilization_ratio)
-        r.add("gpuguard_gpu_memory_used_bytes", gpu, d.memory_used_bytes)
-        r.add("gpuguard_gpu_memory_total_bytes", gpu, d.memory_total_bytes)
+        if d.mig_index is not None or d.index not in partitioned:
+            r.add("gpuguard_gpu_memory_used_bytes", gpu, d.memory_used_bytes)
+            r.add("gpuguard_gpu_memory_total_bytes", gpu, d.memory_total_bytes)
         r.add("gpuguard_unattributed_gpu_processes", gpu, unattributed.get(d.key, 0))
     empty = (0,) * len(BUCKET_BOUNDS)
     for gpu_key in sorted({d.key for d in devices} | set(snap.histograms)):
         h = snap.histograms.get(gpu_key)
         r.histograms["gpuguard_task_run_seconds"].append(
             (
-                r.cache.get(_G, (node, gpu_key)),
+                r.cache.get(_G, (node, gpu_key, *ids.get(gpu_key, _NO_ID))),
                 h.buckets if h is not None else empty,
                 h.total if h is not None else 0.0,
             )
@@ -521,6 +568,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
     )
     task_info = g["gpuguard_container_task_info"]
     label_invalid = g["gpuguard_container_label_invalid"]
+    rejected = g["gpuguard_container_claim_rejected"]
     default_mode = snap.default_task_mode
     for info in snap.containers.values():
         values = (node, info.name, info.short_id)
@@ -541,6 +589,8 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
                 label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
         for label, _ in info.slo_errors:
             label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
+        for label, _ in info.claims_rejected:
+            rejected.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
         if info.slo is not None:
             _add_slo(r, values, labels, info.slo)
 
@@ -591,9 +641,11 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
     memory = g["gpuguard_container_gpu_memory_bytes"]
     sm = g["gpuguard_container_gpu_sm_utilization_ratio"]
     processes = g["gpuguard_container_gpu_processes"]
+    ids = gpu_ids(snap)
     for usage in snap.joined.usage:
         info = snap.containers[usage.container_id]  # the join only sums known containers
-        cg_labels = cache.get(_CG, (node, usage.gpu, info.name, info.short_id))
+        gpu_id = ids.get(usage.gpu, _NO_ID)
+        cg_labels = cache.get(_CG, (node, usage.gpu, info.name, info.short_id, *gpu_id))
         memory.append((cg_labels, usage.memory_bytes))
         sm.append((cg_labels, usage.sm_ratio))
         processes.append((cg_labels, usage.processes))
@@ -615,9 +667,10 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
     boundary_rows = g["gpuguard_container_task_boundary"]
     elapsed = g["gpuguard_container_task_elapsed_seconds"]
     slack_rows = g["gpuguard_container_task_slack_seconds"]
+    ids = gpu_ids(snap)
     for (cid, gpu), task in oldest.items():
         info = snap.containers[cid]
-        values = (node, gpu, info.name, info.short_id)
+        values = (node, gpu, info.name, info.short_id, *ids.get(gpu, _NO_ID))
         for phase, phase_labels in zip(PHASES, cache.phases(values), strict=True):
             phase_rows.append((phase_labels, 1 if task.phase == phase else 0))
         boundary_rows.append((cache.get(_BOUNDARY_LABELS, (*values, task.boundary)), 1))
@@ -628,7 +681,7 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
             slack_rows.append((labels, slack))
     devices = snap.sample.devices if snap.sample is not None else ()
     for gpu in sorted({d.key for d in devices} | set(waiting)):
-        r.add("gpuguard_tasks_waiting", (node, gpu), waiting.get(gpu, 0))
+        r.add("gpuguard_tasks_waiting", (node, gpu, *ids.get(gpu, _NO_ID)), waiting.get(gpu, 0))
 
 
 _GPU_STATE_REASONS = tuple(r for r in StateReason if r is not StateReason.NO_GPU)
@@ -642,8 +695,9 @@ def _add_record(r: Rows, snap: PollSnapshot) -> None:
     r.add("gpuguard_node_state", node, record.state)
     r.add("gpuguard_node_float_time_seconds", node, record.float_time_s)
     r.add("gpuguard_node_free_memory_bytes", node, record.memory_free_bytes)
+    ids = gpu_ids(snap)
     for g in record.gpus:
-        gpu = (snap.node, g.gpu)
+        gpu = (snap.node, g.gpu, *ids.get(g.gpu, _NO_ID))
         r.add("gpuguard_gpu_state", gpu, g.state)
         for reason in _GPU_STATE_REASONS:
             r.add("gpuguard_gpu_state_reason", (*gpu, reason), int(reason in g.reasons))

@@ -21,6 +21,7 @@ from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
+from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy, load_policy
 from gpuguard.flags import Flag
 
 DEFAULT_LISTEN = "127.0.0.1:10835"
@@ -72,6 +73,10 @@ FLAGS: tuple[Flag, ...] = (
          "node record: average utilization at or above which the GPU counts as 100%%", "ratio"),
     Flag("record.memory-threshold", 0.95,
          "node record: share of GPU memory in use at or above which it counts as full", "ratio"),
+    Flag("trust.policy-file", None,
+         "YAML file of the classes and minimum deadlines each image, name or Kubernetes "
+         "namespace may claim by label (default: every claim believed; README, Security)",
+         metavar="PATH"),
 )  # fmt: skip
 
 
@@ -93,6 +98,7 @@ class ExporterConfig:
     container_source: str = "docker"  # docker or containerd (auto is resolved at start-up)
     containerd_address: str = DEFAULT_CONTAINERD_ADDRESS
     containerd_namespace: str = "k8s.io"
+    trust: TrustPolicy = TRUST_ALL
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +138,14 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         containerd_namespace=_nonempty(
             "containerd.namespace", flags.text(values, "containerd.namespace")
         ),
+        trust=_trust(values["trust.policy-file"]),
     )
+
+
+def _trust(path: Any) -> TrustPolicy:
+    if path is None or str(path) == "":
+        return TRUST_ALL
+    return load_policy(Path(str(path)))
 
 
 def _record(values: Mapping[str, Any]) -> RecordConfig:

@@ -38,6 +38,7 @@ from gpuguard.ctr import Ctr, CtrError
 from gpuguard.exporter.containers import container_info
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,10 @@ def _event_time(date: str, fraction: str | None, offset: str) -> float | None:
 
 
 def containerd_container_info(
-    doc: Mapping[str, Any], state: str, sandbox_labels: Mapping[str, str] | None
+    doc: Mapping[str, Any],
+    state: str,
+    sandbox_labels: Mapping[str, str] | None,
+    policy: TrustPolicy = TRUST_ALL,
 ) -> ContainerInfo:
     """Build a ContainerInfo from a trimmed info document and its task's state (pure)."""
     own_labels = doc["Labels"]
@@ -132,7 +136,8 @@ def containerd_container_info(
             "State": {"Status": state},
             "Path": args[0] if args else "",
             "Args": args[1:],
-        }
+        },
+        policy,
     )
     if identity is None:
         return info
@@ -142,7 +147,9 @@ def containerd_container_info(
 
 
 def containers_from_docs(
-    docs: Mapping[str, Mapping[str, Any]], states: Mapping[str, str]
+    docs: Mapping[str, Mapping[str, Any]],
+    states: Mapping[str, str],
+    policy: TrustPolicy = TRUST_ALL,
 ) -> dict[str, ContainerInfo]:
     """Every non-sandbox container, with its pod's labels joined by pod uid (pure)."""
     sandboxes: dict[str, Mapping[str, str]] = {}
@@ -156,7 +163,7 @@ def containers_from_docs(
             continue
         identity = kube.pod_identity(doc["Labels"])
         pod_labels = sandboxes.get(identity.pod_uid) if identity is not None else None
-        out[cid] = containerd_container_info(doc, states.get(cid, "created"), pod_labels)
+        out[cid] = containerd_container_info(doc, states.get(cid, "created"), pod_labels, policy)
     return out
 
 
@@ -168,8 +175,10 @@ class ContainerdIndex:
         ctr: Ctr,
         events: EventLog | None = None,
         backoff_s: tuple[float, float] = (0.2, 5.0),
+        policy: TrustPolicy = TRUST_ALL,
     ) -> None:
         self._ctr = ctr
+        self._policy = policy
         self._events = events
         self._backoff_s = backoff_s
         self._containers: Mapping[str, ContainerInfo] = MappingProxyType({})
@@ -323,7 +332,7 @@ class ContainerdIndex:
         self._warned_labels.discard(container_id)
 
     def _publish(self, ts: float | None, announce_new: bool) -> None:
-        fresh = containers_from_docs(self._docs, self._states)
+        fresh = containers_from_docs(self._docs, self._states, self._policy)
         self._warn_labels(fresh)
         with self._lock:
             old = self._containers

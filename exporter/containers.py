@@ -19,8 +19,10 @@ from typing import Any, TypeVar
 
 from gpuguard import labels, slo
 from gpuguard.contract import EventType
+from gpuguard.exporter import trust
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +73,13 @@ def _label(
         return None, str(exc)
 
 
-def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
+def container_info(attrs: Mapping[str, Any], policy: TrustPolicy = TRUST_ALL) -> ContainerInfo:
     """Build a ContainerInfo from a ``docker inspect`` document (pure).
 
     An invalid ``gpuguard.deadline``, ``gpuguard.task``, ``gpuguard.class`` or
     ``gpuguard.slo.*`` is kept as an error beside the container, which then behaves as if the
-    label were absent.
+    label were absent. A class or deadline the operator's ``policy`` does not grant the
+    container is replaced, and the rejection kept beside it (exporter/trust.py).
     """
     config = attrs.get("Config") or {}
     container_labels = config.get("Labels") or {}
@@ -85,7 +88,7 @@ def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
     class_label, class_error = _label(container_labels, labels.CLASS, labels.parse_priority_class)
     declared, slo_errors = slo.declaration(container_labels)
     args = [attrs.get("Path") or "", *(attrs.get("Args") or ())]
-    return ContainerInfo(
+    info = ContainerInfo(
         id=attrs["Id"],
         name=str(attrs.get("Name") or "").lstrip("/"),
         image=str(config.get("Image") or attrs.get("Image") or ""),
@@ -103,6 +106,9 @@ def container_info(attrs: Mapping[str, Any]) -> ContainerInfo:
         slo=declared,
         slo_errors=slo_errors,
     )
+    if policy is TRUST_ALL:
+        return info
+    return trust.apply(policy.grant(trust.subject(info, container_labels)), info)
 
 
 class ContainerIndex:
@@ -113,8 +119,10 @@ class ContainerIndex:
         client_factory: Callable[[], Any],
         events: EventLog | None = None,
         backoff_s: tuple[float, float] = (0.2, 5.0),
+        policy: TrustPolicy = TRUST_ALL,
     ) -> None:
         self._client_factory = client_factory
+        self._policy = policy
         self._events = events
         self._backoff_s = backoff_s
         self._containers: Mapping[str, ContainerInfo] = MappingProxyType({})
@@ -124,6 +132,7 @@ class ContainerIndex:
         self._client: Any = None
         self._thread: threading.Thread | None = None
         self._warned_labels: set[str] = set()
+        self._warned_claims: set[str] = set()
         self.connected = False
         self.last_error: str | None = None
         self.resyncs = 0
@@ -232,12 +241,16 @@ class ContainerIndex:
             attrs = self._client.api.inspect_container(container_id)
         except docker.errors.NotFound:
             return None
-        info = container_info(attrs)
+        info = container_info(attrs, self._policy)
         errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
         errors += [error for _, error in info.slo_errors]
         if errors and info.id not in self._warned_labels:
             self._warned_labels.add(info.id)  # logged once per container, never fatal
             log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))
+        if info.claims_rejected and info.id not in self._warned_claims:
+            self._warned_claims.add(info.id)
+            why = "; ".join(f"{label}: {reason}" for label, reason in info.claims_rejected)
+            log.warning("container %s: trust policy rejects %s", info.name, why)
         return info
 
     def _apply(self, event: Mapping[str, Any]) -> None:

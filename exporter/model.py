@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.slo import SloDeclaration
+
+# "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG 1g.10gb" (a MIG device's NVML name), "sim0 MIG 3g.40gb"
+_MIG_NAME = re.compile(r"(?:^|\s)MIG\s+(\S+)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,17 @@ class DeviceSample:
     processes: tuple[GpuProcess, ...] = ()
     process_samples: tuple[ProcessUtilization, ...] = ()
     mig_index: int | None = None
+    #: the MIG GPU instance id (NVML's, dcgm-exporter's GPU_I_ID); not the MIG device index
+    gpu_instance_id: int | None = None
+
+    @property
+    def mig_profile(self) -> str | None:
+        """A MIG device's profile (``1g.10gb``, dcgm-exporter's GPU_I_PROFILE): NVML and
+        gpusim both name MIG devices ``<GPU name> MIG <profile>``."""
+        if self.mig_index is None:
+            return None
+        match = _MIG_NAME.search(self.name)
+        return match.group(1) if match else None
 
     @property
     def key(self) -> str:
@@ -87,6 +102,8 @@ class ContainerInfo:
     pod_namespace: str | None = None
     pod_name: str | None = None
     pod_uid: str | None = None
+    #: (label, why) for each claim the operator's trust policy rejected (exporter/trust.py)
+    claims_rejected: tuple[tuple[str, str], ...] = ()
 
     @property
     def paused(self) -> bool:

@@ -29,7 +29,7 @@ Definitions (paper C's Algorithm 2, made precise; docs/interfaces.md §3 and §5
   Misses: paper C says any miss, for ever. A miss holds the GPU out for the window, so a
   lasting overload stays out and a burst does not; 30 s is two scrapes of Prometheus'
   default profile (the placer and the alert see every state 0). More than 10% missed is a
-  guarantee ratio below 0.9, the line NodeCannotGuaranteeDeadlines draws; a light service
+  guarantee ratio below 0.9, the line GpuguardNodeCannotGuaranteeDeadlines draws; a light service
   running 13 tasks a second is not taken out by one late task among hundreds. Measured on
   the simulated cluster of bench/placement.py: "any miss, for a minute" took GPUs out faster
   than load left them, the remaining ones overloaded and missed in turn, and gpuguard's

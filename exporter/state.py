@@ -42,6 +42,8 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "namespace": info.pod_namespace,
         "pod": info.pod_name,
         "pod_uid": info.pod_uid,
+        # the operator's trust policy replaced these claims (exporter/trust.py)
+        "claims_rejected": [{"label": lbl, "why": why} for lbl, why in info.claims_rejected],
     }
 
 

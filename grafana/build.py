@@ -402,6 +402,95 @@ def dashboard(
 # --- the dashboards -------------------------------------------------------------------------
 
 
+# dcgm-exporter's series of one physical GPU (its UUID), with gpuguard's node and gpu: the
+# GPU's own row of gpuguard_gpu_info (GPU_I_ID empty), so the join is one-to-one.
+def by_gpuguard_gpu(dcgm_metric: str) -> str:
+    return (
+        f"max by (UUID) ({dcgm_metric}) * on (UUID) group_left (node, gpu) "
+        f'max by (UUID, node, gpu) (gpuguard_gpu_info{{{NODE_GPU}, GPU_I_ID=""}})'
+    )
+
+
+# Each container's SM share on a GPU, with the GPU's UUID (and MIG instance) that every
+# per-GPU gpuguard series carries.
+CONTAINER_SHARE_BY_UUID = (
+    "sum by (node, gpu, container, UUID, GPU_I_ID) "
+    f"(gpuguard_container_gpu_sm_utilization_ratio{{{NODE_GPU_CONTAINER}}})"
+)
+
+
+def dcgm_exporter_row() -> list[Json]:
+    """gpuguard's per-container share beside dcgm-exporter's device health, joined by the
+    GPU's UUID (README, "Beside dcgm-exporter"); empty where dcgm-exporter is not scraped."""
+    health = (
+        "from dcgm-exporter (DCGM_FI_DEV_{}), joined to gpuguard's node and GPU by UUID "
+        "through gpuguard_gpu_info. Empty unless dcgm-exporter is scraped by this Prometheus."
+    )
+    return [
+        {
+            "type": "row",
+            "title": "Beside dcgm-exporter (joined by GPU UUID)",
+            "collapsed": False,
+            "panels": [],
+            "gridPos": {"h": 1, "w": 24, "x": 0, "y": 0},
+        },
+        timeseries(
+            "Container SM share by GPU UUID",
+            [target(CONTAINER_SHARE_BY_UUID, "{{container}} on {{UUID}} {{GPU_I_ID}}")],
+            description=(
+                "Each container's SM share (per-process samples) on each GPU, with the GPU's "
+                "UUID as dcgm-exporter labels it: the key of the panels beside it."
+            ),
+            unit="percentunit",
+            minimum=0,
+            width=12,
+        ),
+        timeseries(
+            "Container power by SM share",
+            [
+                target(
+                    f"{CONTAINER_SHARE_BY_UUID} "
+                    "* on (UUID) group_left () max by (UUID) (DCGM_FI_DEV_POWER_USAGE)",
+                    "{{container}} on {{node}} GPU {{gpu}}",
+                )
+            ],
+            description=(
+                "The GPU's power draw (dcgm-exporter) times each container's SM share "
+                "(gpuguard): who the watts are for. An estimate: idle power is shared out "
+                "too. Empty unless dcgm-exporter is scraped by this Prometheus."
+            ),
+            unit="watt",
+            minimum=0,
+            width=12,
+        ),
+        timeseries(
+            "GPU temperature (dcgm-exporter)",
+            [target(by_gpuguard_gpu("DCGM_FI_DEV_GPU_TEMP"), "{{node}} GPU {{gpu}}")],
+            description="GPU temperature " + health.format("GPU_TEMP"),
+            unit="celsius",
+            width=8,
+        ),
+        timeseries(
+            "GPU power (dcgm-exporter)",
+            [target(by_gpuguard_gpu("DCGM_FI_DEV_POWER_USAGE"), "{{node}} GPU {{gpu}}")],
+            description="GPU power draw " + health.format("POWER_USAGE"),
+            unit="watt",
+            minimum=0,
+            width=8,
+        ),
+        timeseries(
+            "Last Xid error (dcgm-exporter)",
+            [target(by_gpuguard_gpu("DCGM_FI_DEV_XID_ERRORS"), "{{node}} GPU {{gpu}}")],
+            description=(
+                "The last Xid error code the driver logged for the GPU (0: none), "
+                + health.format("XID_ERRORS")
+            ),
+            unit="none",
+            width=8,
+        ),
+    ]
+
+
 def node_dashboard() -> Json:
     panels = [
         stat(
@@ -528,9 +617,10 @@ def node_dashboard() -> Json:
             "GPUs and MIG devices",
             [
                 target(
-                    "max by (node, gpu, name, uuid) "
+                    "max by (node, gpu, name, uuid, UUID, GPU_I_PROFILE) "
                     f"(gpuguard_gpu_memory_total_bytes{{{NODE_GPU}}} * on (node, gpu) "
-                    f"group_left (name, uuid) gpuguard_gpu_info{{{NODE_GPU}}})",
+                    "group_left (name, uuid, GPU_I_PROFILE) "
+                    f"gpuguard_gpu_info{{{NODE_GPU}}})",
                     instant=True,
                     table=True,
                 )
@@ -538,7 +628,9 @@ def node_dashboard() -> Json:
             description=(
                 "Every device and its memory. A MIG device is gpu <gpu>:<mig>, its own "
                 "admission queue; NVML gives it no utilization and no per-process samples, so "
-                "its tasks run from memory in use to memory freed."
+                "its tasks run from memory in use to memory freed. A GPU in MIG mode reports "
+                "no memory of its own (its instances hold it all), so it is not listed; UUID "
+                "and GPU_I_PROFILE are dcgm-exporter's labels for the same device."
             ),
             unit="bytes",
             width=24,
@@ -555,6 +647,7 @@ def node_dashboard() -> Json:
             description="GPU processes per container and GPU, now.",
             width=24,
         ),
+        *dcgm_exporter_row(),
     ]
     return dashboard(
         UID_NODE,
@@ -1003,7 +1096,7 @@ def cluster_dashboard() -> Json:
             "{{node}}",
             description=(
                 "Whether new real-time containers may be placed on each node; the actuator "
-                "marks a node while NodeCannotGuaranteeDeadlines fires."
+                "marks a node while GpuguardNodeCannotGuaranteeDeadlines fires."
             ),
             mappings=value_mappings({0: ("marked", "red"), 1: ("provisionable", "green")}),
             width=24,
@@ -1051,7 +1144,8 @@ def cluster_dashboard() -> Json:
             description=(
                 "1 while a node may take new real-time containers; 0 when on every GPU more "
                 "than 10% of the last 30 s of tasks missed, a kernel ran all the time, or "
-                "memory is 95% full (NodeInStateZero fires and the actuator labels the node)."
+                "memory is 95% full (GpuguardNodeInStateZero fires and the actuator labels the "
+                "node)."
             ),
             mappings=value_mappings({0: ("state 0", "red"), 1: ("state 1", "green")}),
         ),

@@ -37,6 +37,8 @@ SUBSTITUTIONS = {
     "__range": "1h",
 }
 
+DCGM_NEEDED = "needs dcgm-exporter scraped beside gpuguard (a real GPU); the test stacks run gpusim"
+
 # (dashboard uid, panel title) -> why its query may return nothing in a short end-to-end run.
 #
 # Assumed run: exporter and actuator scraped, at least one gpuguard.managed container with a
@@ -53,6 +55,10 @@ SUBSTITUTIONS = {
 #   (rules/gpuguard-recording.rules.yml), and no panel filters with "> 0" or "== 1".
 # Add an entry only for a panel that a correct run can leave empty, with the reason.
 MAY_BE_EMPTY: dict[tuple[str, str], str] = {
+    ("gpuguard-node", "Container power by SM share"): DCGM_NEEDED,
+    ("gpuguard-node", "GPU temperature (dcgm-exporter)"): DCGM_NEEDED,
+    ("gpuguard-node", "GPU power (dcgm-exporter)"): DCGM_NEEDED,
+    ("gpuguard-node", "Last Xid error (dcgm-exporter)"): DCGM_NEEDED,
     ("gpuguard-tasks", "Latency SLO attainment"): (
         "needs a container that declares an SLO (gpuguard.slo.*) and serves requests; "
         "tests/integration/test_slo_live.py runs this panel's queries with one"
@@ -183,6 +189,19 @@ def contract_metrics(path: Path = INTERFACES) -> dict[str, ContractMetric]:
                         name + suffix, f"histogram{suffix}", labels | extra
                     )
     return metrics
+
+
+# dcgm-exporter's series the node dashboard joins by UUID, with the labels it gives them
+# (its default template: gpu, UUID, pci_bus_id, device, modelName, on MIG GPU_I_PROFILE and
+# GPU_I_ID, Hostname; namespace, pod, container with its Kubernetes mapping).
+_DCGM_LABELS = frozenset(
+    {"gpu", "UUID", "pci_bus_id", "device", "modelName", "GPU_I_PROFILE", "GPU_I_ID",
+     "Hostname", "namespace", "pod", "container"}
+)  # fmt: skip
+DCGM_EXPORTER_METRICS = {
+    name: ContractMetric(name, "gauge", _DCGM_LABELS)
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS")
+}
 
 
 # --- PromQL scanning (enough for our dashboards, not a parser) -----------------------------

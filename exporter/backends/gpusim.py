@@ -60,6 +60,8 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceSample:
             for s in doc.get("process_samples", ())
         ),
         mig_index=None if mig_index is None else int(mig_index),
+        # gpusim numbers its GPU instances like its MIG devices unless it says otherwise.
+        gpu_instance_id=None if mig_index is None else int(doc.get("gpu_instance_id", mig_index)),
     )
 
 

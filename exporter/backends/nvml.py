@@ -131,7 +131,16 @@ class NvmlBackend:
             processes=processes,
             process_samples=samples,
             mig_index=mig_index,
+            gpu_instance_id=None if mig_index is None else self._gpu_instance_id(handle),
         )
+
+    def _gpu_instance_id(self, mig_handle: Any) -> int | None:
+        # The GPU instance id dcgm-exporter labels GPU_I_ID; older bindings lack the call.
+        get = getattr(self._nvml, "nvmlDeviceGetGpuInstanceId", None)
+        if get is None:
+            return None
+        value = self._optional(get, mig_handle)
+        return None if value is None else int(value)
 
     def _identity(self, key: str, handle: Any) -> tuple[str, str]:
         if key not in self._static:  # a device's UUID and name never change: ask once

@@ -104,7 +104,8 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
         made.append(busy)
         started = time.monotonic()
 
-        # GpuSaturatedContention -> webhook -> admission on fresh state: the idle task waits.
+        # GpuguardGpuSaturatedContention -> webhook -> admission on fresh state: the idle
+        # task waits.
         def pauses() -> list[dict[str, Any]]:
             return [
                 r
@@ -117,8 +118,8 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
         assert pauses()[0]["trigger"] == "webhook" and pauses()[0]["result"] == "ok"
         idle.remove(force=True)  # it would otherwise wait long enough for another alert
 
-        # TaskDeadlineAtRisk -> mark_node -> Swarm label: a new real-time service is held.
-        # (The busy GPU puts the node in state 0 first: NodeInStateZero marks it too.)
+        # GpuguardTaskDeadlineAtRisk -> mark_node -> Swarm label: a new real-time service is held.
+        # (The busy GPU puts the node in state 0 first: GpuguardNodeInStateZero marks it too.)
         wait_for(
             lambda: node_labels(client, node_id).get(MARK) == "false",
             30,
@@ -132,7 +133,9 @@ def test_alerts_pause_a_waiting_task_and_mark_the_node_until_resolved(stack: Loc
             assert nodes["nodes"][0]["provisionable"] is False
             return {r["alertname"] for r in nodes["nodes"][0]["reasons"]}
 
-        wait_for(lambda: "TaskDeadlineAtRisk" in reasons(), 45, "deadline risk", interval=0.2)
+        wait_for(
+            lambda: "GpuguardTaskDeadlineAtRisk" in reasons(), 45, "deadline risk", interval=0.2
+        )
         service = client.services.create(
             "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]
         )

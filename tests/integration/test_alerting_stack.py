@@ -187,12 +187,12 @@ def test_saturation_alert_reaches_the_actuator_webhook(
     active = f'gpuguard:gpu_tasks_active:count{{node="{NODE}",gpu="0"}}'
     wait_for(lambda: prometheus.query_value(active) == 2.0, 30, "the recording rules")
     assert prometheus.query_value(f'up{{job="gpuguard-exporter",node="{NODE}"}}') == 1.0
-    early = webhook_receiver.wait_for(_has_alert("GpuSaturatedContention", "firing"), 0)
+    early = webhook_receiver.wait_for(_has_alert("GpuguardGpuSaturatedContention", "firing"), 0)
     assert early is None, "alert fired before the GPU was saturated"
 
     metrics_endpoint.set(exposition(1.0))
-    hook = webhook_receiver.wait_for(_has_alert("GpuSaturatedContention", "firing"), 20)
-    assert hook is not None, "GpuSaturatedContention never reached the webhook"
+    hook = webhook_receiver.wait_for(_has_alert("GpuguardGpuSaturatedContention", "firing"), 20)
+    assert hook is not None, "GpuguardGpuSaturatedContention never reached the webhook"
     latency = hook.at - metrics_endpoint.changed_at
     record_property("alert_delivery_s", round(latency, 3))
     print(f"\nalert pipeline: metric change -> webhook in {latency:.2f} s")
@@ -201,21 +201,26 @@ def test_saturation_alert_reaches_the_actuator_webhook(
     payload = hook.payload
     assert payload["version"] == "4"
     assert payload["status"] == "firing"
-    [alert] = [a for a in payload["alerts"] if a["labels"]["alertname"] == "GpuSaturatedContention"]
+    [alert] = [
+        a for a in payload["alerts"] if a["labels"]["alertname"] == "GpuguardGpuSaturatedContention"
+    ]
     assert alert["labels"]["node"] == NODE
     assert alert["labels"]["gpu"] == "0"
-    assert alert["labels"]["severity"] == "info"  # a trigger for the actuator, not a page
+    assert alert["labels"]["severity"] == "none"  # a trigger for the actuator, not a page
+    assert alert["labels"]["gpuguard_action"] == "admission"
     # Absolute links from the Prometheus external labels.
     assert alert["annotations"]["dashboard"].startswith(f"{GRAFANA}/d/gpuguard-node/")
-    assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#gpusaturatedcontention"
-    group = {"alertname": "GpuSaturatedContention", "node": NODE, "gpu": "0"}
+    assert alert["annotations"]["runbook_url"] == f"{RUNBOOKS}#gpuguardgpusaturatedcontention"
+    group = {"alertname": "GpuguardGpuSaturatedContention", "node": NODE, "gpu": "0"}
     assert payload["groupLabels"] == group
     assert latency < 10.0
 
     # send_resolved: the actuator hears when the contention ends.
     metrics_endpoint.set(exposition(0.3))
     changed = metrics_endpoint.changed_at
-    resolved = webhook_receiver.wait_for(_has_alert("GpuSaturatedContention", "resolved"), 20)
+    resolved = webhook_receiver.wait_for(
+        _has_alert("GpuguardGpuSaturatedContention", "resolved"), 20
+    )
     assert resolved is not None, "the resolution never reached the webhook"
     assert resolved.authorization == f"Bearer {TOKEN}"
     print(f"alert pipeline: resolution -> webhook in {resolved.at - changed:.2f} s")

@@ -57,8 +57,8 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
     client_a = node_a.client()
     # A managed task whose deadline comes close (slack under 20%: at risk from 32 s) but is
     # met (it ends at about 37 s): a miss would keep the node marked for the 5 min window of
-    # NodeCannotGuaranteeDeadlines, a risk marks it only while the task runs. Its kernel
-    # keeps the GPU busy, so paper C's record marks the node first (NodeInStateZero, once
+    # GpuguardNodeCannotGuaranteeDeadlines, a risk marks it only while the task runs. Its kernel
+    # keeps the GPU busy, so paper C's record marks the node first (GpuguardNodeInStateZero, once
     # the 5 s busy window is full), the deadline risk later. Memory mode (paper B's task):
     # its boundaries are exact, so the risk shows while it runs (a burst is judged at its end).
     specs = [
@@ -85,8 +85,10 @@ def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: Loc
             assert (listed["node"], listed["provisionable"]) == ("node-a", False)
             return {r["alertname"] for r in listed["reasons"]}
 
-        assert "NodeInStateZero" in reasons()
-        wait_for(lambda: "TaskDeadlineAtRisk" in reasons(), 60, "the deadline risk marks too")
+        assert "GpuguardNodeInStateZero" in reasons()
+        wait_for(
+            lambda: "GpuguardTaskDeadlineAtRisk" in reasons(), 60, "the deadline risk marks too"
+        )
         assert node_labels(client_a, id_b).get(MARK) != "false"
         service = client_a.services.create(
             "gpuguard/base:local", ["sleep", "300"], name="rt-new", constraints=[RT_CONSTRAINT]

@@ -61,7 +61,7 @@ def token(stack: NodeStack) -> str:
 
 
 def webhook(gpus: range | tuple[int, ...] = (0,), **labels: str) -> bytes:
-    """GpuSaturatedContention firing on this node, once per GPU in ``gpus``."""
+    """GpuguardGpuSaturatedContention firing on this node, once per GPU in ``gpus``."""
     doc = json.loads((FIXTURES / "firing.json").read_text())
     template = json.dumps(doc["alerts"][0] | {"annotations": {}, "generatorURL": ""})
     alerts = []

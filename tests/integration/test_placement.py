@@ -114,7 +114,7 @@ def test_realtime_services_land_where_the_ranking_says(cluster: LocalStack) -> N
         wait_for(
             lambda: node_labels(client, id_c).get(MARK) == "false",
             60,
-            "node C labelled by its actuator (NodeInStateZero)",
+            "node C labelled by its actuator (GpuguardNodeInStateZero)",
             interval=0.5,
         )
         listed = ranked(cluster, **REQUEST)

@@ -39,7 +39,7 @@ def test_idle_long_lived_server_runs_no_task_unless_process_mode(
     run_python_container: Callable[..., Any],
 ) -> None:
     # issue 8: a server answering short requests against a 2 s deadline was one task that
-    # overran, counted a miss and kept TaskDeadlineAtRisk firing until the process exited
+    # overran, counted a miss and kept GpuguardTaskDeadlineAtRisk firing until the process exited
     first = time.time() + 5.0  # after the start-up burst (context, model) has ended
     servers = {}
     for i, mode in enumerate(("burst", "process")):

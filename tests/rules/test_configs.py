@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -17,8 +18,7 @@ from gpuguard.demo.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertma
 from gpuguard.demo.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
 from tests.prereq import require_binary
 
-ADMISSION_ALERTS = {"GpuSaturatedContention", "GpuMemoryPressure", "GpuIdleWhileTasksWait"}
-NODE_LIST_ALERTS = {"TaskDeadlineAtRisk", "NodeCannotGuaranteeDeadlines", "NodeInStateZero"}
+ACTIONS = Path(__file__).resolve().parents[2] / "rules" / "actions.yml"
 
 
 def check(argv: list[str]) -> None:
@@ -73,23 +73,32 @@ def test_shipped_alertmanager_config_is_valid() -> None:
     check([require_binary("amtool"), "check-config", str(ALERTMANAGER_CONFIG)])
 
 
+def actuator_route(config: dict[str, Any], matcher: str) -> dict[str, Any]:
+    [route] = [sub for sub in config["route"]["routes"] if sub["matchers"] == [matcher]]
+    return route
+
+
 def test_alertmanager_routes() -> None:
     config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
     route = config["route"]
     assert set(route["group_by"]) == {"alertname", "node", "gpu"}
-    [admission] = [
-        sub
-        for sub in route["routes"]
-        if any("GpuSaturatedContention" in m for m in sub["matchers"])
-    ]
-    matcher = admission["matchers"][0]
-    assert set(matcher.split('"')[1].split("|")) == ADMISSION_ALERTS
+    # The actuator's routes match on gpuguard_action, never on alertname or severity.
+    admission = actuator_route(config, 'gpuguard_action="admission"')
     assert (admission["group_wait"], admission["group_interval"]) == ("0s", "1s")
-    [node_list] = [
-        sub for sub in route["routes"] if any("TaskDeadlineAtRisk" in m for m in sub["matchers"])
-    ]
-    assert set(node_list["matchers"][0].split('"')[1].split("|")) == NODE_LIST_ALERTS
+    node_list = actuator_route(config, 'gpuguard_action=~"mark_node|protect_slo"')
     assert (node_list["group_wait"], node_list["group_interval"]) == ("0s", "1s")
+    actions = set(yaml.safe_load(ACTIONS.read_text())["actions"].values())
+    routed = {
+        action
+        for sub in route["routes"]
+        for matcher in sub["matchers"]
+        if matcher.startswith("gpuguard_action")
+        for action in matcher.split('"')[1].split("|")
+    }
+    assert routed == actions
+    assert all(
+        sub.get("continue") for sub in route["routes"] if sub["receiver"] != "gpuguard-operators"
+    )
     receivers = {r["name"]: r for r in config["receivers"]}
     assert set(receivers) == {"gpuguard-actuator", "gpuguard-operators"}
     [webhook] = receivers["gpuguard-actuator"]["webhook_configs"]
@@ -142,16 +151,20 @@ def test_per_node_routing(tmp_path: Path) -> None:
     path = tmp_path / "alertmanager.yml"
     path.write_text(text)
     check([require_binary("amtool"), "check-config", str(path)])
-    assert route_receiver(path, "alertname=TaskDeadlineOverrun", "node=node-a") == (
-        "gpuguard-actuator-node-a"
-    )
-    assert route_receiver(path, "alertname=GpuSaturatedContention", "node=node-b", "gpu=0") == (
-        "gpuguard-actuator-node-b"
-    )
+    assert route_receiver(
+        path, "alertname=GpuguardTaskDeadlineOverrun", "gpuguard_action=record", "node=node-a"
+    ) == ("gpuguard-actuator-node-a")
+    assert route_receiver(
+        path, "alertname=GpuguardGpuSaturatedContention", "gpuguard_action=admission", "node=node-b"
+    ) == ("gpuguard-actuator-node-b")
     assert route_receiver(path, "alertname=GpuguardExporterDown") == "gpuguard-actuator"
     config = yaml.safe_load(text)
     assert route_receiver(
-        path, "alertname=GpuguardExporterDown", "node=node-b", "severity=critical"
+        path,
+        "alertname=GpuguardExporterDown",
+        "gpuguard_action=resume_all",
+        "node=node-b",
+        "severity=critical",
     ) == ("gpuguard-actuator-node-b,gpuguard-operators")
     config = yaml.safe_load(text)
     node_b = next(r for r in config["route"]["routes"] if r.get("receiver", "").endswith("node-b"))
@@ -171,9 +184,9 @@ def test_per_node_routing(tmp_path: Path) -> None:
     )
 
 
-def alert_severities() -> dict[str, str]:
+def alert_labels() -> dict[str, dict[str, str]]:
     return {
-        rule["alert"]: rule["labels"]["severity"]
+        rule["alert"]: rule["labels"]
         for path in sorted((Path(__file__).resolve().parents[2] / "rules").glob("*.rules.yml"))
         for group in yaml.safe_load(path.read_text())["groups"]
         for rule in group["rules"]
@@ -182,15 +195,20 @@ def alert_severities() -> dict[str, str]:
 
 
 def test_shipped_routing() -> None:
-    # Controller triggers (severity info) reach the actuator and nobody else; the others
-    # reach the operators too. Every gpuguard alert reaches the actuator.
-    for alert, severity in alert_severities().items():
-        labels = [f"alertname={alert}", "node=a", f"severity={severity}"]
-        receivers = route_receiver(ALERTMANAGER_CONFIG, *labels).split(",")
-        if severity == "info":
+    # Controller triggers (severity none) reach the actuator and nobody else; the others
+    # reach the operators too. Every gpuguard alert reaches the actuator, by its
+    # gpuguard_action label alone.
+    for alert, labels in alert_labels().items():
+        args = [f"alertname={alert}", "node=a", *(f"{k}={v}" for k, v in labels.items())]
+        receivers = route_receiver(ALERTMANAGER_CONFIG, *args).split(",")
+        if labels["severity"] == "none":
             assert receivers == ["gpuguard-actuator"], alert
         else:
             assert receivers == ["gpuguard-actuator", "gpuguard-operators"], alert
+        # Any severity the operator's rules might give it: still the actuator's.
+        for severity in ("info", "warning", "critical", "none"):
+            with_severity = [*args, f"severity={severity}"]
+            assert "gpuguard-actuator" in route_receiver(ALERTMANAGER_CONFIG, *with_severity)
 
 
 def test_rendered_tenants_job_discovers_each_engine(tmp_path: Path) -> None:
@@ -218,14 +236,17 @@ def test_slo_alerts_reach_the_actuator_at_once_and_warnings_the_operators(
     tmp_path: Path,
 ) -> None:
     config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
-    [slo] = [
-        s for s in config["route"]["routes"] if any("GpuguardSloAtRisk" in m for m in s["matchers"])
-    ]
+    slo = actuator_route(config, 'gpuguard_action=~"mark_node|protect_slo"')
     assert (slo["group_wait"], slo["group_interval"]) == ("0s", "1s")
-    assert route_receiver(ALERTMANAGER_CONFIG, "alertname=GpuguardSloAtRisk", "severity=info") == (
-        "gpuguard-actuator"
-    )
-    for name in ("GpuguardSloViolated", "GpuguardSloMetricMissing"):
-        assert route_receiver(ALERTMANAGER_CONFIG, f"alertname={name}", "severity=warning") == (
-            "gpuguard-actuator,gpuguard-operators"
-        )
+    assert route_receiver(
+        ALERTMANAGER_CONFIG, "alertname=GpuguardSloAtRisk", "gpuguard_action=protect_slo",
+        "severity=none",
+    ) == "gpuguard-actuator"  # fmt: skip
+    for name, action in (
+        ("GpuguardSloViolated", "protect_slo"),
+        ("GpuguardSloMetricMissing", "record"),
+    ):
+        assert route_receiver(
+            ALERTMANAGER_CONFIG, f"alertname={name}", f"gpuguard_action={action}",
+            "severity=warning",
+        ) == "gpuguard-actuator,gpuguard-operators"  # fmt: skip

@@ -41,6 +41,7 @@ class FakeDevice:
     samples: list[tuple[int, int, int, int]] = field(default_factory=list)  # pid, ts, sm, mem
     mig_mode: int | None = None  # None: NOT_SUPPORTED
     mig_slots: list[FakeDevice | None] = field(default_factory=list)
+    gpu_instance_id: int | None = None  # of a MIG device; None: NOT_SUPPORTED
     process_utilization_supported: bool = True
     lost: bool = False
 
@@ -150,6 +151,12 @@ class FakeNvml:
         if dev.mig_mode is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return [dev.mig_mode, dev.mig_mode]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        dev = self._dev(handle)
+        if dev.gpu_instance_id is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return dev.gpu_instance_id
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
         return len(self._dev(handle).mig_slots)

@@ -19,9 +19,9 @@ groups:
     rules:
       - record: x:y
         expr: vector(1)
-      - alert: GpuSaturatedContention
+      - alert: GpuguardGpuSaturatedContention
         expr: vector(1)
-      - alert: TaskDeadlineAtRisk
+      - alert: GpuguardTaskDeadlineAtRisk
         expr: vector(1)
 """
 
@@ -31,7 +31,7 @@ def files(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "a.rules.yml").write_text(RULES)
     (tmp_path / "actions.yml").write_text(
         "version: 1\nactions:\n"
-        "  GpuSaturatedContention: admission\n  TaskDeadlineAtRisk: mark_node\n"
+        "  GpuguardGpuSaturatedContention: admission\n  GpuguardTaskDeadlineAtRisk: mark_node\n"
     )
     (tmp_path / "token").write_text("s3cret\n")
     return {
@@ -73,10 +73,10 @@ def test_defaults(files: dict[str, str]) -> None:
     assert config.policy.best_effort_window_s == 10.0
     assert config.max_pause_s == 120.0
     assert config.actions == {
-        "GpuSaturatedContention": "admission",
-        "TaskDeadlineAtRisk": "mark_node",
+        "GpuguardGpuSaturatedContention": "admission",
+        "GpuguardTaskDeadlineAtRisk": "mark_node",
     }
-    assert config.alerts_for("mark_node") == {"TaskDeadlineAtRisk"}
+    assert config.alerts_for("mark_node") == {"GpuguardTaskDeadlineAtRisk"}
     assert not config.dry_run and config.docker_host is None and config.node_name
     assert config.pause_method == "cgroup"
     assert (config.procfs, config.sysfs) == (Path("/proc"), Path("/sys"))
@@ -161,7 +161,10 @@ def test_token_is_required_unless_insecure(files: dict[str, str], tmp_path: Path
 @pytest.mark.parametrize(
     ("actions", "needle"),
     [
-        ("version: 1\nactions:\n  GpuSaturatedContention: reboot\n", "unknown action 'reboot'"),
+        (
+            "version: 1\nactions:\n  GpuguardGpuSaturatedContention: reboot\n",
+            "unknown action 'reboot'",
+        ),
         ("version: 1\nactions:\n  NoSuchAlert: record\n", "unknown alert name(s) NoSuchAlert"),
         ("version: 1\n", "needs a mapping 'actions:"),
         ("actions: [oops\n", "invalid YAML"),
@@ -187,12 +190,12 @@ def test_unknown_config_file_setting(files: dict[str, str], tmp_path: Path) -> N
 
 def test_the_shipped_actions_match_the_shipped_rules() -> None:
     actions = load_actions(REPO / "rules" / "actions.yml", str(REPO / "rules" / "*.rules.yml"))
-    assert actions["GpuSaturatedContention"] == "admission"
-    assert actions["GpuMemoryPressure"] == "admission"
-    assert actions["GpuIdleWhileTasksWait"] == "admission"
-    assert actions["TaskDeadlineAtRisk"] == "mark_node"
-    assert actions["NodeCannotGuaranteeDeadlines"] == "mark_node"
-    assert actions["TaskDeadlineOverrun"] == "record"
+    assert actions["GpuguardGpuSaturatedContention"] == "admission"
+    assert actions["GpuguardGpuMemoryPressure"] == "admission"
+    assert actions["GpuguardGpuIdleWhileTasksWait"] == "admission"
+    assert actions["GpuguardTaskDeadlineAtRisk"] == "mark_node"
+    assert actions["GpuguardNodeCannotGuaranteeDeadlines"] == "mark_node"
+    assert actions["GpuguardTaskDeadlineOverrun"] == "record"
     assert actions["GpuguardExporterDown"] == "resume_all"
 
 

@@ -61,19 +61,23 @@ def test_a_late_firing_duplicate_after_resolved_does_not_mark_again(tmp_path: Pa
     # Two clustered Alertmanagers: the second delivers the same firing notification
     # seconds after the first already delivered the resolution.
     controller = make_controller(tmp_path)
-    firing = webhook("NodeCannotGuaranteeDeadlines")
-    resolved = webhook("NodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
+    firing = webhook("GpuguardNodeCannotGuaranteeDeadlines")
+    resolved = webhook(
+        "GpuguardNodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z"
+    )
     controller.handle_webhook(firing)
     assert not controller.marks.nodes.provisionable
     controller.handle_webhook(resolved)
     assert controller.marks.nodes.provisionable
     report = controller.handle_webhook(firing)  # the late duplicate
     assert controller.marks.nodes.provisionable
-    assert report.skips == [{"reason": "stale_alert", "alert": "NodeCannotGuaranteeDeadlines"}]
+    assert report.skips == [
+        {"reason": "stale_alert", "alert": "GpuguardNodeCannotGuaranteeDeadlines"}
+    ]
     assert skipped(controller, "stale_alert") == 1
     # A new episode of the same alert (a later startsAt) marks the node again.
     controller.handle_webhook(
-        webhook("NodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z")
+        webhook("GpuguardNodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z")
     )
     assert not controller.marks.nodes.provisionable
     controller.audit.close()
@@ -144,25 +148,29 @@ def test_a_late_firing_after_a_restart_is_still_stale(tmp_path: Path) -> None:
     # The resolution reached the actuator, which then restarted; the second Alertmanager's
     # late firing reaches the new one. The resolved episode came back from the journal.
     first = make_controller(tmp_path)
-    first.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
+    first.handle_webhook(webhook("GpuguardNodeCannotGuaranteeDeadlines"))
     first.handle_webhook(
-        webhook("NodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
+        webhook("GpuguardNodeCannotGuaranteeDeadlines", "resolved", ends="2025-11-22T01:05:00Z")
     )
     assert first.marks.nodes.provisionable
     first.audit.close()
     second = make_controller(tmp_path)
-    report = second.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
+    report = second.handle_webhook(webhook("GpuguardNodeCannotGuaranteeDeadlines"))
     assert second.marks.nodes.provisionable
-    assert report.skips == [{"reason": "stale_alert", "alert": "NodeCannotGuaranteeDeadlines"}]
+    assert report.skips == [
+        {"reason": "stale_alert", "alert": "GpuguardNodeCannotGuaranteeDeadlines"}
+    ]
     # a new episode still marks
-    second.handle_webhook(webhook("NodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z"))
+    second.handle_webhook(
+        webhook("GpuguardNodeCannotGuaranteeDeadlines", starts="2025-11-22T02:00:00Z")
+    )
     assert not second.marks.nodes.provisionable
     second.audit.close()
 
 
 def test_a_malformed_node_list_in_the_journal_does_not_stop_the_start(tmp_path: Path) -> None:
     controller = make_controller(tmp_path)
-    controller.handle_webhook(webhook("NodeCannotGuaranteeDeadlines"))
+    controller.handle_webhook(webhook("GpuguardNodeCannotGuaranteeDeadlines"))
     controller.audit.close()
     path = controller.journal.path
     doc = json.loads(path.read_text())

@@ -131,3 +131,9 @@ def test_what_a_program_does_after_a_task_is_learnt_per_container_and_image() ->
     history.saw(snap([c1, ("c4", "t5", "draining")]), 104.0)
     history.saw(snap([c1, ("c4", "t6", "input")]), 104.4)
     assert history.snapshot(104.4).straight_on == {"c1"}
+    # nor does it undo what a container showed before (a re-allocation across a poll, now
+    # and then), or what its image last showed
+    history.saw(snap([("c1", "t2", "draining")]), 105.0)
+    history.saw(snap([("c1", "t7", "input")]), 105.4)
+    history.saw(snap([("c1", "t7", "input"), ("c5", "t8", "input")]), 105.5)
+    assert history.snapshot(105.5).straight_on == {"c1"}

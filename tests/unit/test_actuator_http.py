@@ -103,14 +103,14 @@ def test_irrelevant_alert_is_skipped_and_counted(actuator: tuple[str, Controller
 
 def test_admission_without_fresh_state_is_a_503(actuator: tuple[str, Controller]) -> None:
     url, controller = actuator
-    reply = post(url, only("firing.json", "GpuSaturatedContention"))
+    reply = post(url, only("firing.json", "GpuguardGpuSaturatedContention"))
     assert reply.status_code == 503
     assert controller.metrics.registry.get_sample_value("gpuguard_actuator_exporter_up") == 0
 
 
 def test_mark_node_without_a_swarm_keeps_the_node_list(actuator: tuple[str, Controller]) -> None:
     url, controller = actuator
-    reply = post(url, only("firing.json", "NodeCannotGuaranteeDeadlines"))
+    reply = post(url, only("firing.json", "GpuguardNodeCannotGuaranteeDeadlines"))
     assert reply.status_code == 200, reply.text
     assert reply.json()["actions"] == [
         {"action": "mark_node", "node": "host-a", "result": "skipped"}
@@ -118,7 +118,7 @@ def test_mark_node_without_a_swarm_keeps_the_node_list(actuator: tuple[str, Cont
     nodes = requests.get(url + "/api/v1/nodes", timeout=5).json()
     assert nodes["executor"] == "list_only" and "not in a swarm" in nodes["note"]
     assert nodes["nodes"][0]["provisionable"] is False
-    assert nodes["nodes"][0]["reasons"][0]["alertname"] == "NodeCannotGuaranteeDeadlines"
+    assert nodes["nodes"][0]["reasons"][0]["alertname"] == "GpuguardNodeCannotGuaranteeDeadlines"
     registry = controller.metrics.registry
     assert (
         registry.get_sample_value("gpuguard_actuator_node_provisionable", {"node": "host-a"}) == 0
@@ -161,10 +161,10 @@ def test_read_only_endpoints(actuator: tuple[str, Controller]) -> None:
 def test_audit_log_records_webhook_side_effects(actuator: tuple[str, Controller]) -> None:
     url, controller = actuator
     doc: Any = json.loads(fixture("irrelevant.json"))
-    doc["alerts"][0]["labels"]["alertname"] = "TaskDeadlineOverrun"
+    doc["alerts"][0]["labels"]["alertname"] = "GpuguardTaskDeadlineOverrun"
     post(url, json.dumps(doc).encode())
     lines = (controller.config.state_dir / "audit.jsonl").read_text().splitlines()
-    assert any(json.loads(line).get("alertname") == "TaskDeadlineOverrun" for line in lines)
+    assert any(json.loads(line).get("alertname") == "GpuguardTaskDeadlineOverrun" for line in lines)
 
 
 def test_unreachable_exporter_fails_open_once(actuator: tuple[str, Controller]) -> None:

@@ -30,7 +30,7 @@ def test_firing_payload_parses_into_the_message_shape() -> None:
     assert message.external_url == "http://127.0.0.1:9093"
     assert message.group_labels == {"node": "host-a"}
     first = message.alerts[0]
-    assert first.name == "GpuSaturatedContention"
+    assert first.name == "GpuguardGpuSaturatedContention"
     assert first.firing
     assert first.labels["gpu"] == "0"
     assert first.fingerprint == "4a5b6c7d8e9f0a1b"
@@ -112,7 +112,7 @@ def test_unknown_extra_fields_are_ignored() -> None:
     doc = load("firing.json")
     doc["orgId"] = 1
     doc["alerts"][0]["silenceURL"] = "http://x"
-    assert parse_message(doc).alerts[0].name == "GpuSaturatedContention"
+    assert parse_message(doc).alerts[0].name == "GpuguardGpuSaturatedContention"
 
 
 def test_non_json_body_is_told_apart_from_an_invalid_payload() -> None:

@@ -10,8 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
+from gpuguard.exporter.model import DeviceSample, GpuSample
 from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
+
+# The fakes' GPU 0 on every per-GPU series, named as dcgm-exporter names it too
+GPU0 = {"gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""}
 
 
 @pytest.fixture
@@ -42,36 +46,39 @@ def test_series_from_the_last_poll(setup) -> None:
     c1 = {**n, "container": "rt-1", "container_id": cid(1)[:12]}
     c2 = {**n, "container": "rt-2", "container_id": cid(2)[:12]}
     c3 = {**n, "container": "bad", "container_id": cid(3)[:12]}
-    assert v("gpuguard_gpu_info", {**n, "gpu": "0", "uuid": "GPU-00000000", "name": "gpusim"}) == 1
-    assert v("gpuguard_gpu_memory_used_bytes", {**n, "gpu": "0"}) == 6 * GIB
+    info = {"uuid": "GPU-00000000", "name": "gpusim", "UUID": "GPU-00000000"}
+    assert (
+        v("gpuguard_gpu_info", {**n, "gpu": "0", **info, "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1
+    )
+    assert v("gpuguard_gpu_memory_used_bytes", {**n, **GPU0}) == 6 * GIB
     assert v("gpuguard_container_managed", c3) == 0
     assert v("gpuguard_container_paused", c2) == 1
     assert v("gpuguard_container_deadline_seconds", c1) == 9.0
     assert v("gpuguard_container_deadline_seconds", c3) is None
     assert v("gpuguard_container_deadline_invalid", c3) == 1
-    assert v("gpuguard_container_gpu_memory_bytes", {**c1, "gpu": "0"}) == 3 * GIB
-    assert v("gpuguard_container_gpu_sm_utilization_ratio", {**c1, "gpu": "0"}) == 0.5
-    assert v("gpuguard_container_gpu_processes", {**c2, "gpu": "0"}) == 1
-    assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "computing"}) == 1
-    assert v("gpuguard_container_task_phase", {**c1, "gpu": "0", "phase": "input"}) == 0
-    assert v("gpuguard_container_task_elapsed_seconds", {**c1, "gpu": "0"}) == pytest.approx(0.15)
-    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) == pytest.approx(8.85)
-    assert v("gpuguard_container_task_boundary", {**c1, "gpu": "0", "boundary": "open"}) == 1
-    assert v("gpuguard_container_task_boundary", {**c1, "gpu": "0", "boundary": "exact"}) is None
-    assert v("gpuguard_container_task_slack_seconds", {**c2, "gpu": "0"}) is None
-    assert v("gpuguard_tasks_waiting", {**n, "gpu": "0"}) == 1
-    assert v("gpuguard_unattributed_gpu_processes", {**n, "gpu": "0"}) == 1
+    assert v("gpuguard_container_gpu_memory_bytes", {**c1, **GPU0}) == 3 * GIB
+    assert v("gpuguard_container_gpu_sm_utilization_ratio", {**c1, **GPU0}) == 0.5
+    assert v("gpuguard_container_gpu_processes", {**c2, **GPU0}) == 1
+    assert v("gpuguard_container_task_phase", {**c1, **GPU0, "phase": "computing"}) == 1
+    assert v("gpuguard_container_task_phase", {**c1, **GPU0, "phase": "input"}) == 0
+    assert v("gpuguard_container_task_elapsed_seconds", {**c1, **GPU0}) == pytest.approx(0.15)
+    assert v("gpuguard_container_task_slack_seconds", {**c1, **GPU0}) == pytest.approx(8.85)
+    assert v("gpuguard_container_task_boundary", {**c1, **GPU0, "boundary": "open"}) == 1
+    assert v("gpuguard_container_task_boundary", {**c1, **GPU0, "boundary": "exact"}) is None
+    assert v("gpuguard_container_task_slack_seconds", {**c2, **GPU0}) is None
+    assert v("gpuguard_tasks_waiting", {**n, **GPU0}) == 1
+    assert v("gpuguard_unattributed_gpu_processes", {**n, **GPU0}) == 1
     assert v("gpuguard_exporter_polls_total", n) == 3
     assert v("gpuguard_exporter_collector_success", {**n, "source": "gpu"}) == 1
     assert v("gpuguard_exporter_build_info", {**n, "version": "0.1.0", "backend": "test"}) == 1
-    assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 0
+    assert v("gpuguard_task_run_seconds_count", {**n, **GPU0}) == 0
     backend.next = sample(1.2, {200: 2 * GIB, 300: GIB})
     poller.poll_once()
     assert v("gpuguard_container_tasks_finished_total", c1) == 1
     assert v("gpuguard_container_deadline_hits_total", c1) == 1
     assert v("gpuguard_container_busy_periods_total", c1) is None  # none yet: no series
-    assert v("gpuguard_task_run_seconds_count", {**n, "gpu": "0"}) == 1
-    assert v("gpuguard_task_run_seconds_bucket", {**n, "gpu": "0", "le": "0.25"}) == 1
+    assert v("gpuguard_task_run_seconds_count", {**n, **GPU0}) == 1
+    assert v("gpuguard_task_run_seconds_bucket", {**n, **GPU0, "le": "0.25"}) == 1
 
 
 def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None:
@@ -83,9 +90,9 @@ def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None
         poller.poll_once()
     v = registry.get_sample_value
     c1 = {"node": "node-a", "container": "rt-1", "container_id": cid(1)[:12]}
-    merged = {**c1, "gpu": "0", "boundary": "merged"}
+    merged = {**c1, **GPU0, "boundary": "merged"}
     assert v("gpuguard_container_task_boundary", merged) == 1
-    assert v("gpuguard_container_task_slack_seconds", {**c1, "gpu": "0"}) < 0
+    assert v("gpuguard_container_task_slack_seconds", {**c1, **GPU0}) < 0
     backend.next = sample(13.2, {})
     poller.poll_once()
     assert v("gpuguard_container_task_boundary", merged) is None  # no running task
@@ -93,7 +100,7 @@ def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None
     assert v("gpuguard_container_busy_seconds_total", c1) == pytest.approx(12.1, abs=0.2)
     for counter in ("tasks_finished", "deadline_hits", "deadline_misses"):
         assert v(f"gpuguard_container_{counter}_total", c1) == 0
-    assert v("gpuguard_task_run_seconds_count", {"node": "node-a", "gpu": "0"}) == 0
+    assert v("gpuguard_task_run_seconds_count", {"node": "node-a", **GPU0}) == 0
 
 
 def test_removed_container_leaves_no_series(setup) -> None:
@@ -119,7 +126,8 @@ def test_failing_gpu_backend_keeps_tasks_and_answers(setup) -> None:
     assert v("gpuguard_exporter_collector_success", {"node": "node-a", "source": "gpu"}) == 0
     assert v("gpuguard_exporter_errors_total", {"node": "node-a", "source": "gpu"}) == 1
     assert v("gpuguard_gpu_info", {"node": "node-a", "gpu": "0", "uuid": "GPU-00000000",
-                                   "name": "gpusim"}) is None  # fmt: skip
+                                   "name": "gpusim", "UUID": "GPU-00000000", "GPU_I_ID": "",
+                                   "GPU_I_PROFILE": ""}) is None  # fmt: skip
     assert [t.pid for t in snap.tasks] == [100]  # not ended because a sample is missing
     assert poller.health() is None  # it did sample once
     assert poller.degraded() == "degraded: gpu source failing: gpusim at /x: cannot connect"
@@ -239,3 +247,65 @@ def test_label_cache_stays_bounded_with_container_churn(tmp_path: Path) -> None:
     # It may grow to a few times the live label sets before it trims, but no further.
     assert sizes[0] > 20  # two label sets per container, plus the node's and the GPU's
     assert max(sizes[-100:]) <= max(sizes[:100]) <= 20 * sizes[0], (sizes[0], max(sizes))
+
+
+def test_mig_instances_carry_dcgm_exporters_labels_and_count_memory_once(setup) -> None:
+    """Each MIG instance joins dcgm-exporter's series on (UUID, GPU_I_ID); the parent's
+    memory is its instances', so only they report it."""
+    backend, _, poller, registry = setup
+
+    def device(mig: int | None, total: int, used: int, uuid: str, name: str) -> DeviceSample:
+        return DeviceSample(
+            index=0, uuid=uuid, name=name, memory_total_bytes=total, memory_used_bytes=used,
+            utilization_ratio=None, mig_index=mig, gpu_instance_id=None if mig is None else mig + 7,
+        )  # fmt: skip
+
+    backend.next = GpuSample(
+        timestamp=1.0,
+        devices=(
+            device(None, 80 * GIB, 30 * GIB, "GPU-p", "NVIDIA A100 80GB"),
+            device(0, 40 * GIB, 10 * GIB, "MIG-a", "NVIDIA A100 80GB MIG 3g.40gb"),
+            device(1, 40 * GIB, 20 * GIB, "MIG-b", "NVIDIA A100 80GB MIG 3g.40gb"),
+        ),
+    )
+    poller.poll_once()
+    v = registry.get_sample_value
+    n = {"node": "node-a"}
+    assert v("gpuguard_gpu_info", {**n, "gpu": "0:1", "uuid": "MIG-b",
+             "name": "NVIDIA A100 80GB MIG 3g.40gb", "UUID": "GPU-p", "GPU_I_ID": "8",
+             "GPU_I_PROFILE": "3g.40gb"}) == 1  # fmt: skip
+    assert v("gpuguard_gpu_info", {**n, "gpu": "0", "uuid": "GPU-p", "name": "NVIDIA A100 80GB",
+             "UUID": "GPU-p", "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1  # fmt: skip
+    parent = {**n, "gpu": "0", "UUID": "GPU-p", "GPU_I_ID": ""}
+    assert v("gpuguard_gpu_memory_total_bytes", parent) is None
+    assert v("gpuguard_gpu_memory_used_bytes", parent) is None
+    totals = [
+        v("gpuguard_gpu_memory_total_bytes", {**n, "gpu": g, "UUID": "GPU-p", "GPU_I_ID": i})
+        for g, i in (("0:0", "7"), ("0:1", "8"))
+    ]
+    assert totals == [40 * GIB, 40 * GIB]
+
+
+def test_mig_profile_comes_from_the_mig_device_name() -> None:
+    def named(name: str, mig: int | None) -> DeviceSample:
+        return DeviceSample(0, "u", name, 1, 0, None, mig_index=mig)
+
+    assert named("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 0).mig_profile == "1g.10gb"
+    assert named("sim0 MIG 3g.40gb", 2).mig_profile == "3g.40gb"
+    assert named("NVIDIA H100 80GB HBM3", None).mig_profile is None
+    assert named("odd name", 1).mig_profile is None
+
+
+def test_claims_the_trust_policy_rejected_are_counted(setup) -> None:
+    backend, containers, poller, registry = setup
+    why = (("gpuguard.class", "real-time is not allowed"), ("gpuguard.deadline", "too short"))
+    tenant = replace(container(1, "tenant", class_label=PriorityClass.NORMAL), claims_rejected=why)
+    containers.set(tenant, container(2, "honest"))
+    backend.next = sample(1.0, {})
+    poller.poll_once()
+    v = registry.get_sample_value
+    c1 = {"node": "node-a", "container": "tenant", "container_id": cid(1)[:12]}
+    c2 = {"node": "node-a", "container": "honest", "container_id": cid(2)[:12]}
+    for label, _ in why:
+        assert v("gpuguard_container_claim_rejected", {**c1, "label": label}) == 1
+    assert v("gpuguard_container_claim_rejected", {**c2, "label": "gpuguard.class"}) is None

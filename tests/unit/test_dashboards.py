@@ -18,6 +18,7 @@ import yaml
 
 from tests.dashboards import (
     DASHBOARD_DIR,
+    DCGM_EXPORTER_METRICS,
     MAY_BE_EMPTY,
     ROOT,
     SUBSTITUTIONS,
@@ -39,7 +40,7 @@ PANEL_TYPES = {"timeseries", "stat", "table", "state-timeline", "bargauge", "row
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"instance", "job"}
-UNITS = {"percentunit", "bytes", "s", "short", "none"}
+UNITS = {"percentunit", "bytes", "s", "short", "none", "celsius", "watt"}
 
 
 def load_build() -> ModuleType:
@@ -51,7 +52,8 @@ def load_build() -> ModuleType:
 
 
 BOARDS = load_dashboards()
-CONTRACT = contract_metrics()
+# gpuguard's contract, and dcgm-exporter's series the node dashboard joins by UUID
+CONTRACT = contract_metrics() | DCGM_EXPORTER_METRICS
 QUERIES = [q for board in BOARDS.values() for q in panel_queries(board)]
 
 
@@ -190,7 +192,7 @@ def test_every_variable_used_is_defined(uid: str) -> None:
 
 
 def test_node_dashboard_filters_by_its_variables() -> None:
-    exprs = [t["expr"] for p in iter_panels(BOARDS["gpuguard-node"]) for t in p["targets"]]
+    exprs = [t["expr"] for p in iter_panels(BOARDS["gpuguard-node"]) for t in p.get("targets", [])]
     assert all('node=~"$node"' in e for e in exprs if "gpuguard_container_paused" not in e)
 
 
@@ -209,7 +211,7 @@ def test_contract_parse_finds_shorthand_names() -> None:
     ):
         assert name in CONTRACT, name
     assert CONTRACT["gpuguard_container_gpu_memory_bytes"].labels == {
-        "node", "gpu", "container", "container_id",
+        "node", "gpu", "container", "container_id", "UUID", "GPU_I_ID",
     }  # fmt: skip
     assert CONTRACT["gpuguard_actuator_actions_total"].labels == {"action", "result"}
     assert CONTRACT["gpuguard_actuator_paused_containers"].labels == frozenset()

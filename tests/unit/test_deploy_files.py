@@ -532,9 +532,79 @@ def test_prometheusrule_is_generated_from_the_rule_files() -> None:
     document = yaml.safe_load(committed)
     assert document["apiVersion"] == "monitoring.coreos.com/v1"
     assert document["kind"] == "PrometheusRule"
+    for group in groups:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                rule["labels"]["namespace"] = "gpuguard"  # for the AlertmanagerConfig's route
     assert document["spec"]["groups"] == groups
+    assert document["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     names = [g["name"] for g in groups]
     assert len(names) == len(set(names)), "the operator needs unique group names"
+
+
+def test_alertmanagerconfig_is_the_shipped_actuator_routes() -> None:
+    """deploy/kubernetes/alertmanagerconfig.yaml, merged as the operator merges it, routes
+    like the actuator's part of deploy/alertmanager/alertmanager.yml."""
+    from tests.support.alertmanagerconfig import merged
+
+    document = load_yaml(KUBERNETES / "alertmanagerconfig.yaml")
+    assert document["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    assert document["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    top, receivers, inhibit = merged(document, {("gpuguard-actuator-token", "token"): "x"})
+    shipped = load_yaml(DEPLOY / "alertmanager" / "alertmanager.yml")
+    prefix = "gpuguard/gpuguard/"
+    assert top["matchers"] == ['namespace="gpuguard"', 'gpuguard_action=~".+"']
+    for key in ("group_by", "group_wait", "group_interval", "repeat_interval"):
+        assert top[key] == shipped["route"][key], key
+    actuator_routes = [
+        sub for sub in shipped["route"]["routes"] if sub["receiver"] == "gpuguard-actuator"
+    ]
+    assert [{**sub, "receiver": prefix + sub["receiver"]} for sub in actuator_routes] == top[
+        "routes"
+    ]
+    # One receiver for every node; the actuator's Secret (actuator.yaml) holds its token.
+    [receiver] = receivers
+    assert receiver["name"] == prefix + "gpuguard-actuator"
+    assert len(receiver["webhook_configs"]) >= 2
+    shipped_inhibit = [
+        {**rule, "source_matchers": ['namespace="gpuguard"', *rule["source_matchers"]],
+         "target_matchers": ['namespace="gpuguard"', *rule["target_matchers"]]}
+        for rule in shipped["inhibit_rules"]
+    ]  # fmt: skip
+    assert inhibit == shipped_inhibit
+
+
+def load_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, KUBERNETES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dashboard_config_maps_are_generated_for_grafanas_sidecar() -> None:
+    generator = load_module("gen_dashboards")
+    committed = (KUBERNETES / "dashboards.yaml").read_text()
+    assert committed == generator.render(), "run: python deploy/kubernetes/gen_dashboards.py"
+    maps = [d for d in yaml.safe_load_all(committed)]
+    dashboards = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
+    assert len(maps) == len(dashboards)
+    for config_map, path in zip(maps, dashboards, strict=True):
+        assert config_map["kind"] == "ConfigMap"
+        labels = config_map["metadata"]["labels"]
+        assert labels["grafana_dashboard"] == "1"
+        assert labels["release"] == "kube-prometheus-stack"
+        assert config_map["data"] == {path.name: path.read_text()}
+
+
+def test_prometheus_operator_objects_carry_the_release_label() -> None:
+    kinds = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+    documents = [d for _, d in kubernetes_documents() if d["kind"] in kinds]
+    assert {d["kind"] for d in documents} == kinds
+    for document in documents:
+        assert document["metadata"]["labels"].get("release") == "kube-prometheus-stack", (
+            document["kind"], document["metadata"]["name"],
+        )  # fmt: skip
 
 
 # --- systemd --------------------------------------------------------------------------------

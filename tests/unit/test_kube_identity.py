@@ -64,7 +64,11 @@ def test_pod_container_joins_and_shows_everywhere(tmp_path: Path, driver: str) -
     registry.register(GpuguardCollector(lambda: poller.snapshot))
     pod = {"node": "node-a", "container": "infer", "container_id": cid(1)[:12]}
     assert (
-        registry.get_sample_value("gpuguard_container_gpu_memory_bytes", {**pod, "gpu": "0"}) == GIB
+        registry.get_sample_value(
+            "gpuguard_container_gpu_memory_bytes",
+            {**pod, "gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""},
+        )
+        == GIB
     )
     assert (
         registry.get_sample_value(

@@ -254,7 +254,7 @@ def test_poller_publishes_the_record_as_metrics_and_state(tmp_path: Path) -> Non
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-    g = (("gpu", "0"), ("node", "node-a"))
+    g = (("GPU_I_ID", ""), ("UUID", "GPU-00000000"), ("gpu", "0"), ("node", "node-a"))
     assert samples[("gpuguard_gpu_state", g)] == 1
     assert samples[("gpuguard_gpu_float_time_seconds", g)] == pytest.approx(8.85)
     assert samples[("gpuguard_gpu_free_memory_bytes", g)] == 23 * GIB
@@ -269,7 +269,8 @@ def test_unbounded_float_time_renders_as_plus_inf(tmp_path: Path) -> None:
     backend.next = sample(1.0, {})
     snap = poller.poll_once()
     text = TextRenderer().render(build_rows(snap)).decode()
-    assert 'gpuguard_gpu_float_time_seconds{node="node-a",gpu="0"} +Inf\n' in text
+    gpu0 = 'node="node-a",gpu="0",UUID="GPU-00000000",GPU_I_ID=""'
+    assert f"gpuguard_gpu_float_time_seconds{{{gpu0}}} +Inf\n" in text
     assert 'gpuguard_node_float_time_seconds{node="node-a"} +Inf\n' in text
     assert "inf\n" not in text
     assert state_json(snap)["node_record"]["float_time_s"] is None

@@ -69,7 +69,9 @@ def test_process_utilization_not_supported_is_empty() -> None:
 
 
 def test_mig_devices_listed_with_their_processes() -> None:
-    child0 = FakeDevice("MIG-0", name="MIG 1g.10gb", total=10 * 2**30, processes=[(7, 2**20)])
+    child0 = FakeDevice(
+        "MIG-0", name="MIG 1g.10gb", total=10 * 2**30, processes=[(7, 2**20)], gpu_instance_id=9
+    )
     child2 = FakeDevice("MIG-2", name="MIG 1g.10gb", total=10 * 2**30)
     parent = FakeDevice(
         "GPU-p", processes=[(7, 2**20)], mig_mode=NVML_DEVICE_MIG_ENABLE,
@@ -86,6 +88,10 @@ def test_mig_devices_listed_with_their_processes() -> None:
     assert [p.pid for p in devices[1].processes] == [7]
     assert devices[0].utilization_ratio is None and devices[1].utilization_ratio is None
     assert devices[3].utilization_ratio == 0.0
+    # dcgm-exporter's GPU_I_ID and GPU_I_PROFILE; an instance id NVML cannot give is absent
+    assert [(d.gpu_instance_id, d.mig_profile) for d in devices] == [
+        (None, None), (9, "1g.10gb"), (None, "1g.10gb"), (None, None),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("code", [NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_DRIVER_NOT_LOADED])

@@ -14,20 +14,23 @@ REPO = Path(__file__).resolve().parents[2]
 INTERFACES = REPO / "docs" / "interfaces.md"
 RULE_FILES = sorted((REPO / "rules").glob("*.rules.yml"))
 DASHBOARD_UIDS = {"gpuguard-node", "gpuguard-tasks", "gpuguard-actuator", "gpuguard-cluster"}
-SEVERITIES = {"critical", "warning", "info"}
+SEVERITIES = {"critical", "warning", "none"}
 REQUIRED_ANNOTATIONS = {"summary", "description", "runbook", "runbook_url", "dashboard"}
 # Triggers for the actuator, not pages (rules/gpuguard-alerts.rules.yml, header).
 CONTROLLER_ALERTS = {
-    "GpuSaturatedContention",
-    "GpuMemoryPressure",
-    "GpuIdleWhileTasksWait",
-    "TaskDeadlineOverrun",
-    "TaskDeadlineAtRisk",
-    "NodeInStateZero",
+    "GpuguardGpuSaturatedContention",
+    "GpuguardGpuMemoryPressure",
+    "GpuguardGpuIdleWhileTasksWait",
+    "GpuguardTaskDeadlineOverrun",
+    "GpuguardTaskDeadlineAtRisk",
+    "GpuguardNodeInStateZero",
     "GpuguardSloAtRisk",
 }
 GRAFANA = "{{ with $externalLabels.grafana_url }}{{ . }}{{ else }}http://127.0.0.1:3000{{ end }}"
-RUNBOOKS = "{{ with $externalLabels.runbook_url }}{{ . }}{{ else }}docs/runbooks.md{{ end }}"
+RUNBOOKS = (
+    "{{ with $externalLabels.runbook_url }}{{ . }}"
+    "{{ else }}http://127.0.0.1:9090/user/runbooks.md{{ end }}"
+)
 
 
 def section(number: int) -> str:
@@ -123,10 +126,23 @@ def test_alert_has_severity_and_annotations(rule: dict[str, Any]) -> None:
     assert annotations["runbook_url"] == RUNBOOKS + anchor
     runbooks = (REPO / "docs" / "runbooks.md").read_text()
     assert f"\n## {rule['alert']}\n" in runbooks, f"docs/runbooks.md has no {rule['alert']}"
-    expected = {"info"} if rule["alert"] in CONTROLLER_ALERTS else {"warning", "critical"}
+    # `none`: no default inhibit rule of kube-prometheus-stack targets it (README).
+    expected = {"none"} if rule["alert"] in CONTROLLER_ALERTS else {"warning", "critical"}
     assert rule["labels"]["severity"] in expected
-    # `for:` stays short: these alerts drive a control loop, not a pager
-    assert rule.get("for", "0s") in {"0s", "1s", "2s", "3s", "5s", "10s"}
+    # A trigger's `for:` stays short (it drives a control loop); a page waits a minute, so
+    # one failed scrape or a restart pages nobody.
+    if rule["labels"]["severity"] == "critical":
+        assert rule.get("for") in {"1m", "2m", "5m"}, rule["alert"]
+    else:
+        assert rule.get("for", "0s") in {"0s", "1s", "2s", "3s", "5s", "10s", "1m"}
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=lambda rule: rule["alert"])
+def test_alert_carries_its_action(rule: dict[str, Any]) -> None:
+    """Alertmanager routes to the actuator on ``gpuguard_action``: it must say what
+    rules/actions.yml says."""
+    actions = yaml.safe_load((REPO / "rules" / "actions.yml").read_text())["actions"]
+    assert rule["labels"].get("gpuguard_action") == actions.get(rule["alert"])
 
 
 @pytest.mark.parametrize("rule", ALERTS, ids=lambda rule: rule["alert"])
