@@ -7,11 +7,13 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuguard import flags
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
+from gpuguard.actuator.containerd_engine import engine_api
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.executor import DockerExecutor, docker_api
@@ -28,7 +30,8 @@ from gpuguard.actuator.journal import (
     set_aside,
 )
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.nodes import NodeMarker, SwarmMarker
+from gpuguard.actuator.taints import TaintMarker, kubernetes_api
 from gpuguard.contract import TriggerSource
 
 log = logging.getLogger("gpuguard.actuator")
@@ -70,6 +73,14 @@ def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
     return journal, journal.lost
 
 
+def node_marker(config: Config, local_api: Any, manager_api: Any) -> NodeMarker:
+    """This node's mark: a Swarm node label, or a Kubernetes taint and label."""
+    if config.node_marker == "kubernetes":
+        server = config.kubernetes_api_server
+        return TaintMarker(config.node_name, lambda: kubernetes_api(server))
+    return SwarmMarker(local_api, manager_api)
+
+
 def run(config: Config) -> int:
     """Start everything, serve until a signal, resume what we paused, exit."""
     flags.start_logging(config.log_level, config.warnings, "gpuguard.actuator")
@@ -80,7 +91,9 @@ def run(config: Config) -> int:
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     if journal_lost:
         audit.write("journal_unreadable", detail=journal_lost)
-    local_api = docker_api(config.docker_host)
+    local_api = engine_api(
+        config.docker_host, config.containerd_address, config.containerd_namespace
+    )
     manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
     metrics = ActuatorMetrics(config.node_name)
     freezer = (
@@ -94,7 +107,7 @@ def run(config: Config) -> int:
         journal,
         audit,
         metrics,
-        SwarmMarker(local_api, manager_api),
+        node_marker(config, local_api, manager_api),
         journal_lost,
     )
     _warn_without_guard(config.state_dir)

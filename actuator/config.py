@@ -37,7 +37,18 @@ FLAGS: tuple[Flag, ...] = (
     Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
+    Flag("containerd.address", None,
+         "act through containerd at this socket instead of Docker (a Kubernetes node)",
+         metavar="URL"),
+    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
+         metavar="NAMESPACE"),
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
+    Flag("node.marker", "swarm",
+         "how this node is marked: swarm (a Swarm node label) or kubernetes (a taint and a "
+         "node label, through the API with the pod's service account)", metavar="MARKER"),
+    Flag("kubernetes.api-server", None,
+         "Kubernetes API server URL (default: in-cluster, the pod's service account)",
+         metavar="URL"),
     Flag("node.name", None, "this node's name in alerts and the node list (default: hostname)"),
     Flag("mode", "both", "triggers: webhook, fast (exporter events) or both", metavar="MODE"),
     Flag("policy.order", "fifo", "admission order: fifo (task start) or edf (deadline)",
@@ -112,6 +123,10 @@ class Config:
     pause_method: str = "cgroup"
     procfs: Path = Path("/proc")
     sysfs: Path = Path("/sys")
+    containerd_address: str | None = None  # set: act through containerd, not Docker
+    containerd_namespace: str = "k8s.io"
+    node_marker: str = "swarm"  # swarm or kubernetes
+    kubernetes_api_server: str | None = None  # None: in-cluster
 
     def alerts_for(self, action: str) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -179,6 +194,14 @@ def validate(values: Mapping[str, Any]) -> Config:
         exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
         exporter_timeout_s=exporter_timeout,
         docker_host=engine_url(values, "docker.host"),
+        containerd_address=containerd_address(values),
+        node_marker=flags.choice(values, "node.marker", ("swarm", "kubernetes")),
+        kubernetes_api_server=(
+            flags.http_url(values, "kubernetes.api-server", ("http", "https"))
+            if values.get("kubernetes.api-server")
+            else None
+        ),
+        containerd_namespace=flags.text(values, "containerd.namespace"),
         swarm_manager=engine_url(values, "swarm.manager"),
         node_name=flags.text(values, "node.name") if values["node.name"] else socket.gethostname(),
         mode=flags.choice(values, "mode", MODES),
@@ -291,6 +314,15 @@ def host_path(values: Mapping[str, Any], name: str) -> Path:
     if not path.is_dir():
         raise ConfigError(f"--{name} {values[name]!r}: not a directory")
     return path
+
+
+def containerd_address(values: Mapping[str, Any]) -> str | None:
+    value = values.get("containerd.address")
+    if value in (None, ""):
+        return None
+    if not str(value).removeprefix("unix://").startswith("/"):
+        raise ConfigError(f"--containerd.address {value!r}: must be a socket path or unix://PATH")
+    return str(value)
 
 
 def engine_url(values: Mapping[str, Any], name: str) -> str | None:

@@ -35,7 +35,7 @@ from gpuguard.actuator.history import RecentHistory
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks import NodeMarks
-from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.nodes import NodeMarker
 from gpuguard.actuator.policy import PAUSE, Action, Decision, Skip, Trigger, decide
 from gpuguard.actuator.reconcile import Reconciler
 from gpuguard.actuator.report import Report
@@ -66,7 +66,7 @@ class Controller:
         journal: Journal,
         audit: AuditLog,
         metrics: ActuatorMetrics,
-        marker: SwarmMarker | None,
+        marker: NodeMarker | None,
         journal_lost: str | None = None,
     ) -> None:
         self.config = config

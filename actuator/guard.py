@@ -38,10 +38,10 @@ import docker.errors
 from gpuguard import flags
 from gpuguard.actuator import lease
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import engine_url, host_path, private_state_dir
+from gpuguard.actuator.config import containerd_address, engine_url, host_path, private_state_dir
+from gpuguard.actuator.containerd_engine import engine_api
 from gpuguard.actuator.errors import ConfigError, DockerUnavailable
 from gpuguard.actuator.executor import (
-    docker_api,
     docker_call,
     resume_container,
     resume_managed_paused,
@@ -68,6 +68,11 @@ CHECK_PERIOD_S = 0.5
 FLAGS: tuple[Flag, ...] = (
     Flag("state.dir", "/var/lib/gpuguard/actuator", "the actuator's --state.dir (shared)"),
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
+    Flag("containerd.address", None,
+         "act through containerd at this socket instead of Docker (a Kubernetes node)",
+         metavar="URL"),
+    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
+         metavar="NAMESPACE"),
     Flag("max-pause", "120s", "resume any container the journal says is paused this long",
          "duration"),
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
@@ -92,6 +97,8 @@ class GuardConfig:
     sysfs: Path = Path("/sys")
     listen_host: str = "127.0.0.1"
     listen_port: int = 10838
+    containerd_address: str | None = None  # set: resume through containerd, not Docker
+    containerd_namespace: str = "k8s.io"
 
 
 @flags.reraise_as(ConfigError)
@@ -121,6 +128,10 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
         sysfs,
         host,
         port,
+        containerd_address(values),
+        flags.text(values, "containerd.namespace")
+        if "containerd.namespace" in values
+        else "k8s.io",
     )
 
 
@@ -315,7 +326,8 @@ def run(config: GuardConfig) -> int:
     """Check every period until SIGTERM/SIGINT, then once more, and exit."""
     flags.start_logging(config.log_level, config.warnings, "gpuguard.guard")
     audit = AuditLog(config.state_dir / AUDIT_FILE)
-    guard = Guard(config, docker_api(config.docker_host), audit)
+    engine = engine_api(config.docker_host, config.containerd_address, config.containerd_namespace)
+    guard = Guard(config, engine, audit)
     server = guard_server(guard, config.listen_host, config.listen_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -19,7 +19,7 @@ from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import NodeList, SwarmMarker
+from gpuguard.actuator.nodes import NodeList, NodeMarker
 from gpuguard.actuator.report import Report
 from gpuguard.actuator.webhook import WebhookMessage
 from gpuguard.contract import ActionKind, NodeListExecutor, Result
@@ -42,7 +42,7 @@ class NodeMarks:
         order: AlertOrder,
         audit: AuditLog,
         metrics: ActuatorMetrics,
-        marker: SwarmMarker | None,
+        marker: NodeMarker | None,
     ) -> None:
         self.node_name = node_name
         self.mark_alerts = mark_alerts

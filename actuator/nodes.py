@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import docker.errors
 import requests
@@ -168,6 +168,15 @@ def _epoch(moment: Any, fallback: float) -> float:
     except (OverflowError, ValueError, OSError):
         return fallback
     return value if value > 0 else fallback
+
+
+class NodeMarker(Protocol):
+    """What marks this node: ``SwarmMarker`` (a Swarm node label) or
+    ``taints.TaintMarker`` (a Kubernetes taint and label)."""
+
+    def node_id(self) -> str | None: ...
+
+    def apply(self, provisionable: bool) -> Result: ...
 
 
 class SwarmMarker:

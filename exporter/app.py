@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -10,7 +11,8 @@ from typing import Any
 
 from gpuguard.exporter.backends.base import open_backend
 from gpuguard.exporter.cgroup import ProcReader
-from gpuguard.exporter.config import ExporterConfig
+from gpuguard.exporter.config import ExporterConfig, pick_container_source
+from gpuguard.exporter.containerd import ContainerdIndex, Ctr
 from gpuguard.exporter.containers import ContainerIndex
 from gpuguard.exporter.errors import BackendUnavailable
 from gpuguard.exporter.events import EventLog
@@ -35,6 +37,18 @@ def docker_client_factory(url: str) -> Any:
     return make
 
 
+def open_container_source(
+    config: ExporterConfig, events: EventLog
+) -> tuple[ContainerIndex | ContainerdIndex, str]:
+    """The one container source this exporter follows (``--container.source``), and where."""
+    if pick_container_source(config) == "containerd":
+        ctr = Ctr(config.containerd_address, config.containerd_namespace)
+        where = f"containerd {config.containerd_address} (namespace {config.containerd_namespace})"
+        return ContainerdIndex(ctr, events, policy=config.trust).start(), where
+    index = ContainerIndex(docker_client_factory(config.docker_host), events, policy=config.trust)
+    return index.start(), f"docker {config.docker_host}"
+
+
 def run_exporter(config: ExporterConfig) -> int:
     """Run the exporter; returns the process exit status."""
     logging.basicConfig(
@@ -48,9 +62,12 @@ def run_exporter(config: ExporterConfig) -> int:
         print(f"gpuguard exporter: {exc}", file=sys.stderr)
         return 1
     events = EventLog(config.events_buffer)
-    index = ContainerIndex(
-        docker_client_factory(config.docker_host), events, policy=config.trust
-    ).start()
+    if pick_container_source(config) == "containerd" and shutil.which("ctr") is None:
+        print("gpuguard exporter: the containerd source needs ctr on PATH "
+              "(Debian's containerd package)", file=sys.stderr)  # fmt: skip
+        backend.close()
+        return 1
+    index, source = open_container_source(config, events)
     poller = Poller(
         backend,
         index,
@@ -73,9 +90,7 @@ def run_exporter(config: ExporterConfig) -> int:
         backend.close()
         return 1
     if not index.wait_synced(_SYNC_WAIT_S):
-        log.warning(
-            "docker at %s not reachable yet; retrying in the background", config.docker_host
-        )
+        log.warning("%s not reachable yet; retrying in the background", source)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -84,8 +99,8 @@ def run_exporter(config: ExporterConfig) -> int:
     server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
-        "listening on http://%s:%s (backend %s, docker %s, poll %gs)",
-        host, port, backend.name, config.docker_host, config.poll_interval_s,
+        "listening on http://%s:%s (backend %s, %s, poll %gs)",
+        host, port, backend.name, source, config.poll_interval_s,
     )  # fmt: skip
     stop.wait()
     log.info("stopping")

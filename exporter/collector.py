@@ -60,6 +60,7 @@ _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
 _BOUNDARY_LABELS = (*_CG, "boundary")
 _INFO_LABELS = (*_C, "image")
+_POD_INFO_LABELS = (*_C, "namespace", "pod", "pod_uid")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
 _SLO_INFO_LABELS = (*_C, "metric")
@@ -82,6 +83,11 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuguard_gpu_memory_used_bytes": ("gauge", "GPU memory in use.", _G),
     "gpuguard_gpu_memory_total_bytes": ("gauge", "GPU memory in total.", _G),
     "gpuguard_container_info": ("gauge", "Container identity (always 1).", _INFO_LABELS),
+    "gpuguard_container_pod_info": (
+        "gauge",
+        "Kubernetes pod of a container created by the CRI (always 1; containerd source).",
+        _POD_INFO_LABELS,
+    ),
     "gpuguard_container_managed": ("gauge", "1 if gpuguard may pause the container.", _C),
     "gpuguard_container_paused": ("gauge", "1 if the container is paused.", _C),
     "gpuguard_container_deadline_seconds": ("gauge", "Relative deadline of each GPU task.", _C),
@@ -364,6 +370,7 @@ class Rows:
 # mapping after every change), about a third of the series at 1,000 containers.
 _IDENTITY_FAMILIES = (
     "gpuguard_container_info",
+    "gpuguard_container_pod_info",
     "gpuguard_container_managed",
     "gpuguard_container_paused",
     "gpuguard_container_deadline_seconds",
@@ -554,6 +561,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         g["gpuguard_container_managed"],
         g["gpuguard_container_paused"],
     )
+    pod_info = g["gpuguard_container_pod_info"]
     deadline, invalid = (
         g["gpuguard_container_deadline_seconds"],
         g["gpuguard_container_deadline_invalid"],
@@ -566,6 +574,9 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         values = (node, info.name, info.short_id)
         labels = cache.get(_C, values)
         info_rows.append((cache.get(_INFO_LABELS, (*values, info.image)), 1))
+        if info.pod_name is not None:
+            pod = (info.pod_namespace or "", info.pod_name, info.pod_uid or "")
+            pod_info.append((cache.get(_POD_INFO_LABELS, (*values, *pod)), 1))
         managed.append((labels, 1 if info.managed else 0))
         paused.append((labels, 1 if info.paused else 0))
         if info.deadline_s is not None:

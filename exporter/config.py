@@ -27,6 +27,8 @@ from gpuguard.flags import Flag
 DEFAULT_LISTEN = "127.0.0.1:10835"
 DEFAULT_GPUSIM_SOCKET = "/run/gpusim/gpusim.sock"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+DEFAULT_CONTAINERD_ADDRESS = "unix:///run/containerd/containerd.sock"
+CONTAINER_SOURCES = ("docker", "containerd", "auto")
 _DOCKER_SCHEMES = ("unix://", "tcp://", "http://", "https://", "ssh://", "npipe://")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -42,6 +44,13 @@ FLAGS: tuple[Flag, ...] = (
          metavar="PATH"),
     Flag("docker.host", None,
          f"Docker engine URL (default: $DOCKER_HOST or {DEFAULT_DOCKER_HOST})"),
+    Flag("container.source", "docker",
+         "docker, containerd or auto; auto uses Docker if its socket exists, else containerd",
+         metavar="SOURCE"),
+    Flag("containerd.address", DEFAULT_CONTAINERD_ADDRESS, "containerd socket (ctr --address)",
+         metavar="URL"),
+    Flag("containerd.namespace", "k8s.io",
+         "containerd namespace to follow (k8s.io: the Kubernetes CRI's)", metavar="NAMESPACE"),
     Flag("path.procfs", "/proc", "procfs mount point, e.g. the host's /proc mounted in"),
     Flag("node.name", None, "value of the node label (default: hostname)"),
     Flag("history.size", 256, "finished tasks kept for /api/v1/state's recent", "int"),
@@ -86,6 +95,9 @@ class ExporterConfig:
     log_level: str = "info"
     record: RecordConfig = field(default_factory=RecordConfig)
     task_rules: TaskRules = field(default_factory=TaskRules)
+    container_source: str = "docker"  # docker or containerd (auto is resolved at start-up)
+    containerd_address: str = DEFAULT_CONTAINERD_ADDRESS
+    containerd_namespace: str = "k8s.io"
     trust: TrustPolicy = TRUST_ALL
 
 
@@ -121,6 +133,11 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
         record=_record(values),
         task_rules=_task_rules(values),
+        container_source=flags.choice(values, "container.source", CONTAINER_SOURCES),
+        containerd_address=_containerd_address(values["containerd.address"]),
+        containerd_namespace=_nonempty(
+            "containerd.namespace", flags.text(values, "containerd.namespace")
+        ),
         trust=_trust(values["trust.policy-file"]),
     )
 
@@ -172,6 +189,29 @@ def _docker_host(text: Any) -> str:
     if not str(text).startswith(_DOCKER_SCHEMES):
         raise ConfigError(f"--docker.host {text!r}: expected a URL such as {DEFAULT_DOCKER_HOST}")
     return str(text)
+
+
+def _containerd_address(text: Any) -> str:
+    address = str(text)
+    if not address.removeprefix("unix://").startswith("/"):
+        raise ConfigError(
+            f"--containerd.address {text!r}: expected a socket path such as "
+            f"{DEFAULT_CONTAINERD_ADDRESS}"
+        )
+    return address
+
+
+def pick_container_source(config: ExporterConfig) -> str:
+    """``auto``: Docker where its socket exists (its containerd runs beneath it), else
+    containerd where its socket exists, else Docker (which the source keeps retrying)."""
+    if config.container_source != "auto":
+        return config.container_source
+    docker_socket = config.docker_host.removeprefix("unix://")
+    if config.docker_host.startswith("unix://") and Path(docker_socket).exists():
+        return "docker"
+    if Path(config.containerd_address.removeprefix("unix://")).exists():
+        return "containerd"
+    return "docker"
 
 
 def _procfs(text: Any) -> Path:

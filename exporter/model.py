@@ -98,6 +98,10 @@ class ContainerInfo:
     class_error: str | None = None
     slo: SloDeclaration | None = None  # gpuguard.slo.* (gpuguard/slo.py)
     slo_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
+    # Kubernetes identity (containerd source, CRI labels; exporter/kube.py); None elsewhere
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    pod_uid: str | None = None
     #: (label, why) for each claim the operator's trust policy rejected (exporter/trust.py)
     claims_rejected: tuple[tuple[str, str], ...] = ()
 

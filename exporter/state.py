@@ -38,6 +38,10 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "demand_sm_ratio": snap.demand.get(info.id),
         "typical_run_s": snap.typical_run.get(info.id),
         "slo": _slo_json(info),
+        # Kubernetes identity (containerd source); null on a Docker host
+        "namespace": info.pod_namespace,
+        "pod": info.pod_name,
+        "pod_uid": info.pod_uid,
         # the operator's trust policy replaced these claims (exporter/trust.py)
         "claims_rejected": [{"label": lbl, "why": why} for lbl, why in info.claims_rejected],
     }

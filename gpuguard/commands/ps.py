@@ -82,7 +82,7 @@ def ps_rows(state: dict[str, Any], show_all: bool = False) -> list[dict[str, str
             deadline = "invalid" if container.get("deadline_error") else "-"
         base = {
             "CONTAINER ID": container["id"][:12],
-            "NAME": container["name"],
+            "NAME": _name(container),
             "COMMAND": _shorten(container.get("command", ""), 22),
             "DEADLINE": deadline,
             "PAUSED": "yes" if container.get("paused") else "no",
@@ -99,6 +99,13 @@ def ps_rows(state: dict[str, Any], show_all: bool = False) -> list[dict[str, str
                     "DEADLINE": "-", "PAUSED": "no"}  # fmt: skip
             rows.append({**base, **_task_cells(task)})
     return rows
+
+
+def _name(container: dict[str, Any]) -> str:
+    """A pod's container as ``namespace/pod/container`` (as kubectl names it), else its name."""
+    if container.get("pod"):
+        return f"{container.get('namespace') or '-'}/{container['pod']}/{container['name']}"
+    return str(container["name"])
 
 
 def _task_cells(task: dict[str, Any]) -> dict[str, str]:

@@ -21,6 +21,8 @@ ID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
         ("kubepods_cgroupfs.txt", ID),
         ("kubepods_cri_containerd.txt", ID),
         ("kubepods_crio.txt", ID),
+        ("kubepods_guaranteed_cgroupfs.txt", ID),  # Guaranteed QoS: no QoS level in the path
+        ("kubepods_besteffort_systemd_v1.txt", ID),  # systemd driver on cgroup v1, every line
         ("podman_libpod.txt", ID),
         ("docker_in_docker.txt", ID),  # innermost container wins
         ("podman_conmon.txt", None),  # the monitor process is not the container
@@ -32,7 +34,7 @@ def test_container_id_from_each_path_form(fixture: str, expected: str | None) ->
 
 
 def test_every_fixture_is_covered() -> None:
-    assert len(list(FIXTURES.glob("*.txt"))) == 10
+    assert len(list(FIXTURES.glob("*.txt"))) == 12
 
 
 def test_malformed_lines_are_skipped() -> None:

@@ -460,12 +460,22 @@ def test_kubernetes_args_parse(name: str) -> None:
     assert_parses(args, f"DaemonSet {name}")
 
 
-def test_no_kubernetes_api_access() -> None:
-    # Nothing in gpuguard calls the Kubernetes API (no taint, no Node label is set), so no
-    # role, binding or mounted ServiceAccount token.
-    assert {**by_kind("ClusterRole"), **by_kind("Role")} == {}
-    assert {**by_kind("ClusterRoleBinding"), **by_kind("RoleBinding")} == {}
-    for name in ("gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"):
+def test_only_the_actuator_reaches_the_kubernetes_api_and_only_for_nodes() -> None:
+    # The node mark is a taint and a label on the actuator's Node (actuator/taints.py):
+    # get and update on nodes, for the actuator's ServiceAccount, and nothing else.
+    assert by_kind("Role") == {} and by_kind("RoleBinding") == {}
+    (role,) = by_kind("ClusterRole").values()
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "update"]}
+    ]
+    (binding,) = by_kind("ClusterRoleBinding").values()
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpuguard-actuator", "namespace": "gpuguard"}
+    ]
+    assert pod_spec("gpuguard-actuator")["automountServiceAccountToken"] is True
+    assert flag(container("gpuguard-actuator")["args"], "node.marker") == "kubernetes"
+    for name in ("gpuguard-exporter", "gpuguard-guard"):
         assert pod_spec(name)["automountServiceAccountToken"] is False, name
     text = "\n".join(p.read_text() for p in KUBERNETES.glob("*.yaml"))
     assert "gpuguard.io/unprovisionable" not in text, "a taint no code sets"

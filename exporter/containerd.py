@@ -1,0 +1,399 @@
+"""The containerd container source: a metadata cache fed by containerd's event stream.
+
+The same contract as the Docker source (``containers.ContainerIndex``): a background thread
+subscribes to events (``ctr events``), then lists every container and its task (a full
+resync, on every (re)connect), then applies events as they come; one more, cheaper resync a
+moment after connecting closes the gap between listing and the subscription taking hold.
+When containerd goes away it retries with backoff and never raises out of the thread. The
+poller only reads ``snapshot()``: no containerd call ever happens inside a poll.
+
+The client is Debian's ``ctr``, shipped in the same package as the daemon (the README says
+why it beat the ``containerd`` package on the index). Parsing is pure and tested on its own
+(``parse_event_line``, ``parse_task_list``, ``containers_from_docs``).
+
+On a Kubernetes node (namespace ``k8s.io``) a container's name is its Kubernetes container
+name, it carries its pod's namespace, name and uid, and its pod's ``gpuguard.*`` labels come
+from the pod's sandbox (``gpuguard/kube.py``); sandboxes themselves are not listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import queue
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any
+
+from gpuguard import kube
+from gpuguard.contract import EventType
+from gpuguard.ctr import Ctr, CtrError
+from gpuguard.exporter.containers import container_info
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy
+
+log = logging.getLogger(__name__)
+
+#: after connecting, list once more this much later: an event raised before ``ctr events``
+#: had subscribed is then still seen
+RECONCILE_AFTER_S = 1.0
+
+# Go's time.Time.String(): "2026-11-25 10:34:38.246970616 +0000 UTC", then namespace,
+# topic and the event as JSON.
+_EVENT_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)? ([+-]\d{4}) \S+ (\S+) (/\S+) ?(.*)$"
+)
+
+# What a task event says about the container's state (Docker's words, as ContainerInfo keeps).
+_TASK_TOPIC_STATE = {
+    "/tasks/create": "created",
+    "/tasks/start": "running",
+    "/tasks/paused": "paused",
+    "/tasks/resumed": "running",
+    "/tasks/exit": "exited",
+    "/tasks/delete": "exited",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerdEvent:
+    """One line of ``ctr events`` that names a container."""
+
+    ts: float | None
+    namespace: str
+    topic: str
+    container_id: str
+    process_id: str | None = None  # a task event's process: the container id for the init
+
+
+def parse_event_line(line: str) -> ContainerdEvent | None:
+    """A container or task event from one ``ctr events`` line, or None for anything else."""
+    match = _EVENT_LINE.match(line.strip())
+    if match is None:
+        return None
+    date, fraction, offset, namespace, topic, body_text = match.groups()
+    if not topic.startswith(("/containers/", "/tasks/")):
+        return None
+    try:
+        body = json.loads(body_text or "{}")
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    if topic.startswith("/tasks/"):
+        container_id, process_id = body.get("container_id"), body.get("id")
+    else:
+        container_id, process_id = body.get("id"), None
+    if not container_id:
+        return None
+    return ContainerdEvent(
+        ts=_event_time(date, fraction, offset),
+        namespace=namespace,
+        topic=topic,
+        container_id=str(container_id),
+        process_id=str(process_id) if process_id else None,
+    )
+
+
+def _event_time(date: str, fraction: str | None, offset: str) -> float | None:
+    try:
+        when = datetime.strptime(date, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    sign = -1 if offset[0] == "-" else 1
+    zone = timezone(sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[3:5])))
+    return when.replace(tzinfo=zone).timestamp() + float(fraction or 0)
+
+
+def containerd_container_info(
+    doc: Mapping[str, Any],
+    state: str,
+    sandbox_labels: Mapping[str, str] | None,
+    policy: TrustPolicy = TRUST_ALL,
+) -> ContainerInfo:
+    """Build a ContainerInfo from a trimmed info document and its task's state (pure)."""
+    own_labels = doc["Labels"]
+    identity = kube.pod_identity(own_labels)
+    name = identity.container if identity is not None and identity.container else doc["ID"]
+    args = doc["Args"]
+    info = container_info(
+        {
+            "Id": doc["ID"],
+            "Name": name,
+            "Config": {
+                "Labels": kube.effective_labels(own_labels, sandbox_labels),
+                "Image": doc["Image"],
+                "Env": doc["Env"],
+            },
+            "State": {"Status": state},
+            "Path": args[0] if args else "",
+            "Args": args[1:],
+        },
+        policy,
+    )
+    if identity is None:
+        return info
+    return dataclasses.replace(
+        info, pod_namespace=identity.namespace, pod_name=identity.pod, pod_uid=identity.pod_uid
+    )
+
+
+def containers_from_docs(
+    docs: Mapping[str, Mapping[str, Any]],
+    states: Mapping[str, str],
+    policy: TrustPolicy = TRUST_ALL,
+) -> dict[str, ContainerInfo]:
+    """Every non-sandbox container, with its pod's labels joined by pod uid (pure)."""
+    sandboxes: dict[str, Mapping[str, str]] = {}
+    for doc in docs.values():
+        identity = kube.pod_identity(doc["Labels"])
+        if identity is not None and kube.is_sandbox(doc["Labels"]):
+            sandboxes[identity.pod_uid] = doc["Labels"]
+    out = {}
+    for cid, doc in docs.items():
+        if kube.is_sandbox(doc["Labels"]):
+            continue
+        identity = kube.pod_identity(doc["Labels"])
+        pod_labels = sandboxes.get(identity.pod_uid) if identity is not None else None
+        out[cid] = containerd_container_info(doc, states.get(cid, "created"), pod_labels, policy)
+    return out
+
+
+class ContainerdIndex:
+    """Container metadata kept current from containerd's event stream (one namespace)."""
+
+    def __init__(
+        self,
+        ctr: Ctr,
+        events: EventLog | None = None,
+        backoff_s: tuple[float, float] = (0.2, 5.0),
+        policy: TrustPolicy = TRUST_ALL,
+    ) -> None:
+        self._ctr = ctr
+        self._policy = policy
+        self._events = events
+        self._backoff_s = backoff_s
+        self._containers: Mapping[str, ContainerInfo] = MappingProxyType({})
+        self._docs: dict[str, dict[str, Any]] = {}  # written by the thread only
+        self._states: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[str] | None = None
+        self._thread: threading.Thread | None = None
+        self._warned_labels: set[str] = set()
+        self.connected = False
+        self.last_error: str | None = None
+        self.resyncs = 0
+        self.errors = 0
+        self.resync_duration_s = 0.0
+
+    def snapshot(self) -> Mapping[str, ContainerInfo]:
+        """Read-only id -> ContainerInfo as of now (a new mapping after every change)."""
+        return self._containers
+
+    def start(self) -> ContainerdIndex:
+        self._thread = threading.Thread(target=self._run, name="containerd-events", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._close_connection()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait for the first full resync (used at start-up and by tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.resyncs > 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def _run(self) -> None:
+        delay = self._backoff_s[0]
+        while not self._stop.is_set():
+            try:
+                self._connect_and_follow()
+                delay = self._backoff_s[0]
+            except Exception as exc:  # the thread's boundary: log, back off, retry
+                if self._stop.is_set():
+                    break
+                self.errors += 1
+                if self.connected or self.last_error != str(exc):
+                    log.warning("containerd: %s; reconnecting in %.1fs", exc, delay)
+                self.last_error = str(exc)
+                self.connected = False
+                self._close_connection()
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._backoff_s[1])
+            else:
+                if not self._stop.is_set():
+                    self.errors += 1
+                    log.warning("containerd: event stream ended; reconnecting")
+                self.connected = False
+                self._close_connection()
+
+    def _connect_and_follow(self) -> None:
+        # Subscribe before listing, as the Docker source does; applying an event twice is
+        # harmless (each one re-reads what it names).
+        proc = self._proc = self._ctr.follow_events()
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(
+            target=_pump, args=(proc, lines), name="containerd-events-reader", daemon=True
+        ).start()
+        self._resync(full=True)
+        self.connected = True
+        self.last_error = None
+        reconcile_at: float | None = time.monotonic() + RECONCILE_AFTER_S
+        while not self._stop.is_set():
+            wait = 1.0 if reconcile_at is None else max(0.0, reconcile_at - time.monotonic())
+            try:
+                line = lines.get(timeout=wait)
+            except queue.Empty:
+                if reconcile_at is not None and time.monotonic() >= reconcile_at:
+                    reconcile_at = None
+                    self._resync(full=False)
+                continue
+            if line is None:
+                if self._stop.is_set():
+                    return
+                proc.wait(timeout=5)
+                why = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+                if proc.returncode:
+                    raise CtrError(f"ctr events: {(why or ['exited'])[-1]}")
+                return
+            self._apply_line(line)
+
+    def _fetch(self, container_id: str) -> dict[str, Any] | None:
+        """A container's trimmed info, or None when it is gone."""
+        try:
+            doc = self._ctr.info(container_id)
+        except CtrError:
+            # ctr says "not found" only in words: decide by listing instead
+            if container_id not in self._ctr.container_ids():
+                return None
+            raise
+        return doc
+
+    def _resync(self, full: bool) -> None:
+        started = time.monotonic()
+        ids = self._ctr.container_ids()
+        states = self._ctr.task_states()
+        docs = {} if full else {cid: d for cid, d in self._docs.items() if cid in ids}
+        for cid in ids:
+            if cid not in docs:
+                doc = self._fetch(cid)
+                if doc is not None:
+                    docs[cid] = doc
+        self._docs, self._states = docs, states
+        self._publish(None, announce_new=self.resyncs > 0)
+        self.resync_duration_s = time.monotonic() - started
+        self.resyncs += 1
+
+    def _apply_line(self, line: str) -> None:
+        event = parse_event_line(line)
+        if event is None or event.namespace != self._ctr.namespace:
+            return
+        cid, topic = event.container_id, event.topic
+        if topic in ("/containers/create", "/containers/update"):
+            doc = self._fetch(cid)
+            if doc is None:
+                self._forget(cid)
+            else:
+                self._docs[cid] = doc
+        elif topic == "/containers/delete":
+            self._forget(cid)
+        elif topic in _TASK_TOPIC_STATE:
+            if event.process_id not in (None, cid):
+                return  # an exec'd process, not the container's own task
+            self._states[cid] = _TASK_TOPIC_STATE[topic]
+            if cid not in self._docs:
+                doc = self._fetch(cid)
+                if doc is None:
+                    return
+                self._docs[cid] = doc
+        else:
+            return
+        self._publish(event.ts, announce_new=True)
+
+    def _forget(self, container_id: str) -> None:
+        self._docs.pop(container_id, None)
+        self._states.pop(container_id, None)
+        self._warned_labels.discard(container_id)
+
+    def _publish(self, ts: float | None, announce_new: bool) -> None:
+        fresh = containers_from_docs(self._docs, self._states, self._policy)
+        self._warn_labels(fresh)
+        with self._lock:
+            old = self._containers
+            self._containers = MappingProxyType(fresh)
+        self._announce_diff(old, fresh, ts, announce_new)
+
+    def _announce_diff(
+        self,
+        old: Mapping[str, ContainerInfo],
+        new: Mapping[str, ContainerInfo],
+        ts: float | None,
+        announce_new: bool,
+    ) -> None:
+        for cid, info in old.items():
+            if cid not in new:
+                self._emit(EventType.CONTAINER_REMOVED, info, ts)
+        for cid, info in new.items():
+            before = old.get(cid)
+            if info.state == "running" and (
+                (before is None and announce_new)
+                or (before is not None and before.state not in ("running", "paused"))
+            ):
+                self._emit(EventType.CONTAINER_STARTED, info, ts)
+            elif before is not None and before.paused != info.paused:
+                paused = EventType.CONTAINER_PAUSED
+                self._emit(paused if info.paused else EventType.CONTAINER_RESUMED, info, ts)
+
+    def _warn_labels(self, containers: Mapping[str, ContainerInfo]) -> None:
+        """Log once per container a label it cannot use (its own or its pod's)."""
+        for info in containers.values():
+            if info.id in self._warned_labels:
+                continue
+            errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
+            errors += [error for _, error in info.slo_errors]
+            if errors:
+                self._warned_labels.add(info.id)  # never fatal
+                log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))
+
+    def _emit(self, type_: EventType, info: ContainerInfo, ts: float | None) -> None:
+        if self._events is not None:
+            self._events.append(type_, ts=ts, container_id=info.id, container=info.name)
+
+    def _close_connection(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()  # our own child, by its PID
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=2)
+
+
+def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    """Hand ``ctr events``' lines to the follower; None marks the end of the stream."""
+    try:
+        if proc.stdout is not None:
+            for line in proc.stdout:
+                lines.put(line)
+    except (OSError, ValueError):  # the pipe closed under us at stop
+        pass
+    finally:
+        lines.put(None)

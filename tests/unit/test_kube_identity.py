@@ -1,0 +1,159 @@
+"""A Kubernetes node: both kubelet cgroup drivers join, and the pod shows in state, metrics, ps.
+
+Also the flags that choose the containerd source at the composition root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gpuguard import kube
+from gpuguard.commands.ps import ps_rows
+from gpuguard.exporter.cgroup import ProcReader
+from gpuguard.exporter.config import add_flags, load_config, pick_container_source
+from gpuguard.exporter.errors import ConfigError
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.state import state_json
+from gpuguard.exporter.tracker import Tracker
+from tests.support.reference_collector import GpuguardCollector
+from tests.unit.exporter_fakes import GIB, FakeProcfs, ListBackend, StaticContainers, cid, sample
+from tests.unit.exporter_fakes import container as make_container
+
+UID = "5f3c2a1e-7d1b-4c7e-9a55-2e6e4f1b7c10"
+CGROUP_FORMS = {
+    "cgroupfs": f"/kubepods/burstable/pod{UID}/{cid(1)}",
+    "systemd": (
+        "/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{UID.replace('-', '_')}.slice/cri-containerd-{cid(1)}.scope"
+    ),
+}
+
+
+def pod_container() -> ContainerInfo:
+    return dataclasses.replace(
+        make_container(1, "infer", deadline_s=2.0),
+        pod_namespace="team-a",
+        pod_name="web-0",
+        pod_uid=UID,
+    )
+
+
+@pytest.mark.parametrize("driver", sorted(CGROUP_FORMS))
+def test_pod_container_joins_and_shows_everywhere(tmp_path: Path, driver: str) -> None:
+    procfs = FakeProcfs(tmp_path / "proc")
+    procfs.add(100, cid(1), 500)
+    (procfs.root / "100" / "cgroup").write_text(f"0::{CGROUP_FORMS[driver]}\n")
+    backend = ListBackend()
+    containers = StaticContainers(pod_container())
+    events = EventLog(100)
+    poller = Poller(
+        backend, containers, ProcReader(procfs.root), Tracker(events), events, "node-a", 0.1
+    )
+    backend.next = sample(1.0, {100: GIB}, sm={100: 0.5})
+    snap = poller.poll_once()
+    assert snap.joined is not None and snap.joined.unattributed.get("0", 0) == 0
+
+    registry = CollectorRegistry()
+    registry.register(GpuguardCollector(lambda: poller.snapshot))
+    pod = {"node": "node-a", "container": "infer", "container_id": cid(1)[:12]}
+    assert (
+        registry.get_sample_value(
+            "gpuguard_container_gpu_memory_bytes",
+            {**pod, "gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""},
+        )
+        == GIB
+    )
+    assert (
+        registry.get_sample_value(
+            "gpuguard_container_pod_info",
+            {**pod, "namespace": "team-a", "pod": "web-0", "pod_uid": UID},
+        )
+        == 1
+    )
+
+    state = state_json(snap)
+    (doc,) = state["containers"]
+    assert (doc["namespace"], doc["pod"], doc["pod_uid"], doc["deadline_s"]) == (
+        "team-a",
+        "web-0",
+        UID,
+        2.0,
+    )
+    assert [row["NAME"] for row in ps_rows(state)] == ["team-a/web-0/infer"]
+
+
+def test_a_docker_container_has_no_pod(tmp_path: Path) -> None:
+    procfs = FakeProcfs(tmp_path / "proc")
+    containers = StaticContainers(make_container(1))
+    events = EventLog(100)
+    poller = Poller(
+        ListBackend(), containers, ProcReader(procfs.root), Tracker(events), events, "n", 0.1
+    )
+    state = state_json(poller.poll_once())
+    assert state["containers"][0]["pod"] is None
+    assert ps_rows(state)[0]["NAME"] == "rt-1"
+
+
+def test_pod_labels_only_gpuguard_ones_and_the_container_wins() -> None:
+    sandbox = {"gpuguard.deadline": "2s", "app": "web", kube.KIND: kube.KIND_SANDBOX}
+    merged = kube.effective_labels({"gpuguard.deadline": "1s", kube.POD_UID: "u"}, sandbox)
+    assert merged == {"gpuguard.deadline": "1s", kube.POD_UID: "u"}
+    assert kube.pod_identity({kube.POD_NAME: "p"}) is None  # no uid: not the CRI's
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_containerd_flags() -> None:
+    config = load_config(parse(), env={})
+    assert (config.container_source, config.containerd_namespace) == ("docker", "k8s.io")
+    assert config.containerd_address == "unix:///run/containerd/containerd.sock"
+    config = load_config(
+        parse("--container.source", "containerd", "--containerd.address", "/x/c.sock",
+              "--containerd.namespace", "default"),
+        env={},
+    )  # fmt: skip
+    assert (config.container_source, config.containerd_address) == ("containerd", "/x/c.sock")
+    assert pick_container_source(config) == "containerd"
+    with pytest.raises(ConfigError, match=r"--container\.source"):
+        load_config(parse("--container.source", "cri-o"), env={})
+    with pytest.raises(ConfigError, match=r"--containerd\.address"):
+        load_config(parse("--containerd.address", "tcp://x:1"), env={})
+
+
+def test_auto_prefers_docker_then_containerd(tmp_path: Path) -> None:
+    docker, containerd = tmp_path / "docker.sock", tmp_path / "containerd.sock"
+    argv = ("--container.source", "auto", "--docker.host", f"unix://{docker}",
+            "--containerd.address", f"unix://{containerd}")  # fmt: skip
+    assert pick_container_source(load_config(parse(*argv), env={})) == "docker"
+    containerd.touch()
+    assert pick_container_source(load_config(parse(*argv), env={})) == "containerd"
+    docker.touch()
+    assert pick_container_source(load_config(parse(*argv), env={})) == "docker"
+
+
+def test_the_containerd_source_without_ctr_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from gpuguard.exporter import app
+
+    monkeypatch.setattr(app.shutil, "which", lambda name: None)
+    config = load_config(
+        parse("--container.source", "containerd", "--gpu.backend", "gpusim",
+              "--gpusim.socket", str(tmp_path / "none.sock")),
+        env={},
+    )  # fmt: skip
+    assert app.run_exporter(config) == 1
+    assert (
+        capsys.readouterr().err.strip().endswith("needs ctr on PATH (Debian's containerd package)")
+    )
