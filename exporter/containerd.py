@@ -35,7 +35,7 @@ from typing import Any
 from gpuguard import kube
 from gpuguard.contract import EventType
 from gpuguard.ctr import Ctr, CtrError
-from gpuguard.exporter.containers import container_info
+from gpuguard.exporter.containers import EventFollower, container_info
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy
@@ -167,8 +167,10 @@ def containers_from_docs(
     return out
 
 
-class ContainerdIndex:
+class ContainerdIndex(EventFollower):
     """Container metadata kept current from containerd's event stream (one namespace)."""
+
+    ENGINE = "containerd"
 
     def __init__(
         self,
@@ -177,71 +179,12 @@ class ContainerdIndex:
         backoff_s: tuple[float, float] = (0.2, 5.0),
         policy: TrustPolicy = TRUST_ALL,
     ) -> None:
+        super().__init__(events, backoff_s)
         self._ctr = ctr
         self._policy = policy
-        self._events = events
-        self._backoff_s = backoff_s
-        self._containers: Mapping[str, ContainerInfo] = MappingProxyType({})
         self._docs: dict[str, dict[str, Any]] = {}  # written by the thread only
         self._states: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._proc: subprocess.Popen[str] | None = None
-        self._thread: threading.Thread | None = None
-        self._warned_labels: set[str] = set()
-        self.connected = False
-        self.last_error: str | None = None
-        self.resyncs = 0
-        self.errors = 0
-        self.resync_duration_s = 0.0
-
-    def snapshot(self) -> Mapping[str, ContainerInfo]:
-        """Read-only id -> ContainerInfo as of now (a new mapping after every change)."""
-        return self._containers
-
-    def start(self) -> ContainerdIndex:
-        self._thread = threading.Thread(target=self._run, name="containerd-events", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._close_connection()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def wait_synced(self, timeout: float) -> bool:
-        """Wait for the first full resync (used at start-up and by tests)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.resyncs > 0:
-                return True
-            time.sleep(0.01)
-        return False
-
-    def _run(self) -> None:
-        delay = self._backoff_s[0]
-        while not self._stop.is_set():
-            try:
-                self._connect_and_follow()
-                delay = self._backoff_s[0]
-            except Exception as exc:  # the thread's boundary: log, back off, retry
-                if self._stop.is_set():
-                    break
-                self.errors += 1
-                if self.connected or self.last_error != str(exc):
-                    log.warning("containerd: %s; reconnecting in %.1fs", exc, delay)
-                self.last_error = str(exc)
-                self.connected = False
-                self._close_connection()
-                self._stop.wait(delay)
-                delay = min(delay * 2, self._backoff_s[1])
-            else:
-                if not self._stop.is_set():
-                    self.errors += 1
-                    log.warning("containerd: event stream ended; reconnecting")
-                self.connected = False
-                self._close_connection()
 
     def _connect_and_follow(self) -> None:
         # Subscribe before listing, as the Docker source does; applying an event twice is

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from gpuguard import labels, slo
 from gpuguard.contract import EventType
@@ -111,28 +111,23 @@ def container_info(attrs: Mapping[str, Any], policy: TrustPolicy = TRUST_ALL) ->
     return trust.apply(policy.grant(trust.subject(info, container_labels)), info)
 
 
-class ContainerIndex:
-    """Container metadata kept current from Docker's event stream."""
+class EventFollower:
+    """A container source's life cycle: a daemon thread that follows an engine's event
+    stream (``_connect_and_follow``, resyncing on every connect), backs off and reconnects
+    on errors, and publishes a read-only mapping. Docker's and containerd's sources are
+    such followers; they differ only in how they connect, list and read events."""
 
-    def __init__(
-        self,
-        client_factory: Callable[[], Any],
-        events: EventLog | None = None,
-        backoff_s: tuple[float, float] = (0.2, 5.0),
-        policy: TrustPolicy = TRUST_ALL,
-    ) -> None:
-        self._client_factory = client_factory
-        self._policy = policy
+    #: the engine's name in log lines and the thread's name
+    ENGINE = "engine"
+
+    def __init__(self, events: EventLog | None, backoff_s: tuple[float, float]) -> None:
         self._events = events
         self._backoff_s = backoff_s
         self._containers: Mapping[str, ContainerInfo] = MappingProxyType({})
         self._lock = threading.Lock()  # serialises writers; readers take the mapping as is
         self._stop = threading.Event()
-        self._stream: Any = None
-        self._client: Any = None
         self._thread: threading.Thread | None = None
         self._warned_labels: set[str] = set()
-        self._warned_claims: set[str] = set()
         self.connected = False
         self.last_error: str | None = None
         self.resyncs = 0
@@ -143,8 +138,9 @@ class ContainerIndex:
         """Read-only id -> ContainerInfo as of now (a new mapping after every change)."""
         return self._containers
 
-    def start(self) -> ContainerIndex:
-        self._thread = threading.Thread(target=self._run, name="docker-events", daemon=True)
+    def start(self) -> Self:
+        name = f"{self.ENGINE}-events"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         return self
 
@@ -174,18 +170,44 @@ class ContainerIndex:
                     break
                 self.errors += 1
                 if self.connected or self.last_error != str(exc):
-                    log.warning("docker: %s; reconnecting in %.1fs", exc, delay)
+                    log.warning("%s: %s; reconnecting in %.1fs", self.ENGINE, exc, delay)
                 self.last_error = str(exc)
                 self.connected = False
                 self._close_connection()
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._backoff_s[1])
             else:
-                if not self._stop.is_set():  # dockerd ended the stream: it is going away
+                if not self._stop.is_set():  # the engine ended the stream: it is going away
                     self.errors += 1
-                    log.warning("docker: event stream ended; reconnecting")
+                    log.warning("%s: event stream ended; reconnecting", self.ENGINE)
                 self.connected = False
                 self._close_connection()
+
+    def _connect_and_follow(self) -> None:
+        raise NotImplementedError
+
+    def _close_connection(self) -> None:
+        raise NotImplementedError
+
+
+class ContainerIndex(EventFollower):
+    """Container metadata kept current from Docker's event stream."""
+
+    ENGINE = "docker"
+
+    def __init__(
+        self,
+        client_factory: Callable[[], Any],
+        events: EventLog | None = None,
+        backoff_s: tuple[float, float] = (0.2, 5.0),
+        policy: TrustPolicy = TRUST_ALL,
+    ) -> None:
+        super().__init__(events, backoff_s)
+        self._client_factory = client_factory
+        self._policy = policy
+        self._stream: Any = None
+        self._client: Any = None
+        self._warned_claims: set[str] = set()
 
     def _connect_and_follow(self) -> None:
         self._client = self._client_factory()
