@@ -361,7 +361,12 @@ def state_timeline(
         .merge_values(True)
         .row_height(0.8)
         .show_value(common.VisibilityMode.AUTO)
-        .tooltip(sdk_common.VizTooltipOptions().mode(common.TooltipDisplayMode.SINGLE))
+        # The SDK's tooltip sorts ascending unless told; Grafana's default is no sorting.
+        .tooltip(
+            sdk_common.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.SINGLE)
+            .sort(common.SortOrder.NONE)
+        )
         .fill_opacity(80)
         .line_width(0)
     )
