@@ -493,7 +493,8 @@ CONTAINER_SHARE_BY_UUID = (
 
 def dcgm_exporter_row() -> list[AnyPanel | sdk.Row]:
     """gpuguard's per-container share beside dcgm-exporter's device health, joined by the
-    GPU's UUID (README, "Beside dcgm-exporter"); empty where dcgm-exporter is not scraped."""
+    GPU's UUID (docs/operator-reference.md, "Beside dcgm-exporter"); empty where
+    dcgm-exporter is not scraped."""
     health = (
         "from dcgm-exporter (DCGM_FI_DEV_{}), joined to gpuguard's node and GPU by UUID "
         "through gpuguard_gpu_info. Empty unless dcgm-exporter is scraped by this Prometheus."
