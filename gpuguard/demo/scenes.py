@@ -4,6 +4,7 @@ beside a best-effort training job."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from typing import Any
 import requests
 
 from gpuguard import labels
+from gpuguard.actuator.audit import AUDIT_FILE
 from gpuguard.contract import EventType, PriorityClass, TaskBoundary, WorkloadKind
 from gpuguard.demo.compare import (
     SeenTask,
@@ -24,6 +26,7 @@ from gpuguard.demo.compare import (
     step_lines,
     wrap,
 )
+from gpuguard.demo.marks import alert_exprs, mark_lines, node_marks
 from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
 from gpuguard.demo.timeline import Panel, draw, lanes, pause_spans
@@ -97,13 +100,26 @@ def run_both(stack: Any, count: int, size: int) -> str:
     )  # fmt: skip
     lines += ["", "Scene 2: an inference server beside a training job", ""]
     lines += colocation_report(second)
-    lines.append("")
+    releases = [(r.result.name, r.result.released_at) for r in (*first.values(), *second.values())]
+    audit = read_audit(node.state_dir / AUDIT_FILE)
+    lines += ["", *mark_lines(node_marks(audit), releases, time.time(), alert_exprs()), ""]
     for scene, runs, title in (
         ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),
         ("colocation", second, "Scene 2: inference server + training job, unmanaged vs managed"),
     ):
         lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs))
     return "\n".join(lines)
+
+
+def read_audit(path: Path) -> list[dict[str, Any]]:
+    """The actuator's audit log (a line cut short, or none at all, is left out)."""
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 def run_scene(
