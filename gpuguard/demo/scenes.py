@@ -29,7 +29,7 @@ from gpuguard.demo.compare import (
 from gpuguard.demo.marks import alert_exprs, mark_lines, node_marks
 from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
-from gpuguard.demo.timeline import Panel, draw, lanes, pause_spans
+from gpuguard.demo.timeline import Panel, Span, draw, frozen_spans, lanes
 from gpuguard.gpusim.workload.server import percentile
 
 #: how long scene 2's server and trainer run, seconds
@@ -103,11 +103,12 @@ def run_both(stack: Any, count: int, size: int) -> str:
     releases = [(r.result.name, r.result.released_at) for r in (*first.values(), *second.values())]
     audit = read_audit(node.state_dir / AUDIT_FILE)
     lines += ["", *mark_lines(node_marks(audit), releases, time.time(), alert_exprs()), ""]
+    frozen = frozen_spans(audit, time.time())
     for scene, runs, title in (
         ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),
         ("colocation", second, "Scene 2: inference server + training job, unmanaged vs managed"),
     ):
-        lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs))
+        lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs, frozen))
     return "\n".join(lines)
 
 
@@ -275,16 +276,20 @@ def _colocation_figures(result: ScenarioResult) -> dict[str, Any]:
     }
 
 
-def draw_scene(path: Path, title: str, runs: dict[str, Run]) -> str:
-    """The scene's timeline picture, unmanaged above managed."""
+def draw_scene(path: Path, title: str, runs: dict[str, Run], frozen: dict[str, list[Span]]) -> str:
+    """The scene's timeline picture, unmanaged above managed; ``frozen``: each container's
+    frozen spans (the actuator's audit log), cut at its run's last end."""
     panels = []
     for name, run in runs.items():
         result = run.result
         names = sorted({t.container for t in result.tasks} | {r.container for r in result.requests}
                        | {s.container for s in result.steps})  # fmt: skip
         ends = [t.end for t in result.tasks] + [r.end for r in result.requests]
-        ends += [s.end for s in result.steps]
-        spans = pause_spans(run.pauses, max(ends, default=result.released_at))
+        last = max([*ends, *(s.end for s in result.steps)], default=result.released_at)
+        spans = {
+            n: [(start, min(end, last)) for start, end in frozen.get(n, []) if start < last]
+            for n in names
+        }
         panel = lanes(result, names, spans)
         short = tuple(
             replace(lane, name=lane.name.removeprefix(f"{name}-")) for lane in panel.lanes
