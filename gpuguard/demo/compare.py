@@ -158,8 +158,11 @@ def request_lines(
     startup = sum(t.container == server and t.boundary == TaskBoundary.NO_KERNEL for t in seen)
     met = sum(r.met_deadline is True for r in mine)
     lines = [
-        f"{server}: {len(mine)} requests in its own log ({met} met their deadline); "
-        f"the exporter's {len(tasks)} tasks of it (t from release):",
+        *wrap(
+            f"{server}: {len(mine)} requests in its own log ({met} met their deadline); "
+            f"the exporter's {len(tasks)} tasks of it (t from release):",
+            "",
+        ),
         row("EXPORTER TASK", "START", "END", "RUN", "VERDICT", "REQUESTS IN IT"),
     ]
     held, outside = requests_by_task(mine, tasks)
@@ -212,10 +215,11 @@ def step_lines(
         f"t={t.started_at - origin:.2f}s to t={t.ended_at - origin:.2f}s ({t.boundary})"
         for t in tasks
     )
-    lines = [
+    lines = wrap(
         f"{trainer}: {len(mine)} steps in its own log; the exporter saw {len(tasks)} "
-        f"task(s) of it: {spans or 'none'}"
-    ]
+        f"task(s) of it: {spans or 'none'}",
+        "",
+    )
     counts = [sum(t.started_at <= s.end <= t.ended_at for s in mine) for t in tasks]
     if counts and max(counts) > 1:
         lines += wrap(

@@ -31,8 +31,12 @@ class Mark:
     detail: str | None  # how it was executed (no swarm: the node list only)
 
 
-def node_marks(audit: Iterable[Mapping[str, Any]]) -> list[Mark]:
-    """The audit log's ``mark_node``/``unmark_node`` actions paired up, in time order."""
+def node_marks(audit: Iterable[Mapping[str, Any]], still: Sequence[str] = ()) -> list[Mark]:
+    """The audit log's ``mark_node``/``unmark_node`` actions paired up, in time order.
+
+    ``still``: the alerts that mark the node now (the actuator's ``/api/v1/nodes``), joined
+    to a mark still open: the audit records a mark's reasons only when it is set, and an
+    alert that fires later keeps it set."""
     marks: list[Mark] = []
     open_mark: Mark | None = None
     actions = [r for r in audit if r.get("event") == "action"]
@@ -49,8 +53,14 @@ def node_marks(audit: Iterable[Mapping[str, Any]]) -> list[Mark]:
                               open_mark.detail))  # fmt: skip
             open_mark = None
     if open_mark is not None:
-        marks.append(open_mark)
+        more = tuple(r for r in dict.fromkeys(still) if r not in open_mark.reasons)
+        marks.append(Mark(open_mark.set_at, None, open_mark.reasons + more, open_mark.detail))
     return marks
+
+
+def marked_by(nodes_doc: Mapping[str, Any]) -> list[str]:
+    """The alerts that mark the node now, from the actuator's ``/api/v1/nodes``."""
+    return [r["alertname"] for node in nodes_doc.get("nodes", []) for r in node.get("reasons", [])]
 
 
 def on_clock(at: float, releases: Sequence[tuple[str, float]]) -> str:

@@ -26,7 +26,7 @@ from gpuguard.demo.compare import (
     step_lines,
     wrap,
 )
-from gpuguard.demo.marks import alert_exprs, mark_lines, node_marks
+from gpuguard.demo.marks import alert_exprs, mark_lines, marked_by, node_marks
 from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
 from gpuguard.demo.timeline import Panel, Span, draw, frozen_spans, lanes
@@ -102,7 +102,12 @@ def run_both(stack: Any, count: int, size: int) -> str:
     lines += colocation_report(second)
     releases = [(r.result.name, r.result.released_at) for r in (*first.values(), *second.values())]
     audit = read_audit(node.state_dir / AUDIT_FILE)
-    lines += ["", *mark_lines(node_marks(audit), releases, time.time(), alert_exprs()), ""]
+    try:
+        still = marked_by(requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json())
+    except (requests.RequestException, ValueError):
+        still = []
+    marks = node_marks(audit, still)
+    lines += ["", *mark_lines(marks, releases, time.time(), alert_exprs()), ""]
     frozen = frozen_spans(audit, time.time())
     for scene, runs, title in (
         ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),

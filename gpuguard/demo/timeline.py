@@ -237,12 +237,12 @@ def _legend(panels: Sequence[Panel]) -> list[Any]:
 
 def _panel(ax: Any, panel: Panel, full_rate: int) -> None:
     t0 = panel.origin
-    y = 0.0
+    base = 0.0  # the lanes stack upwards, each ``_lane_height`` high
     ticks, names = [], []
     for lane in reversed(panel.lanes):
         height = _lane_height(lane)
         sub = 0.7 * height / lane.rows  # each sub-row's share of the lane's box
-        bottom = y - 0.35 * height
+        bottom = base + 0.15 * height
         for bar in lane.bars:
             _bar(ax, bar, t0, bottom + (lane.rows - 1 - bar.row) * sub, sub)
         _rates(ax, lane.rates, t0, bottom, 0.7 * height, full_rate)
@@ -250,12 +250,12 @@ def _panel(ax: Any, panel: Panel, full_rate: int) -> None:
             ax.broken_barh([(start - t0, end - start)], (bottom, 0.7 * height),
                            facecolor="#d9d9d9", edgecolor="#444444", hatch="///",
                            linewidth=0.6, alpha=0.85, zorder=3)  # fmt: skip
-        ticks.append(y)
+        ticks.append(base + height / 2)
         names.append(lane.name)
-        y += height
+        base += height
     ax.set_yticks(ticks)
     ax.set_yticklabels(names, fontsize=9)
-    ax.set_ylim(-0.6, y - 0.4)
+    ax.set_ylim(0.0, base)
     ax.set_title(panel.title, loc="left", fontsize=10)
     ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     ax.set_axisbelow(True)

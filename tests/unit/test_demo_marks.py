@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuguard.demo.marks import Mark, alert_exprs, mark_lines, node_marks, on_clock
+from gpuguard.demo.marks import Mark, alert_exprs, mark_lines, marked_by, node_marks, on_clock
 
 RELEASES = [("paper-b-unmanaged", 100.0), ("paper-b-managed", 120.0), ("colocation", 150.0)]
 
@@ -34,6 +34,19 @@ def test_marks_pair_with_their_unmarks_and_an_open_one_stays_open() -> None:
              detail),
         Mark(155.0, None, ("GpuguardTaskDeadlineAtRisk",), detail),
     ]  # fmt: skip
+
+
+def test_an_alert_that_fires_after_the_mark_is_joined_to_the_open_mark() -> None:
+    audit = [action("mark_node", 108.0, "GpuguardNodeInStateZero")]
+    nodes = {"nodes": [{"node": "vm", "provisionable": False, "reasons": [
+        {"alertname": "GpuguardNodeInStateZero"},
+        {"alertname": "GpuguardNodeCannotGuaranteeDeadlines"},
+    ]}]}  # fmt: skip
+    assert marked_by(nodes) == ["GpuguardNodeInStateZero", "GpuguardNodeCannotGuaranteeDeadlines"]
+    [mark] = node_marks(audit, marked_by(nodes))
+    assert mark.reasons == ("GpuguardNodeInStateZero", "GpuguardNodeCannotGuaranteeDeadlines")
+    closed = node_marks([*audit, action("unmark_node", 110.0)], ["GpuguardNodeInStateZero"])
+    assert closed[0].reasons == ("GpuguardNodeInStateZero",)
 
 
 def test_a_moment_is_told_on_the_clock_of_the_run_it_fell_in() -> None:
