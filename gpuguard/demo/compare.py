@@ -159,8 +159,8 @@ def request_lines(
     met = sum(r.met_deadline is True for r in mine)
     lines = [
         *wrap(
-            f"{server}: {len(mine)} requests in its own log ({met} met their deadline); "
-            f"the exporter's {len(tasks)} tasks of it (t from release):",
+            f"{server}: {len(mine)} requests logged, {met} met their deadline; the exporter "
+            f"saw {len(tasks)} tasks (t from release):",
             "",
         ),
         row("EXPORTER TASK", "START", "END", "RUN", "VERDICT", "REQUESTS IN IT"),
@@ -216,8 +216,8 @@ def step_lines(
         for t in tasks
     )
     lines = wrap(
-        f"{trainer}: {len(mine)} steps in its own log; the exporter saw {len(tasks)} "
-        f"task(s) of it: {spans or 'none'}",
+        f"{trainer}: {len(mine)} steps logged; the exporter saw {len(tasks)} "
+        f"task(s): {spans or 'none'}",
         "",
     )
     counts = [sum(t.started_at <= s.end <= t.ended_at for s in mine) for t in tasks]

@@ -85,7 +85,7 @@ def mark_lines(
         return [*lines, "  none: the node stayed open to new real-time containers throughout"]
     for mark in marks:
         why = ", ".join(mark.reasons) or "(reasons not recorded)"
-        lines.append(f"  marked at {on_clock(mark.set_at, releases)}, by {why}")
+        lines += wrap(f"marked at {on_clock(mark.set_at, releases)}, by {why}")
         if mark.cleared_at is None:
             lines += wrap(
                 f"still marked when the report was written ({on_clock(now, releases)}): "

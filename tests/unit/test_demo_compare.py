@@ -111,7 +111,9 @@ def test_a_busy_span_of_several_requests_judged_as_one_is_explained() -> None:
         seen(4.95, 5.6, True, name="srv"),
     ]
     lines = request_lines("srv", requests, tasks, T0, _row)
-    assert lines[0].startswith("srv: 3 requests in its own log (3 met their deadline)")
+    assert lines[0] == (
+        "srv: 3 requests logged, 3 met their deadline; the exporter saw 2 tasks (t from release):"
+    )
     assert "  task 1 | t=0.95s | t=2.30s | 1.35s | MISSED | #1-#2, 2 met" in lines
     assert "  task 2 | t=4.95s | t=5.60s | 0.65s | met | #3, 1 met" in lines
     assert any("1 start-up context" in line for line in lines)
@@ -130,8 +132,7 @@ def test_a_training_loop_is_one_busy_span_of_many_steps() -> None:
     steps = [StepResult("train", i, T0 + 0.04 * i, T0 + 0.04 * (i + 1)) for i in range(50)]
     lines = step_lines("train", steps, [seen(0.0, 2.1, None, "merged", "train")], T0)
     assert lines[0] == (
-        "train: 50 steps in its own log; the exporter saw 1 task(s) of it: "
-        "t=0.00s to t=2.10s (merged)"
+        "train: 50 steps logged; the exporter saw 1 task(s): t=0.00s to t=2.10s (merged)"
     )
     assert "up to 50 steps in one busy span" in prose(lines[1:])
 
@@ -155,5 +156,5 @@ def test_scene_2_report_shows_the_exporter_view_of_each_run() -> None:
     seen_run = [seen(1.0, 1.5, True, name="srv"), seen(0.0, 0.04, None, "merged", "train")]
     runs = {"unmanaged": Run(result, [], seen_run), "managed": Run(result, [], seen_run)}
     text = "\n".join(scenes.colocation_report(runs))
-    assert text.count("srv: 1 requests in its own log") == 2
-    assert text.count("train: 1 steps in its own log") == 2
+    assert text.count("srv: 1 requests logged, 1 met their deadline") == 2
+    assert text.count("train: 1 steps logged") == 2
