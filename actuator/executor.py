@@ -580,10 +580,16 @@ class DockerExecutor:
             return {}
         listed = self._call(lambda: self.api.containers(all=True))
         states: dict[str, bool | None] = {c["Id"]: c.get("State") == "paused" for c in listed}
+        with self._handover_lock:
+            # frozen here and being handed to Docker: between the thaw and runc's freeze
+            # Docker shows it running and the cgroup thawed, yet it is held (stopped)
+            handing_over = {cid for cid, f in self._handovers.items() if not f.done()}
         out = {}
         for cid in container_ids:
             state = states.get(cid)
-            out[cid] = True if state is False and self._held_in_cgroup(cid) else state
+            if state is False and (cid in handing_over or self._held_in_cgroup(cid)):
+                state = True
+            out[cid] = state
         return out
 
     def is_paused(self, container_id: str) -> bool | None:

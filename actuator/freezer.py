@@ -316,10 +316,13 @@ class ContainerFreezer:
         return changed or bool(stopped)
 
     def held(self, cgroup: Cgroup) -> bool:
-        """True while the cgroup is frozen or a freeze left one of its processes stopped."""
+        """True while the cgroup is frozen or a freeze left one of its processes stopped
+        (or about to stop: a stop queued while frozen is taken right after the thaw)."""
         if cgroup.state() != THAWED:
             return True
-        return any(pid > 0 and self._stopped(pid) for pid in cgroup.pids())
+        return any(
+            pid > 0 and (self._stopped(pid) or self._stop_queued(pid)) for pid in cgroup.pids()
+        )
 
     def _stopped(self, pid: int) -> bool:
         try:

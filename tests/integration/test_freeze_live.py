@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -152,6 +153,36 @@ def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
     assert executor.paused_states([tenant.id]) == {tenant.id: False}
     assert executor.execute(unpause(tenant), "fast").result == "already"
     assert executor.journal.paused == {}
+
+
+def test_a_container_being_handed_to_docker_reads_as_paused(
+    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+) -> None:
+    # Between the hand-over's thaw and runc's freeze Docker shows the container running and
+    # its cgroup thawed: reconcile read it as "not paused any more" there, forgot it, and
+    # the pause that landed next was never undone (the demo hung on it).
+    tenant = tenants("handing", MANAGED)
+    executor = executor_on(tmp_path, docker_client, ContainerFreezer())
+    release = threading.Event()
+    docker_pause = executor._docker_pause_frozen
+
+    def slow_docker_pause(container_id: str) -> None:
+        assert release.wait(20), "never released"
+        docker_pause(container_id)
+
+    executor._docker_pause_frozen = slow_docker_pause  # type: ignore[method-assign]
+    try:
+        assert executor.execute(pause(tenant), "fast").result == "ok"
+        wait_for(lambda: cgroup_of(tenant).state() == THAWED, 10, "the hand-over's thaw")
+        assert not docker_paused(tenant)
+        assert executor.paused_states([tenant.id]) == {tenant.id: True}
+        assert not advancing(tenant)
+    finally:
+        release.set()
+    executor.settle()
+    assert docker_paused(tenant) and executor.paused_states([tenant.id]) == {tenant.id: True}
+    assert executor.execute(unpause(tenant), "fast").result == "ok"
+    assert advancing(tenant) and executor.journal.paused == {}
 
 
 def test_ten_containers_frozen_at_once(

@@ -357,3 +357,20 @@ def test_ensure_running_thaws_and_continues_a_stopped_process(
     assert freezer.held(cgroup)
     assert freezer.ensure_running(cgroup) is True
     assert wait_state(child.pid, "S") == "S"
+
+
+def test_a_stop_queued_but_not_yet_taken_counts_as_held(sysfs_v1: Path, tmp_path: Path) -> None:
+    # Between a hand-over's thaw and the runtime's freeze, a process the scheduler has not
+    # run yet shows its SIGSTOP pending, not taken: it is held all the same (a reconcile
+    # that judged it running forgot a container being paused, which then stayed paused).
+    procfs = tmp_path / "proc"
+    (procfs / "4242").mkdir(parents=True)
+    (procfs / "4242" / "stat").write_text("4242 (python3) S 1 4242 4242 0 -1 4194560\n")
+    status = procfs / "4242" / "status"
+    status.write_text("Name:\tpython3\nState:\tS (sleeping)\nShdPnd:\t0000000000000000\n")
+    cgroup = Cgroup(1, sysfs_v1 / V1_DIR)
+    (cgroup.path / "cgroup.procs").write_text("4242\n")
+    freezer = ContainerFreezer(procfs, sysfs_v1)
+    assert cgroup.state() == THAWED and not freezer.held(cgroup)
+    status.write_text("Name:\tpython3\nState:\tS (sleeping)\nShdPnd:\t0000000000040000\n")
+    assert freezer.held(cgroup)
