@@ -22,6 +22,7 @@ from gpuguard.placer.service import Placer, Reply
 from gpuguard.web import HttpServer, Request, Response, Router
 from gpuguard.web.render import SharedRender, metrics_text
 from gpuguard.web.routes import json_response, landing_page, text_response
+from gpuguard.web.webconfig import WebConfigWatcher
 
 
 def placer_router(placer: Placer, token: str | None) -> Router:
@@ -113,6 +114,11 @@ def _count_refusals(placer: Placer, endpoint: str) -> Callable[[int], None]:
     return observe
 
 
-def placer_server(address: tuple[str, int], placer: Placer, token: str | None) -> HttpServer:
+def placer_server(
+    address: tuple[str, int],
+    placer: Placer,
+    token: str | None,
+    web: WebConfigWatcher | None = None,
+) -> HttpServer:
     """The placer's server, bound (raises OSError when the address is taken)."""
-    return HttpServer(address, placer_router(placer, token), name="gpuguard-placer")
+    return HttpServer(address, placer_router(placer, token), name="gpuguard-placer", web=web)

@@ -72,6 +72,14 @@ class _Session(requests.Session):
 NONE = ClientConfig()
 
 
+def flag_help(target: str) -> str:
+    """The help of a ``--X.http-config-file`` flag for the server at ``target``."""
+    return (
+        f"TLS and basic auth for {target}, in Prometheus' http_config format "
+        "(tls_config, basic_auth; docs/web-config.md)"
+    )
+
+
 def load_client_config(path: Path | str | None, flag: str) -> ClientConfig:
     """The client config in the file ``--flag`` names (None: plain defaults)."""
     if path is None or str(path) == "":
