@@ -408,9 +408,14 @@ class HttpServer:
         route: Route | None = None
         try:
             web = self._web_config()
-            if web.users:  # who asks comes first, as in exporter-toolkit: even before a 404
+            try:
+                route = self.router.resolve(request.method, request.path)
+            except HttpError:
+                if web.users:  # who asks comes first, as in exporter-toolkit: before a 404
+                    await self._check_basic(web, request)
+                raise
+            if web.users:
                 await self._check_basic(web, request)
-            route = self.router.resolve(request.method, request.path)
             _check_head(self.router, route, request, bool(web.users))
             request.body = await self._read_body(h, conn, route, request)
             response = await self._call(route, request, conn)
