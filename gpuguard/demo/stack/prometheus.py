@@ -55,8 +55,8 @@ def render_prometheus_config(
     ``tenant_engines``: Docker engine URLs (``unix:///.../docker.sock``) whose containers
     the tenants' job discovers, one ``docker_sd_configs`` entry each; none drops the job.
     ``scrape_http_config`` (``scheme``, ``tls_config``, ``basic_auth``: the commented https
-    variant in the deploy file) goes into the exporters', actuators' and guards' jobs, for
-    gpuguard servers behind ``--web.config.file``.
+    variant in the deploy file) goes into the exporters' and actuators' jobs, for gpuguard
+    servers behind ``--web.config.file`` (the guard, loopback only, has none).
     """
     try:
         source = deploy_dir / PROFILES[profile]
@@ -87,7 +87,8 @@ def render_prometheus_config(
             if not targets:
                 continue
             job["static_configs"] = _static_configs(targets)
-            job.update(copy.deepcopy(dict(scrape_http_config or {})))
+            if job["job_name"] != GUARD_JOB:  # the guard has no web config
+                job.update(copy.deepcopy(dict(scrape_http_config or {})))
         scrape_configs.append(job)
     wanted = set(jobs) | ({TENANTS_JOB} if tenant_engines else set())
     missing = wanted - {job["job_name"] for job in config.get("scrape_configs", [])}
