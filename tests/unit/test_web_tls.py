@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from gpuguard.cli import main
 from gpuguard.web import HttpServer, Limits, Request, Response, Router
+from gpuguard.web.routes import json_response
 from gpuguard.web.webconfig import WebConfigWatcher, load_web_config
 from tests.support.tlscerts import Pki, make_pki, write_web_config
 
@@ -28,6 +30,7 @@ def serve(config: Path, limits: Limits | None = None) -> HttpServer:
     router = Router(TOKEN)
     seen: list[bytes] = []
     router.get("/hello", lambda request: Response(200, b"hello\n"))
+    router.get("/api/v1/nodes", lambda request: json_response({"nodes": [], "tls": True}))
 
     def post(request: Request) -> Response:
         seen.append(request.body)
@@ -178,3 +181,30 @@ def test_client_config_session_verifies_with_its_ca_despite_the_environment(
         assert session.get(url(server), timeout=10).status_code == 200
     with ClientConfig(pki.ca, pki.client_cert, pki.client_key).session() as session:
         assert session.get(url(server), timeout=10).status_code == 401
+
+
+def test_gpuguard_nodes_speaks_https_with_a_client_config(
+    pki: Pki, tmp_path: Path, started: list[HttpServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_web_config(
+        tmp_path / "web.yml", pki, {"operator": "pw"}, client_auth="RequireAndVerifyClientCert"
+    )
+    server = serve(config)
+    started.append(server)
+    base = f"https://127.0.0.1:{server.server_address[1]}"
+    client = tmp_path / "client.yml"
+    client.write_text(
+        f"tls_config: {{ca_file: {pki.ca}, cert_file: {pki.client_cert}, "
+        f"key_file: {pki.client_key}}}\nbasic_auth: {{username: operator, password: pw}}\n"
+    )
+    argv = ["nodes", f"--actuator.url={base}", "--json"]
+    assert main([*argv, f"--actuator.http-config-file={client}"]) == 0
+    assert '"tls": true' in capsys.readouterr().out
+    assert main(argv) == 1  # the system's CAs do not know this server: one line, no trace
+    err = capsys.readouterr().err
+    assert err.startswith("gpuguard nodes: no actuator at") and err.count("\n") == 1
+    client.write_text(f"tls_config: {{ca_file: {pki.ca}}}\n")  # no client certificate
+    assert main([*argv, f"--actuator.http-config-file={client}"]) == 1
+    client.write_text("tls_config: {ca: x}\n")
+    assert main([*argv, f"--actuator.http-config-file={client}"]) == 2
+    assert "--actuator.http-config-file" in capsys.readouterr().err
