@@ -48,13 +48,13 @@ from gpuguard.slo import SloDeclaration
 _C = ("node", "container", "container_id")
 # Every per-GPU series also names the GPU as dcgm-exporter does: UUID (the physical GPU's)
 # and GPU_I_ID (the MIG instance; empty off MIG), so its series join with gpuguard's on
-# (UUID, GPU_I_ID) without gpuguard_gpu_info (README, "Beside dcgm-exporter").
+# (UUID, GPU_I_ID) without gpuguard_gpu_info (docs/operator-reference.md, "Beside dcgm-exporter").
 _GPU_ID = ("UUID", "GPU_I_ID")
 _CG = ("node", "gpu", "container", "container_id", *_GPU_ID)
 _G = ("node", "gpu", *_GPU_ID)
 # `uuid`: the device's own (MIG-... for a MIG device); `UUID`: its physical GPU's, with the MIG
 # instance in GPU_I_ID and GPU_I_PROFILE (empty off MIG), as dcgm-exporter names them: the
-# join key to its series (README, "Beside dcgm-exporter").
+# join key to its series (docs/operator-reference.md, "Beside dcgm-exporter").
 _GPU_INFO_LABELS = ("node", "gpu", "uuid", "name", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")

@@ -78,7 +78,7 @@ FLAGS: tuple[Flag, ...] = (
          "node record: share of GPU memory in use at or above which it counts as full", "ratio"),
     Flag("trust.policy-file", None,
          "YAML file of the classes and minimum deadlines each image, name or Kubernetes "
-         "namespace may claim by label (default: every claim believed; README, Security)",
+         "namespace may claim by label (default: every claim believed; docs/security.md)",
          metavar="PATH"),
 )  # fmt: skip
 

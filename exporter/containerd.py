@@ -7,7 +7,7 @@ moment after connecting closes the gap between listing and the subscription taki
 When containerd goes away it retries with backoff and never raises out of the thread. The
 poller only reads ``snapshot()``: no containerd call ever happens inside a poll.
 
-The client is Debian's ``ctr``, shipped in the same package as the daemon (the README says
+The client is Debian's ``ctr``, shipped in the same package as the daemon (docs/kubernetes.md says
 why it beat the ``containerd`` package on the index). Parsing is pure and tested on its own
 (``parse_event_line``, ``parse_task_list``, ``containers_from_docs``).
 

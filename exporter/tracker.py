@@ -54,7 +54,7 @@ request). Otherwise it is ``merged``: busy time that may hold several requests o
 counted apart, never a hit or a miss. A running burst is ``open`` until it ends: only then
 can the tracker say whether it stayed one task, so a burst is judged at its end, never as an
 overrun while it runs. Requests that follow each other with no idle the ~1/6 s samples can
-show remain one ``exact`` burst: NVML cannot tell them from one long request (README,
+show remain one ``exact`` burst: NVML cannot tell them from one long request (docs/design-notes.md,
 "What NVML's samples can see"). Bursts on devices without samples are ``merged`` (no idle
 can be seen there). A task outside ``process`` mode that ended without a kernel (a start-up
 context: memory in, no SM activity) is ``no_kernel``: neither met nor missed, not counted.

@@ -1,5 +1,5 @@
 """containerd through Debian's ``ctr``: the client the exporter's container source and the
-actuator's containerd engine share (the README says why ``ctr`` and not the index's gRPC
+actuator's containerd engine share (docs/kubernetes.md says why ``ctr`` and not the index's gRPC
 package). Every failure is ``CtrError``; parsing is pure (``parse_task_list``, ``trim_info``).
 """
 

@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the daemon")
-    serve.add_argument("--socket", type=Path, default=None, help="Unix socket path")
+    socket_help = "Unix socket path (default $GPUSIM_SOCKET, else /run/gpusim/gpusim.sock)"
+    serve.add_argument("--socket", type=Path, default=None, metavar="PATH", help=socket_help)
     serve.add_argument(
         "--device",
         action="append",
@@ -42,21 +43,45 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--profile",
         default=DEFAULT_PROFILE,
+        metavar="NAME|FILE",
         help=f"device profile: a shipped name or a JSON file (default {DEFAULT_PROFILE})",
     )
-    serve.add_argument("--time-scale", default="1.0", help="multiplies kernel durations")
     serve.add_argument(
-        "--copy-time-scale", default="1.0", help="multiplies copy durations (default real)"
+        "--time-scale",
+        default="1.0",
+        metavar="FACTOR",
+        help="multiplies kernel durations (default 1.0: real time)",
     )
-    serve.add_argument("--context-memory", help="memory of each context (default: profile)")
-    serve.add_argument("--sample-period", help="utilization period in s (default: profile)")
     serve.add_argument(
-        "--launch-queue-depth", help="kernels a context may have queued (default: profile)"
+        "--copy-time-scale",
+        default="1.0",
+        metavar="FACTOR",
+        help="multiplies copy durations (default 1.0: real time)",
     )
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    serve.add_argument(
+        "--context-memory",
+        metavar="BYTES",
+        help="memory each context holds, e.g. 300MiB (default: the profile's)",
+    )
+    serve.add_argument(
+        "--sample-period",
+        metavar="SECONDS",
+        help="the driver's utilization sample period (default: the profile's)",
+    )
+    serve.add_argument(
+        "--launch-queue-depth",
+        metavar="N",
+        help="kernels a context may have queued (default: the profile's)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING"],
+        help="log verbosity (default INFO)",
+    )
 
     status = sub.add_parser("status", help="show devices and processes")
-    status.add_argument("--socket", type=Path, default=None, help="Unix socket path")
+    status.add_argument("--socket", type=Path, default=None, metavar="PATH", help=socket_help)
     status.add_argument("--json", action="store_true", help="print the raw status reply")
     return parser
 

@@ -1,4 +1,4 @@
-"""Generate gpuguard's Grafana dashboards (schemaVersion 39) as JSON files.
+"""Generate gpuguard's Grafana dashboards as JSON files, with Grafana's grafana-foundation-sdk.
 
     python grafana/build.py           # write grafana/dashboards/*.json
     python grafana/build.py --check   # exit 1 if the committed files differ
@@ -6,7 +6,8 @@
 Dashboards are code so that every query can be checked against docs/interfaces.md (metric,
 label and recording-rule names, §5, §7, §8) and run against a real Prometheus in tests. The
 committed JSON is what Grafana's file provisioning loads; tests/unit/test_dashboards.py
-checks it equals this script's output. Standard library only.
+checks it equals this script's output. The SDK's types and builders are those of the
+Grafana the JSON targets (pyproject.toml pins the SDK build; docs/dashboards.md says which).
 
 Dashboard UIDs are fixed: alert annotations and the dashboards' own links point at them.
 """
@@ -16,18 +17,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from grafana_foundation_sdk.builders import bargauge as sdk_bargauge
+from grafana_foundation_sdk.builders import common as sdk_common
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.builders import prometheus as sdk_prometheus
+from grafana_foundation_sdk.builders import stat as sdk_stat
+from grafana_foundation_sdk.builders import statetimeline as sdk_statetimeline
+from grafana_foundation_sdk.builders import table as sdk_table
+from grafana_foundation_sdk.builders import timeseries as sdk_timeseries
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import prometheus as model_prometheus
 
 from gpuguard.contract import RUNNING_PHASES
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 
-SCHEMA_VERSION = 39
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAG = "gpuguard"
-GRID_COLUMNS = 24
 
 UID_NODE = "gpuguard-node"
 UID_TASKS = "gpuguard-tasks"
@@ -61,79 +74,71 @@ TABLE_UNITS = (("free memory", "bytes"), ("float time", "s"), ("busy", "percentu
 # --- targets and variables ------------------------------------------------------------------
 
 
-def target(expr: str, legend: str = "", *, instant: bool = False, table: bool = False) -> Json:
+def target(
+    expr: str, legend: str = "", *, instant: bool = False, table: bool = False
+) -> sdk_prometheus.Dataquery:
     """One Prometheus query of a panel; ``refId`` is assigned by ``panel``."""
-    item: Json = {
-        "datasource": DATASOURCE,
-        "editorMode": "code",
-        "expr": expr,
-        "legendFormat": legend or "__auto",
-        "range": not instant,
-        "instant": instant,
-    }
-    if table:
-        item["format"] = "table"
-    return item
+    query = (
+        sdk_prometheus.Dataquery()
+        .datasource(DATASOURCE)
+        .editor_mode(model_prometheus.QueryEditorMode.CODE)
+        .expr(expr)
+        .legend_format(legend or "__auto")
+    )
+    query = query.instant() if instant else query.range()
+    return query.format(model_prometheus.PromQueryFormat.TABLE) if table else query
 
 
-def datasource_variable() -> Json:
-    return {
-        "current": {},
-        "hide": 0,
-        "includeAll": False,
-        "label": "Data source",
-        "multi": False,
-        "name": "datasource",
-        "options": [],
-        "query": "prometheus",
-        "refresh": 1,
-        "regex": "",
-        "skipUrlSync": False,
-        "type": "datasource",
-    }
+def datasource_variable() -> sdk.DatasourceVariable:
+    return (
+        sdk.DatasourceVariable("datasource")
+        .label("Data source")
+        .type("prometheus")
+        .hide(model.VariableHide.DONT_HIDE)
+        .regex("")
+    )
 
 
-def query_variable(name: str, label: str, metric_selector: str, label_name: str) -> Json:
+def query_variable(
+    name: str, label: str, metric_selector: str, label_name: str
+) -> sdk.QueryVariable:
     """A multi-value variable from ``label_values(selector, label)``; All means ``.*``."""
     definition = f"label_values({metric_selector}, {label_name})"
-    return {
-        "allValue": ".*",
-        "current": {},
-        "datasource": DATASOURCE,
-        "definition": definition,
-        "hide": 0,
-        "includeAll": True,
-        "label": label,
-        "multi": True,
-        "name": name,
-        "options": [],
-        "query": {
-            "qryType": 1,
-            "query": definition,
-            "refId": "PrometheusVariableQueryEditor-VariableQuery",
-        },
-        "refresh": 2,
-        "regex": "",
-        "skipUrlSync": False,
-        "sort": 3,
-        "type": "query",
-    }
+    return (
+        sdk.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(
+            {
+                "qryType": 1,
+                "query": definition,
+                "refId": "PrometheusVariableQueryEditor-VariableQuery",
+            }
+        )
+        .hide(model.VariableHide.DONT_HIDE)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .regex("")
+        .sort(model.VariableSort.NUMERICAL_ASC)
+    )
 
 
-def node_variable() -> Json:
+def node_variable() -> sdk.QueryVariable:
     return query_variable("node", "Node", "gpuguard_exporter_build_info", "node")
 
 
-def gpu_variable() -> Json:
+def gpu_variable() -> sdk.QueryVariable:
     return query_variable("gpu", "GPU", f"gpuguard_gpu_info{{{NODE}}}", "gpu")
 
 
-def container_variable() -> Json:
+def container_variable() -> sdk.QueryVariable:
     selector = f"gpuguard_container_info{{{NODE}}}"
     return query_variable("container", "Container", selector, "container")
 
 
-def instance_variable() -> Json:
+def instance_variable() -> sdk.QueryVariable:
     # Actuator metrics carry no node label (§8); Prometheus' target label tells them apart.
     return query_variable("instance", "Actuator", "gpuguard_actuator_exporter_up", "instance")
 
@@ -141,30 +146,70 @@ def instance_variable() -> Json:
 # --- panels ---------------------------------------------------------------------------------
 
 
-def thresholds(*steps: tuple[float | None, str]) -> Json:
-    return {
-        "mode": "absolute",
-        "steps": [{"color": color, "value": value} for value, color in steps],
-    }
+# The SDK's panel builders share their generic options (title, unit, thresholds...) by
+# generated copies, not by a base class.
+AnyPanel = (
+    sdk_timeseries.Panel
+    | sdk_stat.Panel
+    | sdk_bargauge.Panel
+    | sdk_statetimeline.Panel
+    | sdk_table.Panel
+)
+P = TypeVar(
+    "P",
+    sdk_timeseries.Panel,
+    sdk_stat.Panel,
+    sdk_bargauge.Panel,
+    sdk_statetimeline.Panel,
+    sdk_table.Panel,
+)
 
 
-def value_mappings(names: dict[int, tuple[str, str]]) -> list[Json]:
+def thresholds(*steps: tuple[float | None, str]) -> sdk.ThresholdsConfig:
+    return (
+        sdk.ThresholdsConfig()
+        .mode(model.ThresholdsMode.ABSOLUTE)
+        .steps([model.Threshold(value=value, color=color) for value, color in steps])
+    )
+
+
+def value_mappings(names: dict[int, tuple[str, str]]) -> list[model.ValueMapping]:
     """Map integer values to (text, colour)."""
-    return [
-        {
-            "type": "value",
-            "options": {
-                str(value): {"index": index, "text": text, "color": color}
-                for index, (value, (text, color)) in enumerate(names.items())
-            },
-        }
-    ]
+    options = {
+        str(value): model.ValueMappingResult(text=text, color=color, index=index)
+        for index, (value, (text, color)) in enumerate(names.items())
+    }
+    return [model.ValueMap(options=options)]
+
+
+def dashed(series: str) -> sdk.DashboardFieldConfigSourceOverrides:
+    """Draw the series whose name matches the regex ``series`` as a dashed line, unfilled."""
+    return (
+        sdk.DashboardFieldConfigSourceOverrides()
+        .matcher(model.MatcherConfig(id_val="byRegexp", options=series))
+        .properties(
+            [
+                model.DynamicConfigValue(
+                    id_val="custom.lineStyle", value={"dash": [10, 10], "fill": "dash"}
+                ),
+                model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+            ]
+        )
+    )
+
+
+def column_unit(column: str, unit: str) -> sdk.DashboardFieldConfigSourceOverrides:
+    return (
+        sdk.DashboardFieldConfigSourceOverrides()
+        .matcher(model.MatcherConfig(id_val="byName", options=column))
+        .properties([model.DynamicConfigValue(id_val="unit", value=unit)])
+    )
 
 
 def panel(
-    kind: str,
+    builder: P,
     title: str,
-    targets: Sequence[Json],
+    targets: Sequence[sdk_prometheus.Dataquery],
     *,
     description: str,
     width: int = 12,
@@ -172,145 +217,178 @@ def panel(
     unit: str | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
-    steps: Json | None = None,
-    mappings: list[Json] | None = None,
-    custom: Json | None = None,
-    options: Json | None = None,
-    overrides: list[Json] | None = None,
-    transformations: list[Json] | None = None,
-) -> Json:
-    """A panel without id and position (``layout`` assigns them)."""
-    defaults: Json = {"color": {"mode": "palette-classic"}, "custom": custom or {}}
+    steps: sdk.ThresholdsConfig | None = None,
+    mappings: list[model.ValueMapping] | None = None,
+    overrides: Sequence[Builder[model.DashboardFieldConfigSourceOverrides]] = (),
+    color: model.FieldColorModeId = model.FieldColorModeId.PALETTE_CLASSIC,
+) -> P:
+    """What every panel has; its id and position are assigned by ``dashboard``."""
+    # Value mappings name their colours, which the thresholds colour scheme shows.
+    colors = model.FieldColorModeId.THRESHOLDS if mappings else color
+    builder = (
+        builder.title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .targets([t.ref_id(chr(ord("A") + i)) for i, t in enumerate(targets)])
+        .span(width)
+        .height(height)
+        .color_scheme(sdk.FieldColor().mode(colors))
+        .thresholds(steps or thresholds((None, "green")))
+        .mappings(mappings or [])
+        .overrides(list(overrides))
+    )
     if unit is not None:
-        defaults["unit"] = unit
+        builder = builder.unit(unit)
     if minimum is not None:
-        defaults["min"] = minimum
+        builder = builder.min(minimum)
     if maximum is not None:
-        defaults["max"] = maximum
-    defaults["thresholds"] = steps or thresholds((None, "green"))
-    defaults["mappings"] = mappings or []
-    if mappings or kind in ("stat", "bargauge"):
-        defaults["color"] = {"mode": "thresholds"}
-    refs = [dict(t, refId=chr(ord("A") + i)) for i, t in enumerate(targets)]
-    result: Json = {
-        "type": kind,
-        "title": title,
-        "description": description,
-        "datasource": DATASOURCE,
-        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
-        "options": options or {},
-        "targets": refs,
-        "gridPos": {"h": height, "w": width, "x": 0, "y": 0},
-    }
-    if transformations:
-        result["transformations"] = transformations
-    return result
+        builder = builder.max(maximum)
+    return builder
+
+
+def legend(
+    mode: common.LegendDisplayMode, calcs: list[str] | None = None
+) -> sdk_common.VizLegendOptions:
+    built = (
+        sdk_common.VizLegendOptions()
+        .display_mode(mode)
+        .placement(common.LegendPlacement.BOTTOM)
+        # The SDK's legend defaults to showLegend false, Grafana's to true.
+        .show_legend(True)
+    )
+    return built.calcs(calcs) if calcs else built
+
+
+def last_value() -> sdk_common.ReduceDataOptions:
+    return sdk_common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
 
 
 def timeseries(
     title: str,
-    targets: Sequence[Json],
+    targets: Sequence[sdk_prometheus.Dataquery],
     *,
     description: str,
     stacked: bool = False,
     bars: bool = False,
     threshold_line: bool = False,
     **kwargs: Any,
-) -> Json:
-    custom: Json = {
-        "drawStyle": "bars" if bars else "line",
-        "fillOpacity": 60 if stacked or bars else 10,
-        "lineWidth": 1,
-        "showPoints": "never",
-        "spanNulls": False,
-        "stacking": {"group": "A", "mode": "normal" if stacked else "none"},
-        "thresholdsStyle": {"mode": "line" if threshold_line else "off"},
-    }
-    options = {
-        "legend": {"calcs": ["lastNotNull", "max"], "displayMode": "table", "placement": "bottom"},
-        "tooltip": {"mode": "multi", "sort": "desc"},
-    }
-    return panel(
-        "timeseries",
-        title,
-        targets,
-        description=description,
-        custom=custom,
-        options=options,
-        **kwargs,
+) -> sdk_timeseries.Panel:
+    builder = (
+        sdk_timeseries.Panel()
+        .draw_style(common.GraphDrawStyle.BARS if bars else common.GraphDrawStyle.LINE)
+        .fill_opacity(60 if stacked or bars else 10)
+        .line_width(1)
+        .show_points(common.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .stacking(
+            sdk_common.StackingConfig()
+            .group("A")
+            .mode(common.StackingMode.NORMAL if stacked else common.StackingMode.NONE)
+        )
+        .thresholds_style(
+            sdk_common.GraphThresholdsStyleConfig().mode(
+                common.GraphThresholdsStyleMode.LINE
+                if threshold_line
+                else common.GraphThresholdsStyleMode.OFF
+            )
+        )
+        .legend(legend(common.LegendDisplayMode.TABLE, ["lastNotNull", "max"]))
+        .tooltip(
+            sdk_common.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.DESCENDING)
+        )
     )
+    return panel(builder, title, targets, description=description, **kwargs)
 
 
-def stat(title: str, expr: str, *, description: str, width: int = 4, **kwargs: Any) -> Json:
-    options = {
-        "colorMode": "value",
-        "graphMode": "area",
-        "justifyMode": "auto",
-        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-        "textMode": "auto",
-    }
+def stat(
+    title: str, expr: str, *, description: str, width: int = 4, **kwargs: Any
+) -> sdk_stat.Panel:
+    builder = (
+        sdk_stat.Panel()
+        .color_mode(common.BigValueColorMode.VALUE)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .justify_mode(common.BigValueJustifyMode.AUTO)
+        .reduce_options(last_value())
+        .text_mode(common.BigValueTextMode.AUTO)
+    )
     return panel(
-        "stat",
+        builder,
         title,
         [target(expr)],
         description=description,
         width=width,
         height=4,
-        options=options,
+        color=model.FieldColorModeId.THRESHOLDS,
         **kwargs,
     )
 
 
-def bargauge(title: str, expr: str, legend: str, *, description: str, **kwargs: Any) -> Json:
-    options = {
-        "displayMode": "gradient",
-        "orientation": "horizontal",
-        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-        "showUnfilled": True,
-    }
+def bargauge(
+    title: str, expr: str, legend: str, *, description: str, **kwargs: Any
+) -> sdk_bargauge.Panel:
+    builder = (
+        sdk_bargauge.Panel()
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .reduce_options(last_value())
+        .show_unfilled(True)
+    )
     return panel(
-        "bargauge",
+        builder,
         title,
         [target(expr, legend)],
         description=description,
-        options=options,
+        color=model.FieldColorModeId.THRESHOLDS,
         **kwargs,
     )
 
 
 def state_timeline(
-    title: str, expr: str, legend: str, *, description: str, mappings: list[Json], **kwargs: Any
-) -> Json:
-    options = {
-        "alignValue": "center",
-        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-        "mergeValues": True,
-        "rowHeight": 0.8,
-        "showValue": "auto",
-        "tooltip": {"mode": "single"},
-    }
-    custom = {"fillOpacity": 80, "lineWidth": 0}
+    title: str,
+    expr: str,
+    legend_format: str,
+    *,
+    description: str,
+    mappings: list[model.ValueMapping],
+    **kwargs: Any,
+) -> sdk_statetimeline.Panel:
+    builder = (
+        sdk_statetimeline.Panel()
+        .align_value(common.TimelineValueAlignment.CENTER)
+        .legend(legend(common.LegendDisplayMode.LIST))
+        .merge_values(True)
+        .row_height(0.8)
+        .show_value(common.VisibilityMode.AUTO)
+        # The SDK's tooltip sorts ascending unless told; Grafana's default is no sorting.
+        .tooltip(
+            sdk_common.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.SINGLE)
+            .sort(common.SortOrder.NONE)
+        )
+        .fill_opacity(80)
+        .line_width(0)
+    )
     return panel(
-        "state-timeline",
+        builder,
         title,
-        [target(expr, legend)],
+        [target(expr, legend_format)],
         description=description,
         mappings=mappings,
-        custom=custom,
-        options=options,
         **kwargs,
     )
 
 
 def table(
     title: str,
-    targets: Sequence[Json],
+    targets: Sequence[sdk_prometheus.Dataquery],
     *,
     description: str,
     rename: dict[str, str] | None = None,
     sort_by: str | None = None,
     **kwargs: Any,
-) -> Json:
+) -> sdk_table.Panel:
     """An instant-query table; several targets are merged on their common labels.
 
     ``rename`` names the value columns (``Value #A`` ...); ``sort_by`` sorts descending.
@@ -318,85 +396,79 @@ def table(
     organize: Json = {"excludeByName": {"Time": True, "__name__": True, "job": True}}
     if rename:
         organize["renameByName"] = rename
-    transformations: list[Json] = [
-        {"id": "merge", "options": {}},
-        {"id": "organize", "options": organize},
-    ]
-    options: Json = {"cellHeight": "sm", "footer": {"show": False}, "showHeader": True}
-    if sort_by is not None:
-        options["sortBy"] = [{"displayName": sort_by, "desc": True}]
-    return panel(
-        "table",
-        title,
-        targets,
-        description=description,
-        options=options,
-        transformations=transformations,
-        **kwargs,
+    builder = (
+        sdk_table.Panel()
+        .cell_height(common.TableCellHeight.SM)
+        .footer(sdk_common.TableFooterOptions().show(False))
+        .show_header(True)
+        .transformations(
+            [
+                model.DataTransformerConfig(id_val="merge", options={}),
+                model.DataTransformerConfig(id_val="organize", options=organize),
+            ]
+        )
     )
+    if sort_by is not None:
+        builder = builder.sort_by(
+            [sdk_common.TableSortByFieldState().display_name(sort_by).desc(True)]
+        )
+    return panel(builder, title, targets, description=description, **kwargs)
 
 
-def layout(panels: Iterable[Json]) -> list[Json]:
-    """Number panels and place them left to right in rows of 24 columns."""
-    placed: list[Json] = []
-    x = y = row_height = 0
-    for number, item in enumerate(panels, start=1):
-        grid = item["gridPos"]
-        if x + grid["w"] > GRID_COLUMNS:
-            x, y, row_height = 0, y + row_height, 0
-        placed.append(dict(item, id=number, gridPos=dict(grid, x=x, y=y)))
-        x += grid["w"]
-        row_height = max(row_height, grid["h"])
-    return placed
+def row(title: str) -> sdk.Row:
+    """An expanded row: the panels after it, up to the next row, belong to it."""
+    # Row.with_panel would nest the panels and collapse the row (Grafana drops the panels
+    # of an expanded row that nests them), so the panels follow it at the top level.
+    return sdk.Row(title).collapsed(False)
 
 
 def dashboard(
-    uid: str, title: str, description: str, variables: list[Json], panels: Iterable[Json]
+    uid: str,
+    title: str,
+    description: str,
+    variables: list[sdk.QueryVariable],
+    panels: Sequence[AnyPanel | sdk.Row],
 ) -> Json:
-    return {
-        "annotations": {
-            "list": [
-                {
-                    "builtIn": 1,
-                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                    "enable": True,
-                    "hide": True,
-                    "iconColor": "rgba(0, 211, 255, 1)",
-                    "name": "Annotations & Alerts",
-                    "type": "dashboard",
-                }
-            ]
-        },
-        "description": description,
-        "editable": True,
-        "fiscalYearStartMonth": 0,
-        "graphTooltip": 1,
-        "id": None,
-        "links": [
-            {
-                "asDropdown": True,
-                "icon": "external link",
-                "includeVars": False,
-                "keepTime": True,
-                "tags": [TAG],
-                "targetBlank": False,
-                "title": "gpuguard",
-                "type": "dashboards",
-            }
-        ],
-        "panels": layout(panels),
-        "refresh": "10s",
-        "schemaVersion": SCHEMA_VERSION,
-        "tags": [TAG],
-        "templating": {"list": [datasource_variable(), *variables]},
-        "time": {"from": "now-1h", "to": "now"},
-        "timepicker": {},
-        "timezone": "",
-        "title": title,
-        "uid": uid,
-        "version": 1,
-        "weekStart": "",
-    }
+    """The dashboard as JSON; panels are numbered in order and laid out by the SDK, left to
+    right in rows of 24 columns."""
+    builder = (
+        sdk.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags([TAG])
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .time("now-1h", "now")
+        .timezone("")
+        .week_start("")
+        .refresh("10s")
+        .version(1)
+        .annotation(
+            sdk.AnnotationQuery()
+            .name("Annotations & Alerts")
+            .datasource(model.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+            .hide(True)
+            .icon_color("rgba(0, 211, 255, 1)")
+            .type("dashboard")
+            .built_in(1)
+        )
+        .link(
+            sdk.DashboardLink("gpuguard")
+            .type(model.DashboardLinkType.DASHBOARDS)
+            .as_dropdown(True)
+            .icon("external link")
+            .keep_time(True)
+            .tags([TAG])
+        )
+        .with_variable(datasource_variable())
+    )
+    for variable in variables:
+        builder = builder.with_variable(variable)
+    for number, item in enumerate(panels, start=1):
+        if isinstance(item, sdk.Row):
+            builder = builder.with_row(item.id(number))
+        else:
+            builder = builder.with_panel(item.id(number))
+    return to_json(builder.build())
 
 
 # --- the dashboards -------------------------------------------------------------------------
@@ -419,21 +491,16 @@ CONTAINER_SHARE_BY_UUID = (
 )
 
 
-def dcgm_exporter_row() -> list[Json]:
+def dcgm_exporter_row() -> list[AnyPanel | sdk.Row]:
     """gpuguard's per-container share beside dcgm-exporter's device health, joined by the
-    GPU's UUID (README, "Beside dcgm-exporter"); empty where dcgm-exporter is not scraped."""
+    GPU's UUID (docs/operator-reference.md, "Beside dcgm-exporter"); empty where
+    dcgm-exporter is not scraped."""
     health = (
         "from dcgm-exporter (DCGM_FI_DEV_{}), joined to gpuguard's node and GPU by UUID "
         "through gpuguard_gpu_info. Empty unless dcgm-exporter is scraped by this Prometheus."
     )
     return [
-        {
-            "type": "row",
-            "title": "Beside dcgm-exporter (joined by GPU UUID)",
-            "collapsed": False,
-            "panels": [],
-            "gridPos": {"h": 1, "w": 24, "x": 0, "y": 0},
-        },
+        row("Beside dcgm-exporter (joined by GPU UUID)"),
         timeseries(
             "Container SM share by GPU UUID",
             [target(CONTAINER_SHARE_BY_UUID, "{{container}} on {{UUID}} {{GPU_I_ID}}")],
@@ -492,7 +559,7 @@ def dcgm_exporter_row() -> list[Json]:
 
 
 def node_dashboard() -> Json:
-    panels = [
+    panels: list[AnyPanel | sdk.Row] = [
         stat(
             "Active tasks",
             f"sum(gpuguard:gpu_tasks_active:count{{{NODE_GPU}}})",
@@ -551,15 +618,7 @@ def node_dashboard() -> Json:
             description="Device memory used against the device's total.",
             unit="bytes",
             minimum=0,
-            overrides=[
-                {
-                    "matcher": {"id": "byRegexp", "options": ".* total"},
-                    "properties": [
-                        {"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}},
-                        {"id": "custom.fillOpacity", "value": 0},
-                    ],
-                }
-            ],
+            overrides=[dashed(".* total")],
         ),
         timeseries(
             "GPU memory per container",
@@ -675,7 +734,7 @@ def by_class(expr: str) -> str:
     )
 
 
-def class_panels() -> list[Json]:
+def class_panels() -> list[AnyPanel]:
     """What each container's tasks are, its class and demand; best-effort freezes and thaws."""
     return [
         table(
@@ -767,7 +826,7 @@ def tasks_dashboard() -> Json:
     phase_names.update(
         {code: (name, PHASE_COLORS[name]) for code, name in enumerate(PHASES, start=1)}
     )
-    panels = [
+    panels: list[AnyPanel | sdk.Row] = [
         state_timeline(
             "Task phase per container",
             phase_expr(),
@@ -796,15 +855,7 @@ def tasks_dashboard() -> Json:
             description="Run time of each container's oldest running task against its deadline.",
             unit="s",
             minimum=0,
-            overrides=[
-                {
-                    "matcher": {"id": "byRegexp", "options": ".* deadline"},
-                    "properties": [
-                        {"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}},
-                        {"id": "custom.fillOpacity", "value": 0},
-                    ],
-                }
-            ],
+            overrides=[dashed(".* deadline")],
         ),
         timeseries(
             "Slack",
@@ -866,15 +917,7 @@ def tasks_dashboard() -> Json:
             unit="percentunit",
             minimum=0,
             maximum=1,
-            overrides=[
-                {
-                    "matcher": {"id": "byRegexp", "options": ".* objective"},
-                    "properties": [
-                        {"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}},
-                        {"id": "custom.fillOpacity", "value": 0},
-                    ],
-                }
-            ],
+            overrides=[dashed(".* objective")],
         ),
         timeseries(
             "Deadline misses",
@@ -943,7 +986,7 @@ def tasks_dashboard() -> Json:
 
 def actuator_dashboard() -> Json:
     actions = f"gpuguard_actuator_actions_total{{{INSTANCE}}}"
-    panels = [
+    panels: list[AnyPanel | sdk.Row] = [
         stat(
             "Paused containers",
             f"sum(gpuguard_actuator_paused_containers{{{INSTANCE}}})",
@@ -1063,7 +1106,7 @@ def actuator_dashboard() -> Json:
 
 def cluster_dashboard() -> Json:
     provisionable = f"max by (node) (gpuguard_actuator_node_provisionable{{{NODE}}})"
-    panels = [
+    panels: list[AnyPanel | sdk.Row] = [
         stat(
             "Nodes with an exporter",
             f"count(gpuguard_exporter_build_info{{{NODE}}})",
@@ -1128,13 +1171,7 @@ def cluster_dashboard() -> Json:
                 "Value #E": "busy",
             },
             sort_by="free memory",
-            overrides=[
-                {
-                    "matcher": {"id": "byName", "options": name},
-                    "properties": [{"id": "unit", "value": unit}],
-                }
-                for name, unit in TABLE_UNITS
-            ],
+            overrides=[column_unit(name, unit) for name, unit in TABLE_UNITS],
             width=24,
         ),
         state_timeline(
@@ -1235,6 +1272,17 @@ def cluster_dashboard() -> Json:
     )
 
 
+def to_json(board: model.Dashboard) -> Json:
+    """The dashboard as plain JSON values, with what the SDK's schema lacks added."""
+    result: Json = json.loads(json.dumps(board, cls=JSONEncoder))
+    # Grafana shows a query variable's `definition` in its variable list and writes it on
+    # save; the 11.2 schema the SDK is generated from has no such field.
+    for variable in result["templating"]["list"]:
+        if variable["type"] == "query":
+            variable["definition"] = variable["query"]["query"]
+    return result
+
+
 def build_all() -> dict[str, Json]:
     """File name -> dashboard."""
     boards = [node_dashboard(), tasks_dashboard(), actuator_dashboard(), cluster_dashboard()]
@@ -1242,7 +1290,8 @@ def build_all() -> dict[str, Json]:
 
 
 def render(board: Json) -> str:
-    return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
+    # Sorted keys: the file does not change when an SDK release reorders its fields.
+    return json.dumps(board, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

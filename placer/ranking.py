@@ -21,7 +21,7 @@ label keeps real-time services off such nodes anyway). Among the rest it:
   and passes over GPUs where it would miss (``predicted_miss``).
 Paper C's float time is not a filter: a sum of slacks says little about one more task (it
 grows with the number of tasks); it is reported beside each candidate. bench/placement.py
-measured each of these choices (README, "Placer").
+measured each of these choices (docs/operator-reference.md, "Placer"; docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -53,6 +53,21 @@ def paused_ok(actuator: ActuatorProcess) -> dict[str, list[str]]:
     return out
 
 
+def frozen(actuator: ActuatorProcess, name: str) -> list[Span]:
+    """When the actuator held the container paused (wall clock), from its audit."""
+    spans: list[Span] = []
+    since: float | None = None
+    for r in actuator.audit():
+        if r["event"] != "action" or r["result"] != "ok" or r["container"] != name:
+            continue
+        if r["action"] == "pause" and since is None:
+            since = r["started"]
+        elif r["action"] == "resume" and since is not None:
+            spans.append((since, r["started"]))
+            since = None
+    return spans + ([(since, float("inf"))] if since is not None else [])
+
+
 def finish(*containers: Any) -> None:
     for container in containers:
         assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
@@ -91,7 +106,18 @@ def test_light_tasks_run_together_once_their_demand_is_known_and_a_heavy_one_wai
         if r["event"] == "action" and r["result"] == "ok"
     ]
     assert overlap(a2, b2), f"the light tasks did not run together: {a2} {b2}; {actions}"
-    assert h2[0] >= max(a2[1], b2[1]) - 0.01, f"the heavy task ran beside them: {h2}"
+    for light in (a2, b2):
+        # the heavy task waits for the light ones; on a loaded machine a light task's host
+        # work may stall long enough that its GPU task ends, and the heavy one is admitted
+        # while the light one stalls or is frozen: that is waiting too, as long as the heavy
+        # one ran alone (the light one frozen throughout, or no slower than its solo 0.8 s)
+        name = "light-a" if light is a2 else "light-b"
+        alone = h2[1] - h2[0] <= 0.8 * 1.03 or any(
+            p0 <= h2[0] and h2[1] <= p1 for p0, p1 in frozen(actuator, name)
+        )
+        assert h2[0] >= light[1] - 0.01 or alone, (
+            f"heavy ran beside {name}: {h2} {light}; {actions}"
+        )
     assert "newcomer" in paused_ok(actuator).get("heavy", [])
     for name, low, high in (("light-a", 0.25, 0.6), ("light-b", 0.25, 0.6), ("heavy", 0.9, 1.0)):
         demand = exporter.metric("gpuguard_container_demand_sm_ratio", container=name)

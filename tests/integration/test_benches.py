@@ -1,11 +1,11 @@
 """Every benchmark runs in CI: each ``bench/*.py`` with its shortest flag ends with one JSON
-line holding the figures the README quotes for it (issue 19 item 3).
+line holding the figures docs/benchmarks.md quotes for it (issue 19 item 3).
 
 Only the shape is checked, never a figure: performance is the benchmarks' business, and
 these runs are too short to mean anything. What this catches is a bench that no longer runs
 (``bench/placement.py`` crashed once a ``TaskView`` field was added, and
 ``bench/alert_pipeline.py`` waited for a pause that burst mode never asked for) or that lost
-a figure the README quotes. ``bench/realtime.py --smoke`` runs in ``test_realtime_bench.py``
+a figure docs/benchmarks.md quotes. ``bench/realtime.py --smoke`` runs in ``test_realtime_bench.py``
 and ``bench/gpu_truth.py --quick`` in ``test_gpu_truth.py``.
 
 On this project's 2-core machine all of these take about 5 minutes together.

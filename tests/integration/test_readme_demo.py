@@ -1,8 +1,12 @@
-"""README's "Your own container on the demo stack", run as written against a real stack.
+"""README's getting-started path, run as written: ``make demo``, then "Your own container"
+against the stack it leaves up, then ``make stop``.
 
-The stack is the demo's (``LocalStack``: private dockerd, gpusim, exporter, guard, actuator,
-Prometheus, Alertmanager) in ``<tmp>/.stack``, on free ports; the commands are the ``$``
-lines of the README's example, run by bash from ``<tmp>`` with ``.venv/bin`` on ``PATH``.
+``make demo`` and ``make stop`` run ``.venv/bin/gpuguard demo`` and ``gpuguard demo
+--stop`` (``tests/unit/test_readme.py`` checks the recipes); here they run from a scratch
+directory standing for the repository root (``<tmp>``, so the demo's ``.stack`` is
+``<tmp>/.stack`` and a developer's own demo is left alone), by bash with ``.venv/bin`` on
+``PATH``, as are the ``$`` lines of the README's example. ``tests/readme.py`` lists which
+README command runs where.
 """
 
 from __future__ import annotations
@@ -19,30 +23,36 @@ from pathlib import Path
 import pytest
 
 from gpuguard.contract import RUNNING_PHASES
-from gpuguard.demo.stack.localstack import USER_RUN_EXAMPLE, LocalStack
-from gpuguard.demo.stack.process import ServiceError
+from gpuguard.demo.stack.localstack import USER_RUN_EXAMPLE
 from tests.prereq import unavailable
+from tests.readme import HOW, By, block_in
+from tests.readme import commands as commands_of
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "### Your own container on the demo stack"
+OWN_CONTAINER = "### 2. Your own container"
+#: README's make targets, and what they run here (tests/unit/test_readme.py checks the recipes)
+MAKE = {"make demo": "gpuguard demo", "make stop": "gpuguard demo --stop"}
+DEMO_TIMEOUT_S = 600
 
 
 def readme_example() -> tuple[list[str], list[str]]:
     """The example's commands, and the output README shows for ``gpuguard ps``."""
-    text = README.read_text().split(SECTION, 1)[1]
-    block = re.search(r"```\n(.*?)```", text, re.S)
-    assert block, "README's demo section has no example block"
     commands: list[str] = []
     shown: list[str] = []
-    for line in block.group(1).splitlines():
+    for line in block_in(OWN_CONTAINER, "console").text.splitlines():
         if line.startswith("$ "):
             commands.append(line[2:])
         elif commands and commands[-1] == "gpuguard ps":
             shown.append(line)
     return commands, shown
+
+
+def readme_report() -> list[str]:
+    """What README's "What the demo shows" says the report holds: each line's label."""
+    text = block_in("## What the demo shows", "text").text
+    return [re.split(r"\s{2,}", line.strip())[0] for line in text.splitlines() if line.strip()]
 
 
 def cells(line: str) -> list[str]:
@@ -51,26 +61,37 @@ def cells(line: str) -> list[str]:
 
 @pytest.fixture
 def demo_dir(short_tmp: Path) -> Iterator[Path]:
+    """``make demo`` run from ``<tmp>``; ``make stop`` afterwards, whatever happened."""
     if os.geteuid() != 0:
-        unavailable("the demo stack needs root (a private dockerd)")
+        unavailable("the demo needs root (a private dockerd)")
     work = Path(tempfile.mkdtemp(prefix="readme-", dir=short_tmp))
-    stack = LocalStack(work / ".stack", time_scale=0.1, default_ports=False)
     try:
-        stack.start()
-        stack.prepare_user_workloads()
-    except ServiceError as exc:
-        stack.stop()
-        unavailable(f"the demo stack did not start: {exc}")
-    yield work
-    stack.stop()  # removes every container, rt-1 included
+        out = bash(MAKE["make demo"], work, timeout=DEMO_TIMEOUT_S)
+        check_report(out)
+        yield work
+    finally:
+        stopped = bash(MAKE["make stop"], work)
+        assert "stopped" in stopped or "nothing running" in stopped, stopped
+        assert not (work / ".stack" / "stack.json").exists()
 
 
-def bash(script: str, cwd: Path) -> str:
+def check_report(out: str) -> None:
+    """The demo printed the report README shows (its labels, in order) and its URLs."""
+    lines = [line.strip() for line in out.splitlines()]
+    at = 0
+    for label in readme_report():
+        found = [i for i in range(at, len(lines)) if lines[i].startswith(label)]
+        assert found, f"README shows {label!r}; the demo did not print it after line {at}:\n{out}"
+        at = found[0] + 1
+    assert "The stack is up on 127.0.0.1:" in out, out
+
+
+def bash(script: str, cwd: Path, timeout: float = 120) -> str:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env.pop("DOCKER_HOST", None)
     done = subprocess.run(
         ["bash", "-c", f"set -e\n{script}"], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=120,
+        timeout=timeout,
     )  # fmt: skip
     assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
     return done.stdout
@@ -129,6 +150,13 @@ def test_readme_run_and_ps_against_the_demo_stack(demo_dir: Path) -> None:
     # each overlap is one kernel launched before its task could be seen: it drains, no
     # more (unmanaged, all six overlap pairwise; bench/realtime.py measures both)
     assert all(o <= longest for o in overlaps), (overlaps, kernels)
+
+    (remove,) = commands_of(block_in(OWN_CONTAINER, "sh"))
+    assert remove == "docker rm -f rt-1 rt-2"
+    bash(f"{commands[0]}\n{remove}", demo_dir)
+    assert "rt-" not in bash(f"{commands[0]}\ndocker ps -a --format '{{{{.Names}}}}'", demo_dir)
+    ran = {*MAKE, *commands, remove}
+    assert not [c for c, how in HOW.items() if how.by is By.DEMO and c not in ran]
 
 
 def kernel_spans(log: str) -> list[tuple[float, float]]:

@@ -1,6 +1,6 @@
 """The operator's trust policy on a running exporter and the private engine: a tenant's
 real-time claim and queue-jumping deadline are rejected, counted and shown; a container the
-policy trusts keeps its claim (README, "Security: who may claim what")."""
+policy trusts keeps its claim (docs/security.md)."""
 
 from __future__ import annotations
 

@@ -153,3 +153,28 @@ def test_workload_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[s
         workload_main(argv)
     assert exc.value.code == 2
     assert capsys.readouterr().err.startswith("gpusim.workload: error:")
+
+
+@pytest.mark.parametrize("command", ["serve", "status"])
+def test_every_gpusim_option_names_its_type_and_default(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuguard.gpusim.cli import _parser
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: gpusim {command}")
+    sub = next(a for a in _parser()._actions if a.dest == "command")
+    parser = sub.choices[command]  # type: ignore[index]
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        name = action.option_strings[-1]
+        assert action.help, f"{name}: no help"
+        if action.nargs == 0:
+            continue  # a switch: no value to name
+        # argparse's default metavar repeats the flag's name in capitals: it names no type
+        assert action.choices or action.metavar, f"{name}: argparse's default metavar"
+        help_text = parser._get_formatter()._expand_help(action)
+        assert "default" in help_text, f"{name}: {help_text!r} hides its default"

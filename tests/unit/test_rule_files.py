@@ -126,7 +126,8 @@ def test_alert_has_severity_and_annotations(rule: dict[str, Any]) -> None:
     assert annotations["runbook_url"] == RUNBOOKS + anchor
     runbooks = (REPO / "docs" / "runbooks.md").read_text()
     assert f"\n## {rule['alert']}\n" in runbooks, f"docs/runbooks.md has no {rule['alert']}"
-    # `none`: no default inhibit rule of kube-prometheus-stack targets it (README).
+    # `none`: no default inhibit rule of kube-prometheus-stack targets it
+    # (docs/operator-reference.md).
     expected = {"none"} if rule["alert"] in CONTROLLER_ALERTS else {"warning", "critical"}
     assert rule["labels"]["severity"] in expected
     # A trigger's `for:` stays short (it drives a control loop); a page waits a minute, so

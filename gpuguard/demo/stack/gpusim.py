@@ -42,7 +42,7 @@ class GpusimService:
         return self.process.pid
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "gpusim", "serve", "--socket", str(self.socket)]
+        argv = [sys.executable, "-m", "gpuguard.gpusim", "serve", "--socket", str(self.socket)]
         for key, value in self.options.items():
             flag = "--" + key.replace("_", "-")
             for item in value if isinstance(value, list | tuple) else [value]:

@@ -40,7 +40,8 @@ DEFAULT_PORTS = {
     "alertmanager": 9093,
 }  # fmt: skip
 Progress = Callable[[str], None]
-# What README's demo section shows a new user (tests/integration/test_readme_demo.py runs it).
+# What README's "Your own container" shows a new user
+# (tests/integration/test_readme_demo.py runs it).
 USER_RUN_EXAMPLE = (
     'gpuguard run --deadline 9s --managed -d --name rt-1 -v "$GPUSIM_DIR:/run/gpusim" '
     "gpuguard/workload:local --size 13312 --repeat 3"
@@ -382,7 +383,7 @@ class LocalStack:
                 lines.append(f"  [{node.node_name}] docker   DOCKER_HOST={node.engine.url}")
         if (self.dir / ENV_FILE).exists():
             lines += [
-                "Run your own managed container with a deadline on it (README, The demo):",
+                "Run your own managed container with a deadline on it (README, Getting started):",
                 f"  . {self.dir / ENV_FILE}",
                 f"  {USER_RUN_EXAMPLE}",
                 "  gpuguard ps",
