@@ -72,8 +72,10 @@ def place(found: dict[str, str]) -> dict[str, Any]:
         if flag in found:
             params[name] = found[flag]
     tls_auth = http_config(found.get("--placer.http-config-file"), "placer")
-    if "--placer.token-file" in found or tls_auth.username is not None:
-        # a reservation needs to say who asks: the token, or basic auth of the web config
+    identified = tls_auth.username is not None or tls_auth.cert_file is not None
+    if "--placer.token-file" in found or identified:
+        # a reservation needs to say who asks: the token, or what the placer's web config
+        # authenticates (basic auth, a client certificate)
         headers = {}
         if "--placer.token-file" in found:
             token = flags.read_token(found["--placer.token-file"], "placer.token-file")
