@@ -44,6 +44,7 @@ def run_placer(config: PlacerConfig) -> int:
     try:
         web = None
         if config.web is not None:
+            # without a token, the web config's authentication is all that guards reservations
             web = WebConfigWatcher(config.web, require_auth=config.token is None)
             placer.metrics.registry.register(WebConfigCollector(web))
         address = (config.listen_host, config.listen_port)

@@ -362,7 +362,8 @@ class WebConfigWatcher:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = initial
-        self.require_auth = require_auth
+        # only what the server started with can be relied on
+        self.require_auth = require_auth and initial.authenticates
         self._check_every_s = check_every_s
         self._clock = clock
         self._lock = threading.Lock()

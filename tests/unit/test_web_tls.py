@@ -208,3 +208,34 @@ def test_gpuguard_nodes_speaks_https_with_a_client_config(
     client.write_text("tls_config: {ca: x}\n")
     assert main([*argv, f"--actuator.http-config-file={client}"]) == 2
     assert "--actuator.http-config-file" in capsys.readouterr().err
+
+
+def test_bcrypt_waiting_is_bounded(
+    tmp_path: Path, started: list[HttpServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import bcrypt
+    import yaml
+
+    from gpuguard.web import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_PENDING_BCRYPT", 1)
+    slow = bcrypt.hashpw(b"right", bcrypt.gensalt(12)).decode()  # about 0.25 s a check
+    path = tmp_path / "web.yml"
+    path.write_text(yaml.safe_dump({"basic_auth_users": {"alice": slow}}))
+    server = serve(path)
+    started.append(server)
+    plain = f"http://127.0.0.1:{server.server_address[1]}/hello"
+    codes: list[int] = []
+
+    def guess(i: int) -> None:
+        codes.append(requests.get(plain, auth=("alice", f"guess-{i}"), timeout=30).status_code)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(set(codes)) == [401, 503], codes  # one hashed at a time, the rest told to wait
+    assert server.basic_auth.hashes < 8

@@ -277,3 +277,16 @@ def test_bad_client_configs_name_the_key(tmp_path: Path, doc: object, names: str
     with pytest.raises(ConfigError, match=names.replace(".", r"\.")) as err:
         load_client_config(write(tmp_path, doc), "exporter.http-config-file")
     assert "--exporter.http-config-file" in str(err.value)
+
+
+def test_a_server_that_started_without_authentication_may_reload_freely(
+    pki: Pki, tmp_path: Path
+) -> None:
+    path = write_web_config(tmp_path / "web.yml", pki)  # TLS only: nothing to rely on
+    clock = Clock()
+    watcher = WebConfigWatcher(load_web_config(path), require_auth=True, clock=clock)
+    write_web_config(path, pki, headers={"X-Frame-Options": "deny"})
+    bump_mtime(path)
+    clock.now += 1.0
+    assert watcher.current().headers == (("X-Frame-Options", "deny"),)
+    assert watcher.last_reload_successful
