@@ -291,6 +291,13 @@ class HttpServer:
         return Wire(self._scratch, STREAM_LIMIT, self._start_connection)
 
     def _start_connection(self, wire: Wire) -> None:
+        tls = self._web_config().tls
+        transport = wire.transport
+        # after the handshake, before any request: the SANs the web config allows
+        if tls is not None and transport and not tls.admits(transport.get_extra_info("peercert")):
+            self.counters["tls_client_refused"] += 1
+            wire.abort()
+            return
         task = asyncio.get_running_loop().create_task(self._on_connection(wire))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

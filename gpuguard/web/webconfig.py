@@ -17,7 +17,7 @@ The file is the one Prometheus, Alertmanager and node_exporter take (prometheus/
 What differs, and why: Python's ``ssl`` has no verify callback, so ``RequestClientCert`` and
 ``RequireAnyClientCert`` (ask for a certificate but accept any, unverified) cannot be done
 and are refused with the value to use instead; inline ``cert``/``key``/``client_ca``,
-``client_allowed_sans``, ``curve_preferences`` and ``rate_limit`` are refused as unsupported
+``curve_preferences`` and ``rate_limit`` are refused as unsupported
 rather than silently ignored. ``http2`` is accepted and has no effect (HTTP/1.1 only).
 
 ``load_web_config`` parses and validates everything once (``ConfigError`` naming the key,
@@ -86,13 +86,12 @@ HEADERS: dict[str, tuple[str, ...] | None] = {
 }
 _TLS_KEYS = {
     "cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
-    "max_version", "cipher_suites", "prefer_server_cipher_suites",
+    "max_version", "cipher_suites", "prefer_server_cipher_suites", "client_allowed_sans",
 }  # fmt: skip
 _UNSUPPORTED = {
     "tls_server_config.cert": "give cert_file",
     "tls_server_config.key": "give key_file",
     "tls_server_config.client_ca": "give client_ca_file",
-    "tls_server_config.client_allowed_sans": "use a CA that signs only the allowed clients",
     "tls_server_config.curve_preferences": "OpenSSL's defaults apply",
     "rate_limit": "each server already bounds connections and time",
 }
@@ -110,6 +109,15 @@ class TlsSettings:
     max_version: str = "TLS13"
     cipher_suites: tuple[str, ...] = ()
     prefer_server_cipher_suites: bool = True
+    #: a client certificate must carry one of these SANs (DNS, IP, e-mail or URI), exactly
+    client_allowed_sans: tuple[str, ...] = ()
+
+    def admits(self, peercert: Mapping[str, Any] | None) -> bool:
+        """Whether a verified client certificate passes ``client_allowed_sans``."""
+        if not self.client_allowed_sans:
+            return True
+        sans = {str(value) for _, value in (peercert or {}).get("subjectAltName", ())}
+        return bool(sans & set(self.client_allowed_sans))
 
     def files(self) -> tuple[Path, ...]:
         named = (self.cert_file, self.key_file, self.client_ca_file)
@@ -246,9 +254,19 @@ def _tls(
     prefer = doc.get("prefer_server_cipher_suites", True)
     if not isinstance(prefer, bool):
         raise fail(key + "prefer_server_cipher_suites", "must be true or false")
+    sans = doc.get("client_allowed_sans") or []
+    if not isinstance(sans, list) or not all(isinstance(s, str) and s for s in sans):
+        raise fail(key + "client_allowed_sans", "must be a list of names")
+    if sans and client_auth != "RequireAndVerifyClientCert":
+        raise fail(
+            key + "client_allowed_sans",
+            "needs client_auth_type RequireAndVerifyClientCert (a client without a "
+            "certificate has no SAN to match)",
+        )
     return TlsSettings(
-        cert, private, client_auth, client_ca, versions[0], versions[1], tuple(suites), prefer
-    )
+        cert, private, client_auth, client_ca, versions[0], versions[1], tuple(suites), prefer,
+        tuple(sans),
+    )  # fmt: skip
 
 
 def _headers(

@@ -65,7 +65,10 @@ def make_pki(directory: Path) -> Pki:
         "server", "ca", "127.0.0.1",
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n", directory,
     )  # fmt: skip
-    _signed("client", "ca", "prometheus", "extendedKeyUsage=clientAuth\n", directory)
+    _signed(
+        "client", "ca", "prometheus",
+        "subjectAltName=DNS:prometheus.test\nextendedKeyUsage=clientAuth\n", directory,
+    )  # fmt: skip
     _signed("rogue", "other-ca", "rogue", "extendedKeyUsage=clientAuth\n", directory)
     d = directory
     return Pki(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import yaml
 
 from gpuguard.cli import main
 from gpuguard.web import HttpServer, Limits, Request, Response, Router
@@ -129,6 +130,28 @@ def test_client_certificates(pki: Pki, tmp_path: Path, started: list[HttpServer]
     assert server.counters["tls_handshake_errors"] >= 1
 
 
+def test_client_allowed_sans(pki: Pki, tmp_path: Path, started: list[HttpServer]) -> None:
+    path = write_web_config(tmp_path / "web.yml", pki, client_auth="RequireAndVerifyClientCert")
+    doc = yaml.safe_load(path.read_text())
+    doc["tls_server_config"]["client_allowed_sans"] = ["prometheus.test"]
+    path.write_text(yaml.safe_dump(doc))
+    server = serve(path)
+    started.append(server)
+    good = (str(pki.client_cert), str(pki.client_key))
+    assert requests.get(url(server), verify=str(pki.ca), cert=good, timeout=10).ok
+    doc["tls_server_config"]["client_allowed_sans"] = ["someone-else.test"]
+    path.write_text(yaml.safe_dump(doc))  # reloaded: the same certificate is now refused
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            requests.get(url(server), verify=str(pki.ca), cert=good, timeout=10)
+        except requests.ConnectionError:
+            break
+        assert time.monotonic() < deadline, "the new client_allowed_sans never applied"
+        time.sleep(0.05)
+    assert server.counters["tls_client_refused"] >= 1
+
+
 def test_a_stalled_handshake_holds_nobody_up(pki: Pki, tmp_path: Path, started: list) -> None:
     limits = Limits(header_timeout_s=1.0)
     server = serve(write_web_config(tmp_path / "web.yml", pki), limits)
@@ -216,7 +239,6 @@ def test_bcrypt_waiting_is_bounded(
     import threading
 
     import bcrypt
-    import yaml
 
     from gpuguard.web import server as server_module
 

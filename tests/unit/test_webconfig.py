@@ -106,6 +106,8 @@ def test_bad_files_name_the_key(tmp_path: Path, doc: object, names: str) -> None
         ({"min_version": "TLS13", "max_version": "TLS12"}, "max_version: lower than min"),
         ({"cipher_suites": ["TLS_RSA_WITH_RC4_128_SHA"]}, "unknown or unsupported suite"),
         ({"prefer_server_cipher_suites": "yes"}, "must be true or false"),
+        ({"client_allowed_sans": ["a"]}, "client_allowed_sans: needs client_auth_type"),
+        ({"client_allowed_sans": "a"}, "client_allowed_sans: must be a list"),
     ],
 )
 def test_bad_tls_settings_name_the_key(pki: Pki, tmp_path: Path, tls: dict, names: str) -> None:
