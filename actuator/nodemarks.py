@@ -110,6 +110,8 @@ class NodeMarks:
             result=result,
             node=self.node_name,
             detail=detail or None,
+            # why: the alerts that mark it (none left when it is unmarked)
+            reasons=[r.alertname for r in self.nodes.reasons()] or None,
         )
         report.actions.append({"action": kind, "node": self.node_name, "result": result})
         return report

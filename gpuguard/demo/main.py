@@ -4,8 +4,9 @@ Brings up a private dockerd, gpusim (no real GPU here), the exporter, the actuat
 Prometheus and Alertmanager, all on 127.0.0.1; runs two scenes (paper B's equal tasks, and
 an inference server beside a best-effort training job), each twice (unmanaged sharing, then
 managed admission) with live progress; prints each task's start, end, run time and deadline
-outcome, the pauses, and both runs side by side, and draws a timeline picture per scene
-beside the report. The stack stays up with its URLs printed; ``gpuguard demo --stop``
+outcome beside what the exporter saw of it (and why the two differ), the pauses, the node's
+marks and how long they lasted, and both runs side by side, and draws a timeline picture
+per scene beside the report. The stack stays up with its URLs printed; ``gpuguard demo --stop``
 (``make stop``) ends every process by its PID and removes every demo container.
 """
 

@@ -4,6 +4,7 @@ beside a best-effort training job."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -14,10 +15,21 @@ from typing import Any
 import requests
 
 from gpuguard import labels
-from gpuguard.contract import EventType, PriorityClass, WorkloadKind
+from gpuguard.actuator.audit import AUDIT_FILE
+from gpuguard.contract import EventType, PriorityClass, TaskBoundary, WorkloadKind
+from gpuguard.demo.compare import (
+    SeenTask,
+    explain,
+    match,
+    request_lines,
+    seen_tasks,
+    step_lines,
+    wrap,
+)
+from gpuguard.demo.marks import alert_exprs, mark_lines, marked_by, node_marks
 from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
-from gpuguard.demo.timeline import Panel, draw, lanes, pause_spans
+from gpuguard.demo.timeline import Panel, Span, draw, frozen_spans, lanes
 from gpuguard.gpusim.workload.server import percentile
 
 #: how long scene 2's server and trainer run, seconds
@@ -26,7 +38,9 @@ PAUSES_LISTED = 20
 #: the report's one clock, said once at its top and named in every header with times
 CLOCK = [
     "Times (t) are seconds from each run's release: t = 0 when its workloads were released",
-    "together. Tasks as the workloads logged them, pauses as the exporter saw them.",
+    "together. Tasks as the workloads logged them, each followed by the exporter's account",
+    "of it (what NVML's samples showed) and why the two differ; pauses as the exporter saw",
+    "them.",
 ]
 
 
@@ -60,10 +74,12 @@ def demo_specs(
 
 @dataclass
 class Run:
-    """One run of a scene: what the workloads logged and the exporter's pause events."""
+    """One run of a scene: what the workloads logged, the exporter's pause events and its
+    finished tasks of the run's containers."""
 
     result: ScenarioResult
     pauses: list[dict[str, Any]]
+    seen: list[SeenTask] | None = None  # None: not asked
 
 
 def run_both(stack: Any, count: int, size: int) -> str:
@@ -84,13 +100,32 @@ def run_both(stack: Any, count: int, size: int) -> str:
     )  # fmt: skip
     lines += ["", "Scene 2: an inference server beside a training job", ""]
     lines += colocation_report(second)
-    lines.append("")
+    releases = [(r.result.name, r.result.released_at) for r in (*first.values(), *second.values())]
+    audit = read_audit(node.state_dir / AUDIT_FILE)
+    try:
+        still = marked_by(requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json())
+    except (requests.RequestException, ValueError):
+        still = []
+    marks = node_marks(audit, still)
+    lines += ["", *mark_lines(marks, releases, time.time(), alert_exprs()), ""]
+    frozen = frozen_spans(audit, time.time())
     for scene, runs, title in (
         ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),
         ("colocation", second, "Scene 2: inference server + training job, unmanaged vs managed"),
     ):
-        lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs))
+        lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs, frozen))
     return "\n".join(lines)
+
+
+def read_audit(path: Path) -> list[dict[str, Any]]:
+    """The actuator's audit log (a line cut short, or none at all, is left out)."""
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 def run_scene(
@@ -118,7 +153,9 @@ def run_scene(
             try:
                 live_view(node.exporter_url, scenario, title)
                 scenario.wait(timeout=600)
-                runs[name] = Run(scenario.result(), pauses_from_events(node.exporter_url, since))
+                result = scenario.result()
+                seen = exporter_tasks(node.exporter_url, [s.name for s in run_specs])
+                runs[name] = Run(result, pauses_from_events(node.exporter_url, since), seen)
             finally:
                 scenario.remove()
     finally:
@@ -162,10 +199,22 @@ def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[Work
     ]  # fmt: skip
 
 
+def exporter_tasks(exporter_url: str, names: list[str], wait_s: float = 2.0) -> list[SeenTask]:
+    """The exporter's finished tasks of these containers, once none of them runs (it sees
+    an exited process go at its next poll)."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        state = requests.get(exporter_url + "/api/v1/state", timeout=5).json()
+        running = [t for t in state.get("tasks", []) if t.get("container") in names]
+        if not running or time.monotonic() > give_up:
+            return seen_tasks(state.get("recent", []), names)
+        time.sleep(0.2)
+
+
 def paper_b_report(runs: dict[str, Run]) -> list[str]:
     lines: list[str] = []
     for run in runs.values():
-        lines += [*format_result(run.result), ""]
+        lines += [*format_result(run.result, run.seen), ""]
         lines += [f"  error: {e}" for e in run.result.errors]
     lines += pause_lines(runs["managed"])
     lines += ["", *compare(runs["unmanaged"].result, runs["managed"].result)]
@@ -194,6 +243,7 @@ def colocation_report(runs: dict[str, Run]) -> list[str]:
     lines = []
     for run in runs.values():
         lines += [f"  error: {e}" for e in run.result.errors]
+        lines += exporter_view(run) if run.seen is not None else []
     lines += pause_lines(runs["managed"])
     lines += [
         "",
@@ -204,6 +254,18 @@ def colocation_report(runs: dict[str, Run]) -> list[str]:
         f"  deadline hit rate             {u['hit']:>9}  {m['hit']:>9}",
         f"  trainer steps per second      {u['steps']:>9.1f}  {m['steps']:>9.1f}",
     ]
+    return lines
+
+
+def exporter_view(run: Run) -> list[str]:
+    """Scene 2's run as the exporter saw it: the server's tasks with the requests in each,
+    the trainer's busy spans."""
+    result, seen, t0 = run.result, run.seen or [], run.result.released_at
+    lines = [f"{result.name}: its workloads' own logs beside the exporter's tasks", ""]
+    for server in sorted({r.container for r in result.requests}):
+        lines += [*request_lines(server, result.requests, seen, t0, _row), ""]
+    for trainer in sorted({s.container for s in result.steps}):
+        lines += [*step_lines(trainer, result.steps, seen, t0), ""]
     return lines
 
 
@@ -219,16 +281,20 @@ def _colocation_figures(result: ScenarioResult) -> dict[str, Any]:
     }
 
 
-def draw_scene(path: Path, title: str, runs: dict[str, Run]) -> str:
-    """The scene's timeline picture, unmanaged above managed."""
+def draw_scene(path: Path, title: str, runs: dict[str, Run], frozen: dict[str, list[Span]]) -> str:
+    """The scene's timeline picture, unmanaged above managed; ``frozen``: each container's
+    frozen spans (the actuator's audit log), cut at its run's last end."""
     panels = []
     for name, run in runs.items():
         result = run.result
         names = sorted({t.container for t in result.tasks} | {r.container for r in result.requests}
                        | {s.container for s in result.steps})  # fmt: skip
         ends = [t.end for t in result.tasks] + [r.end for r in result.requests]
-        ends += [s.end for s in result.steps]
-        spans = pause_spans(run.pauses, max(ends, default=result.released_at))
+        last = max([*ends, *(s.end for s in result.steps)], default=result.released_at)
+        spans = {
+            n: [(start, min(end, last)) for start, end in frozen.get(n, []) if start < last]
+            for n in names
+        }
         panel = lanes(result, names, spans)
         short = tuple(
             replace(lane, name=lane.name.removeprefix(f"{name}-")) for lane in panel.lanes
@@ -305,22 +371,41 @@ def pauses_from_events(exporter_url: str, since: int) -> list[dict[str, Any]]:
     return [e for e in reply["events"] if e["type"] in kinds]
 
 
-def format_result(result: ScenarioResult) -> list[str]:
+def format_result(result: ScenarioResult, seen: list[SeenTask] | None = None) -> list[str]:
+    """Each task as its workload logged it; under it, given ``seen``, the exporter's
+    account of it and why the two differ."""
     lines = [f"{result.name}: tasks (START and END: t from release)"]
     lines.append(_row("CONTAINER", "START", "END", "RUN", "DEADLINE", "OUTCOME"))
+    t0 = result.released_at
     for task in sorted(result.tasks, key=lambda t: t.end):
         deadline = f"{task.deadline_s:.1f}s" if task.deadline_s else "-"
         outcome = {True: "met", False: "MISSED", None: "-"}[task.met_deadline]
         lines.append(
             _row(
                 task.container,
-                f"t={task.start - result.released_at:.2f}s",
-                f"t={task.end - result.released_at:.2f}s",
+                f"t={task.start - t0:.2f}s",
+                f"t={task.end - t0:.2f}s",
                 f"{task.run_s:.2f}s",
                 deadline,
                 outcome,
             )
         )
+        if seen is None:
+            continue
+        theirs = match(task, seen)
+        if theirs is not None:
+            verdict = {True: "met", False: "MISSED", None: "-"}[theirs.met]
+            lines.append(
+                _row(
+                    "  exporter",
+                    f"t={theirs.started_at - t0:.2f}s",
+                    f"t={theirs.ended_at - t0:.2f}s",
+                    f"{theirs.run_s:.2f}s",
+                    deadline if theirs.boundary == TaskBoundary.EXACT else theirs.boundary,
+                    verdict,
+                )
+            )
+        lines += wrap(explain(task, theirs), "    ")
     return lines
 
 

@@ -128,6 +128,13 @@ def test_mark_node_without_a_swarm_keeps_the_node_list(actuator: tuple[str, Cont
     assert (
         registry.get_sample_value("gpuguard_actuator_node_provisionable", {"node": "host-a"}) == 1
     )
+    # the audit says when, and why: what the demo's report lists as the node's marks
+    audit = [json.loads(line) for line in (controller.config.state_dir / "audit.jsonl").open()]
+    marks = [(r["action"], r.get("reasons")) for r in audit if r["event"] == "action"]
+    assert marks == [
+        ("mark_node", ["GpuguardNodeCannotGuaranteeDeadlines"]),
+        ("unmark_node", None),
+    ]
 
 
 def test_resume_all_with_nothing_paused_is_fine(actuator: tuple[str, Controller]) -> None:

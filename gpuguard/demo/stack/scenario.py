@@ -85,6 +85,8 @@ class TaskResult:
     kernel_start: float | None
     kernel_end: float | None
     deadline_s: float | None
+    #: when its output copy began (after its last kernel): the tail NVML shows no SM in
+    output_start: float | None = None
 
     @property
     def run_s(self) -> float:
@@ -197,6 +199,7 @@ def parse_workload_log(
                 kernel_start=at("kernel_start"),
                 kernel_end=at("kernel_end"),
                 deadline_s=deadline_s,
+                output_start=at("output_start"),
             )
         )
     return tasks
