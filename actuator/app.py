@@ -33,6 +33,7 @@ from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodes import NodeMarker, SwarmMarker
 from gpuguard.actuator.taints import TaintMarker, kubernetes_api
 from gpuguard.contract import TriggerSource
+from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -102,7 +103,9 @@ def run(config: Config) -> int:
     executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run, freezer=freezer)
     controller = Controller(
         config,
-        lambda: ExporterClient(config.exporter_url, timeout_s=min(2.0, config.exporter_timeout_s)),
+        lambda: ExporterClient(
+            config.exporter_url, min(2.0, config.exporter_timeout_s), config.exporter_client
+        ),
         executor,
         journal,
         audit,
@@ -112,7 +115,14 @@ def run(config: Config) -> int:
     )
     _warn_without_guard(config.state_dir)
     try:
-        server = ActuatorServer((config.listen_host, config.listen_port), controller, config.token)
+        web = None
+        if config.web is not None:
+            # without a token or --web.insecure, the web config is all that guards the webhook
+            relied_on = config.token is None and not config.insecure
+            web = WebConfigWatcher(config.web, require_auth=relied_on)
+            metrics.registry.register(WebConfigCollector(web))
+        address = (config.listen_host, config.listen_port)
+        server = ActuatorServer(address, controller, config.token, web=web)
     except OSError as exc:
         log.error("cannot listen on %s:%d: %s", config.listen_host, config.listen_port, exc)
         controller.resume_all("start-up failed", TriggerSource.RECONCILE)
@@ -126,7 +136,9 @@ def run(config: Config) -> int:
     controller.start_timer()
     fast = None
     if config.mode in ("fast", "both"):
-        fast = FastPath(controller, ExporterClient(config.exporter_url, timeout_s=2.0))
+        fast = FastPath(
+            controller, ExporterClient(config.exporter_url, 2.0, config.exporter_client)
+        )
         fast.start()
     audit.write("start", mode=config.mode, order=config.policy.order, dry_run=config.dry_run)
     log.info(

@@ -23,6 +23,9 @@ from gpuguard.actuator.errors import ConfigError
 from gpuguard.actuator.policy import ORDERS, PolicyConfig
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
+from gpuguard.web import client, webconfig
+from gpuguard.web.client import ClientConfig
+from gpuguard.web.webconfig import WebConfig
 
 ACTIONS = tuple(AlertAction)
 MODES = ("webhook", "fast", "both")
@@ -34,7 +37,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("web.token-file", None, "file holding the bearer token webhooks must present "
          "(required, unless --web.insecure)"),
     Flag("web.insecure", False, "accept webhooks without a token (binds loopback only)", "bool"),
+    Flag("web.config.file", None, webconfig.FLAG_HELP + "; with basic_auth_users or verified "
+         "client certificates the token is optional"),
     Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
+    Flag("exporter.http-config-file", None, client.flag_help("--exporter.url"), metavar="PATH"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
     Flag("containerd.address", None,
@@ -127,6 +133,8 @@ class Config:
     containerd_namespace: str = "k8s.io"
     node_marker: str = "swarm"  # swarm or kubernetes
     kubernetes_api_server: str | None = None  # None: in-cluster
+    web: WebConfig | None = None  # --web.config.file, as read at start-up
+    exporter_client: ClientConfig = client.NONE
 
     def alerts_for(self, action: str) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -149,7 +157,8 @@ def validate(values: Mapping[str, Any]) -> Config:
     warnings: list[str] = []
     host, port = flags.listen_address(values, "web.listen-address", "127.0.0.1:10836")
     insecure = flags.boolean(values, "web.insecure")
-    token = _token(values["web.token-file"], insecure)
+    web = webconfig.web_config_from_flag(values["web.config.file"])
+    token = _token(values["web.token-file"], insecure or (web is not None and web.authenticates))
     if insecure and not flags.is_loopback(host):
         warnings.append(f"--web.insecure: binding 127.0.0.1 instead of {host} (no token)")
         host = "127.0.0.1"
@@ -186,12 +195,19 @@ def validate(values: Mapping[str, Any]) -> Config:
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     if token is not None:
         warnings += flags.token_file_warnings(values["web.token-file"])
+    exporter_client = client.load_client_config(
+        values["exporter.http-config-file"], "exporter.http-config-file"
+    )
+    exporter_url = flags.http_url(values, "exporter.url", ("http", "https"))
+    if exporter_client.username is not None and exporter_url.startswith("http:"):
+        warnings.append("--exporter.http-config-file: basic auth over http:// sends the password "
+                        "in clear (use an https --exporter.url)")  # fmt: skip
     return Config(
         listen_host=host,
         listen_port=port,
         token=token,
         insecure=insecure,
-        exporter_url=flags.http_url(values, "exporter.url", ("http", "https")),
+        exporter_url=exporter_url,
         exporter_timeout_s=exporter_timeout,
         docker_host=engine_url(values, "docker.host"),
         containerd_address=containerd_address(values),
@@ -219,6 +235,8 @@ def validate(values: Mapping[str, Any]) -> Config:
         pause_method=flags.choice(values, "pause.method", PAUSE_METHODS),
         procfs=host_path(values, "path.procfs"),
         sysfs=host_path(values, "path.sysfs"),
+        web=web,
+        exporter_client=exporter_client,
     )
 
 
@@ -304,7 +322,10 @@ def _token(path: Any, insecure: bool) -> str | None:
     if not path:
         if insecure:
             return None
-        raise ConfigError("--web.token-file is required (or --web.insecure for loopback only)")
+        raise ConfigError(
+            "--web.token-file is required (or --web.config.file with basic_auth_users or "
+            "verified client certificates, or --web.insecure for loopback only)"
+        )
     return flags.read_token(path)
 
 

@@ -12,6 +12,8 @@ import requests
 
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.state import EventBatch, ExporterState, parse_events, parse_state
+from gpuguard.web import client
+from gpuguard.web.client import ClientConfig
 
 
 class ExporterClient:
@@ -22,10 +24,12 @@ class ExporterClient:
     so such a request is sent once more on a fresh connection. Timeouts are not retried.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, base_url: str, timeout_s: float = 2.0, tls_auth: ClientConfig = client.NONE
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self.session = requests.Session()
+        self.session = tls_auth.session()  # https and basic auth (--exporter.http-config-file)
         self.retries = 0  # requests sent again after a connection failed without an answer
 
     def state(self) -> ExporterState:

@@ -22,6 +22,7 @@ from gpuguard.actuator.webhook import parse_body, parse_message
 from gpuguard.web import HttpServer, Limits, Request, Response, Router
 from gpuguard.web.render import SharedRender, metrics_text
 from gpuguard.web.routes import json_response, landing_page, text_response
+from gpuguard.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger("gpuguard.actuator.http")
 
@@ -37,8 +38,10 @@ class ActuatorServer(HttpServer):
         controller: Controller,
         token: str | None,
         limits: Limits | None = None,
+        web: WebConfigWatcher | None = None,
     ) -> None:
-        super().__init__(address, actuator_router(controller, token), limits, "gpuguard-actuator")
+        router = actuator_router(controller, token)
+        super().__init__(address, router, limits, "gpuguard-actuator", web)
 
 
 def actuator_router(controller: Controller, token: str | None) -> Router:

@@ -20,6 +20,7 @@ from gpuguard.exporter.http import exporter_server
 from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.tracker import Tracker
+from gpuguard.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger("exporter")
 
@@ -79,7 +80,9 @@ def run_exporter(config: ExporterConfig) -> int:
         recorder=NodeRecorder(config.node_name, config.record),
     )
     try:
-        server = exporter_server((config.listen_host, config.listen_port), poller, events)
+        web = WebConfigWatcher(config.web) if config.web is not None else None
+        address = (config.listen_host, config.listen_port)
+        server = exporter_server(address, poller, events, web=web)
     except OSError as exc:
         print(
             f"gpuguard exporter: cannot listen on {config.listen_host}:{config.listen_port}: "
@@ -99,8 +102,9 @@ def run_exporter(config: ExporterConfig) -> int:
     server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
-        "listening on http://%s:%s (backend %s, %s, poll %gs)",
-        host, port, backend.name, source, config.poll_interval_s,
+        "listening on %s://%s:%s (backend %s, %s, poll %gs)",
+        config.web.scheme if config.web else "http", host, port, backend.name, source,
+        config.poll_interval_s,
     )  # fmt: skip
     stop.wait()
     log.info("stopping")

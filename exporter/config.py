@@ -23,6 +23,8 @@ from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
 from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy, load_policy
 from gpuguard.flags import Flag
+from gpuguard.web import webconfig
+from gpuguard.web.webconfig import WebConfig
 
 DEFAULT_LISTEN = "127.0.0.1:10835"
 DEFAULT_GPUSIM_SOCKET = "/run/gpusim/gpusim.sock"
@@ -35,6 +37,7 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 # A default of None is resolved in load_config (environment, hostname); the help says how.
 FLAGS: tuple[Flag, ...] = (
     Flag("web.listen-address", DEFAULT_LISTEN, "host:port for /metrics and the API"),
+    Flag("web.config.file", None, webconfig.FLAG_HELP),
     Flag("poll.interval", "100ms", "poll interval, e.g. 100ms, 0.5s", "duration"),
     Flag("gpu.backend", "auto",
          "auto, nvml or gpusim; auto uses NVML if it initialises, else gpusim",
@@ -99,6 +102,7 @@ class ExporterConfig:
     containerd_address: str = DEFAULT_CONTAINERD_ADDRESS
     containerd_namespace: str = "k8s.io"
     trust: TrustPolicy = TRUST_ALL
+    web: WebConfig | None = None  # --web.config.file, as read at start-up
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +143,7 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             "containerd.namespace", flags.text(values, "containerd.namespace")
         ),
         trust=_trust(values["trust.policy-file"]),
+        web=webconfig.web_config_from_flag(values["web.config.file"]),
     )
 
 

@@ -25,6 +25,7 @@ from gpuguard.exporter.state import state_json
 from gpuguard.labels import LabelError, ascii_int
 from gpuguard.web import HttpError, HttpServer, Limits, Request, Response, Router
 from gpuguard.web.routes import JSON, compressed, json_response, landing_page
+from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
 
 EVENTS_TIMEOUT_DEFAULT_S = 10.0
 EVENTS_TIMEOUT_MAX_S = 60.0
@@ -101,10 +102,12 @@ class SnapshotCache:
 class MetricsCache(SnapshotCache):
     """/metrics: the snapshot's families, then prometheus_client's ``process_*``."""
 
-    def __init__(self, poller: Poller) -> None:
+    def __init__(self, poller: Poller, web: WebConfigWatcher | None = None) -> None:
         renderer = TextRenderer()
         process = CollectorRegistry()
         ProcessCollector(registry=process)
+        if web is not None:
+            process.register(WebConfigCollector(web))
 
         def render(snap: PollSnapshot | None) -> bytes:
             return renderer.render_snapshot(snap) + generate_latest(process)
@@ -175,9 +178,12 @@ class EventWaiters:
                 self._futures.discard(future)
 
 
-def exporter_router(poller: Poller, events: EventLog) -> Router:
-    """The exporter's endpoints (docs/interfaces.md section 3); none needs a token."""
-    metrics = MetricsCache(poller)
+def exporter_router(
+    poller: Poller, events: EventLog, web: WebConfigWatcher | None = None
+) -> Router:
+    """The exporter's endpoints (docs/interfaces.md section 3); none needs a token (a web
+    config's basic auth, when it has users, guards them all)."""
+    metrics = MetricsCache(poller, web)
     state = SnapshotCache(poller, _state_body)
     waiters = EventWaiters(events)
     router = Router()
@@ -227,7 +233,12 @@ def _state_body(snap: PollSnapshot | None) -> bytes:
 
 
 def exporter_server(
-    address: tuple[str, int], poller: Poller, events: EventLog, limits: Limits | None = None
+    address: tuple[str, int],
+    poller: Poller,
+    events: EventLog,
+    limits: Limits | None = None,
+    web: WebConfigWatcher | None = None,
 ) -> HttpServer:
     """Bind the exporter's server (``OSError`` when the address is taken)."""
-    return HttpServer(address, exporter_router(poller, events), limits, name="gpuguard-exporter")
+    router = exporter_router(poller, events, web)
+    return HttpServer(address, router, limits, name="gpuguard-exporter", web=web)

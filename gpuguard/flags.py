@@ -70,6 +70,7 @@ KIND_METAVARS: dict[str, str] = {
 SHARED_METAVARS: dict[str, str] = {
     "web.listen-address": "HOST:PORT",
     "web.token-file": "PATH",
+    "web.config.file": "PATH",
     "docker.host": "URL",
     "swarm.manager": "URL",
     "exporter.url": "URL",

@@ -12,6 +12,7 @@ from gpuguard.placer.http import placer_server
 from gpuguard.placer.reservations import Reservations
 from gpuguard.placer.service import Placer, Settings
 from gpuguard.placer.source import PrometheusSource
+from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
 
 log = logging.getLogger("gpuguard.placer")
 
@@ -24,7 +25,10 @@ def run_placer(config: PlacerConfig) -> int:
         stream=sys.stderr,
     )
     source = PrometheusSource(
-        config.prometheus_url, config.prometheus_timeout_s, config.records_cache_s
+        config.prometheus_url,
+        config.prometheus_timeout_s,
+        config.records_cache_s,
+        tls_auth=config.prometheus_client,
     )
     placer = Placer(
         source,
@@ -38,7 +42,13 @@ def run_placer(config: PlacerConfig) -> int:
         Reservations(config.settle_s),
     )
     try:
-        server = placer_server((config.listen_host, config.listen_port), placer, config.token)
+        web = None
+        if config.web is not None:
+            # without a token, the web config's authentication is all that guards reservations
+            web = WebConfigWatcher(config.web, require_auth=config.token is None)
+            placer.metrics.registry.register(WebConfigCollector(web))
+        address = (config.listen_host, config.listen_port)
+        server = placer_server(address, placer, config.token, web)
     except OSError as exc:
         print(
             f"gpuguard placer: cannot listen on {config.listen_host}:{config.listen_port}: "
@@ -53,8 +63,9 @@ def run_placer(config: PlacerConfig) -> int:
     server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
-        "listening on http://%s:%s (policy %s, records from %s)",
-        host, port, config.policy, config.prometheus_url,
+        "listening on %s://%s:%s (policy %s, records from %s)",
+        config.web.scheme if config.web else "http", host, port, config.policy,
+        config.prometheus_url,
     )  # fmt: skip
     stop.wait()
     log.info("stopping")

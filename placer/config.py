@@ -11,6 +11,9 @@ from gpuguard.placer.errors import ConfigError
 from gpuguard.placer.ranking import DEFAULT_HEADROOM, DEFAULT_MAX_AGE_S, Policy
 from gpuguard.placer.reservations import DEFAULT_SETTLE_S
 from gpuguard.placer.service import DEFAULT_CLIENT_BURST, DEFAULT_CLIENT_RATE
+from gpuguard.web import client, webconfig
+from gpuguard.web.client import ClientConfig
+from gpuguard.web.webconfig import WebConfig
 
 DEFAULT_LISTEN = "127.0.0.1:10837"
 DEFAULT_URL = "http://127.0.0.1:10837"
@@ -20,7 +23,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("web.listen-address", DEFAULT_LISTEN,
          "host:port of the placer's API (an address beyond loopback needs --web.token-file)"),
     Flag("web.token-file", None, "file holding the bearer token API requests must present"),
+    Flag("web.config.file", None, webconfig.FLAG_HELP + "; with basic_auth_users or verified "
+         "client certificates the token is optional beyond loopback"),
     Flag("prometheus.url", "http://127.0.0.1:9090", "Prometheus that scrapes every exporter"),
+    Flag("prometheus.http-config-file", None, client.flag_help("--prometheus.url"),
+         metavar="PATH"),
     Flag("prometheus.timeout", "5s", "timeout of the records query", "duration"),
     Flag("records.cache", "1s", "reuse one records query this long (about a scrape)",
          "duration"),
@@ -55,6 +62,8 @@ class PlacerConfig:
     log_level: str
     client_rate: float = DEFAULT_CLIENT_RATE
     client_burst: int = DEFAULT_CLIENT_BURST
+    web: WebConfig | None = None  # --web.config.file, as read at start-up
+    prometheus_client: ClientConfig = client.NONE
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +76,11 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
     values = flags.merge(args, FLAGS)
     host, port = flags.listen_address(values, "web.listen-address", DEFAULT_LISTEN)
     token = flags.read_token(values["web.token-file"]) if values["web.token-file"] else None
-    if token is None and not flags.is_loopback(host):
+    web = webconfig.web_config_from_flag(values["web.config.file"])
+    if token is None and not flags.is_loopback(host) and not (web and web.authenticates):
         raise ConfigError(
-            f"--web.listen-address {host}: beyond loopback the API needs --web.token-file"
+            f"--web.listen-address {host}: beyond loopback the API needs --web.token-file "
+            "(or --web.config.file with basic_auth_users or verified client certificates)"
         )
     headroom = flags.share(values, "placement.headroom")
     return PlacerConfig(
@@ -86,4 +97,8 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
         log_level=flags.choice(values, "log.level", _LOG_LEVELS),
         client_rate=flags.positive(values, "placement.client-rate", 10_000.0),
         client_burst=flags.integer(values, "placement.client-burst", 1, 100_000),
+        web=web,
+        prometheus_client=client.load_client_config(
+            values["prometheus.http-config-file"], "prometheus.http-config-file"
+        ),
     )

@@ -22,9 +22,12 @@ from gpuguard.placer.service import Placer, Reply
 from gpuguard.web import HttpServer, Request, Response, Router
 from gpuguard.web.render import SharedRender, metrics_text
 from gpuguard.web.routes import json_response, landing_page, text_response
+from gpuguard.web.webconfig import WebConfigWatcher
 
 
-def placer_router(placer: Placer, token: str | None) -> Router:
+def placer_router(placer: Placer, token: str | None, web_authenticates: bool = False) -> Router:
+    """``web_authenticates``: the web config admits only clients it authenticated (basic
+    auth or verified certificates), which then may reserve without a token."""
     router = Router(token)
     page = landing_page(
         "gpuguard placer",
@@ -54,7 +57,7 @@ def placer_router(placer: Placer, token: str | None) -> Router:
         )
     router.post(
         "/api/v1/placement",
-        _reserve(placer, token),
+        _reserve(placer, token is not None or web_authenticates),
         auth=True,
         content_types=(FORM,),
         max_body=MAX_QUERY,
@@ -84,11 +87,12 @@ def _json(handle: Callable[[str], Reply]) -> Callable[[Request], Response]:
     return answer
 
 
-def _reserve(placer: Placer, token: str | None) -> Callable[[Request], Response]:
-    """POST: the form body holds what the query string holds for GET."""
+def _reserve(placer: Placer, authenticated: bool) -> Callable[[Request], Response]:
+    """POST: the form body holds what the query string holds for GET; only a caller the
+    token (or the web config) authenticated may reserve."""
 
     def answer(request: Request) -> Response:
-        if token is None:
+        if not authenticated:
             reply = placer.refuse_reservation(NO_TOKEN)
         else:
             try:
@@ -113,6 +117,15 @@ def _count_refusals(placer: Placer, endpoint: str) -> Callable[[int], None]:
     return observe
 
 
-def placer_server(address: tuple[str, int], placer: Placer, token: str | None) -> HttpServer:
-    """The placer's server, bound (raises OSError when the address is taken)."""
-    return HttpServer(address, placer_router(placer, token), name="gpuguard-placer")
+def placer_server(
+    address: tuple[str, int],
+    placer: Placer,
+    token: str | None,
+    web: WebConfigWatcher | None = None,
+) -> HttpServer:
+    """The placer's server, bound (raises OSError when the address is taken). A web config
+    that authenticates clients lets them reserve without the token; the server then refuses
+    a reload that would drop that authentication (``require_auth``)."""
+    authenticates = web is not None and web.current().authenticates
+    router = placer_router(placer, token, authenticates)
+    return HttpServer(address, router, name="gpuguard-placer", web=web)

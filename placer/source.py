@@ -32,6 +32,8 @@ from gpuguard.contract import StateReason
 from gpuguard.noderecord import MEMORY_MAX, GpuRecord, NodeRecord
 from gpuguard.placer.errors import RecordsUnavailable
 from gpuguard.placer.ranking import NodeView
+from gpuguard.web import client
+from gpuguard.web.client import ClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -182,12 +184,13 @@ class PrometheusSource:
         timeout_s: float = 5.0,
         cache_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        tls_auth: ClientConfig = client.NONE,
     ) -> None:
         self.url = url.rstrip("/") + "/api/v1/query"
         self.timeout_s = timeout_s
         self.cache_s = cache_s
         self._clock = clock
-        self._session = requests.Session()
+        self._session = tls_auth.session()  # --prometheus.http-config-file
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Mapping[str, Any]]] | None = None
 

@@ -12,7 +12,14 @@ from typing import Any
 
 from gpuguard import flags, labels
 from gpuguard.commands.errors import ServiceUnreachable
-from gpuguard.commands.service import ACTUATOR, PLACER, get_json, service_url
+from gpuguard.commands.service import (
+    ACTUATOR,
+    PLACER,
+    add_http_config_flag,
+    get_json,
+    http_config,
+    service_url,
+)
 from gpuguard.contract import NodeListExecutor
 
 DEFAULT_ACTUATOR_URL = "http://127.0.0.1:10836"
@@ -39,6 +46,7 @@ def register(subparsers: Any) -> None:
         default=os.environ.get("GPUGUARD_ACTUATOR_URL", DEFAULT_ACTUATOR_URL),
         help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
     )
+    add_http_config_flag(nodes_parser, "actuator")
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     add_ranked_flags(nodes_parser)
     nodes_parser.set_defaults(func=show_nodes)
@@ -70,13 +78,19 @@ def add_ranked_flags(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="file holding the placer's bearer token (its --web.token-file), when it has one",
     )
+    add_http_config_flag(parser, "placer")
 
 
 def show_nodes(args: argparse.Namespace) -> int:
     if args.placer_url:
         return show_ranked(args)
     try:
-        reply = get_json(ACTUATOR, args.actuator_url, "/api/v1/nodes")
+        tls_auth = http_config(args.actuator_http_config_file, "actuator")
+    except flags.ConfigError as exc:
+        print(f"gpuguard nodes: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reply = get_json(ACTUATOR, args.actuator_url, "/api/v1/nodes", tls_auth=tls_auth)
     except ServiceUnreachable as exc:
         print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 1
@@ -136,11 +150,12 @@ def show_ranked(args: argparse.Namespace) -> int:
         if args.placer_token_file:
             token = flags.read_token(args.placer_token_file, "placer.token-file")
             headers["Authorization"] = f"Bearer {token}"
+        tls_auth = http_config(args.placer_http_config_file, "placer")
     except flags.ConfigError as exc:
         print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 2
     try:
-        reply = get_json(PLACER, args.placer_url, "/api/v1/nodes", params, headers, 10.0)
+        reply = get_json(PLACER, args.placer_url, "/api/v1/nodes", params, headers, 10.0, tls_auth)
     except ServiceUnreachable as exc:
         print(f"gpuguard nodes: {exc}", file=sys.stderr)
         return 1

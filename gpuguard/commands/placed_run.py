@@ -25,18 +25,19 @@ import requests
 from gpuguard import flags
 from gpuguard.commands.errors import PlacementFailed, ServiceUnreachable
 from gpuguard.commands.launch import exec_docker, run_labels, split_run_flags
-from gpuguard.commands.service import PLACER, call_json, get_json
+from gpuguard.commands.service import PLACER, call_json, get_json, http_config
 from gpuguard.flags import ConfigError
 from gpuguard.labels import NODE, PLACEMENT, PROVISIONABLE
 
 RT_CONSTRAINT = f"node.labels.{PROVISIONABLE}!=false"
 VALUED = (
     "--deadline", "--task", "--docker.host", "--placer.url", "--placer.token-file",
-    "--memory", "--runtime", "--gpu-model",
+    "--placer.http-config-file", "--memory", "--runtime", "--gpu-model",
 )  # fmt: skip
 USAGE = (
     "usage: gpuguard run --placer.url URL --deadline DURATION --memory BYTES [--runtime DURATION]"
-    " [--gpu-model NAME] [--placer.token-file PATH] [--managed] [--docker.host URL]"
+    " [--gpu-model NAME] [--placer.token-file PATH] [--placer.http-config-file PATH]"
+    " [--managed] [--docker.host URL]"
     " [DOCKER SERVICE CREATE OPTIONS] IMAGE [COMMAND [ARG...]]"
 )
 
@@ -70,19 +71,26 @@ def place(found: dict[str, str]) -> dict[str, Any]:
     for flag, name in (("--runtime", "runtime"), ("--gpu-model", "gpu_model")):
         if flag in found:
             params[name] = found[flag]
-    if "--placer.token-file" in found:
-        token = flags.read_token(found["--placer.token-file"], "placer.token-file")
-        headers = {"Authorization": f"Bearer {token}"}
-        reply = call_json(
-            PLACER, "POST", found["--placer.url"], "/api/v1/placement", params, headers, 10.0
-        )
+    tls_auth = http_config(found.get("--placer.http-config-file"), "placer")
+    identified = tls_auth.username is not None or tls_auth.cert_file is not None
+    if "--placer.token-file" in found or identified:
+        # a reservation needs to say who asks: the token, or what the placer's web config
+        # authenticates (basic auth, a client certificate)
+        headers = {}
+        if "--placer.token-file" in found:
+            token = flags.read_token(found["--placer.token-file"], "placer.token-file")
+            headers["Authorization"] = f"Bearer {token}"
+        url = found["--placer.url"]
+        reply = call_json(PLACER, "POST", url, "/api/v1/placement", params, headers, 10.0, tls_auth)
     else:
         print(
             "gpuguard run: no --placer.token-file: the placement is not reserved (runs "
             "started together may be placed on the same GPU)",
             file=sys.stderr,
         )
-        reply = get_json(PLACER, found["--placer.url"], "/api/v1/placement", params, None, 10.0)
+        reply = get_json(
+            PLACER, found["--placer.url"], "/api/v1/placement", params, None, 10.0, tls_auth
+        )
     doc = reply.doc
     if reply.status == 429:
         raise PlacementFailed(f"placer: {doc.get('error', 'too many reservations')}, retry later")

@@ -14,7 +14,14 @@ from typing import Any
 
 from gpuguard import labels
 from gpuguard.commands.errors import ServiceUnreachable
-from gpuguard.commands.service import EXPORTER, get_json, service_url
+from gpuguard.commands.service import (
+    EXPORTER,
+    add_http_config_flag,
+    get_json,
+    http_config,
+    service_url,
+)
+from gpuguard.flags import ConfigError
 
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:10835"
 PS_COLUMNS = (
@@ -39,6 +46,7 @@ def register(sub: Any) -> None:
         default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
         help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
     )
+    add_http_config_flag(ps, "exporter")
     ps.add_argument("--json", action="store_true", help="print the rows as JSON")
     ps.add_argument("--all", "-a", action="store_true", help="also stopped containers")
     ps.set_defaults(func=cmd_ps)
@@ -46,7 +54,12 @@ def register(sub: Any) -> None:
 
 def cmd_ps(args: argparse.Namespace) -> int:
     try:
-        reply = get_json(EXPORTER, args.exporter_url, "/api/v1/state")
+        tls_auth = http_config(args.exporter_http_config_file, "exporter")
+    except ConfigError as exc:
+        print(f"gpuguard ps: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reply = get_json(EXPORTER, args.exporter_url, "/api/v1/state", tls_auth=tls_auth)
     except ServiceUnreachable as exc:
         print(f"gpuguard ps: {exc}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from gpuguard.commands import placed_run
 from gpuguard.commands.launch import exec_docker, run_labels, split_run_flags
 from gpuguard.contract import TaskMode
 from gpuguard.flags import ConfigError
+from gpuguard.web import client
 
 RUN_USAGE = (
     "usage: gpuguard run --deadline DURATION [--task MODE] [--managed] [--docker.host URL] "
@@ -103,6 +104,9 @@ def help_text() -> str:
     placed.add_argument("--runtime", metavar="DURATION", help="a task's run time on an idle GPU")
     placed.add_argument("--gpu-model", metavar="NAME", help="only GPUs of this model")
     placed.add_argument("--placer.token-file", metavar="PATH", help="the placer's bearer token")
+    placed.add_argument(
+        "--placer.http-config-file", metavar="PATH", help=client.flag_help("--placer.url")
+    )
     return parser.format_help()
 
 

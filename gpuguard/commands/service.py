@@ -10,6 +10,8 @@ from typing import Any
 
 from gpuguard import flags
 from gpuguard.commands.errors import ServiceUnreachable
+from gpuguard.web import client
+from gpuguard.web.client import ClientConfig
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,23 @@ def service_url(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL") from None
 
 
+def add_http_config_flag(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--NAME.http-config-file``: TLS and basic auth for ``--NAME.url`` (an https server
+    behind ``--web.config.file``), in Prometheus' http_config format."""
+    parser.add_argument(
+        f"--{name}.http-config-file",
+        dest=f"{name}_http_config_file",
+        metavar="PATH",
+        default=None,
+        help=client.flag_help(f"--{name}.url"),
+    )
+
+
+def http_config(path: str | None, name: str) -> ClientConfig:
+    """The client config ``--NAME.http-config-file`` names; ``flags.ConfigError`` if bad."""
+    return client.load_client_config(path, f"{name}.http-config-file")
+
+
 def get_json(
     service: Service,
     base_url: str,
@@ -58,10 +77,11 @@ def get_json(
     params: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
     timeout_s: float = 5.0,
+    tls_auth: ClientConfig = client.NONE,
 ) -> Reply:
     """GET ``base_url + path`` as JSON, whatever its status; ``ServiceUnreachable`` (one line
     with the fix) when nothing answers there, or something that is not the service."""
-    return call_json(service, "GET", base_url, path, params, headers, timeout_s)
+    return call_json(service, "GET", base_url, path, params, headers, timeout_s, tls_auth)
 
 
 def call_json(
@@ -72,6 +92,7 @@ def call_json(
     params: Mapping[str, str] | None = None,
     headers: Mapping[str, str] | None = None,
     timeout_s: float = 5.0,
+    tls_auth: ClientConfig = client.NONE,
 ) -> Reply:
     """``get_json`` for any method; a POST sends ``params`` as a form."""
     import requests
@@ -79,9 +100,10 @@ def call_json(
     url = base_url.rstrip("/") + path
     query, form = (params, None) if method == "GET" else (None, params)
     try:
-        reply = requests.request(
-            method, url, params=query, data=form, headers=headers, timeout=timeout_s
-        )
+        with tls_auth.session() as session:
+            reply = session.request(
+                method, url, params=query, data=form, headers=headers, timeout=timeout_s
+            )
     except requests.RequestException as exc:
         raise ServiceUnreachable(
             f"no {service.name} at {base_url} ({_why(exc, timeout_s)}): {service.fix()}"

@@ -27,6 +27,13 @@ What this guarantees, per connection:
   a new connection takes the place of the oldest one still waiting for a request head, else
   ends the oldest interruptible long poll early, else gets ``503``. Connections are accepted
   one at a time and accept errors such as EMFILE back off (up to a second): nothing spins.
+
+With a web config (``--web.config.file``, ``webconfig.py``): TLS handshakes run beside the
+accept loop, each within ``header_timeout_s`` and at most ``cap`` at once; basic auth is
+checked from the head like the token, before routing and before any body byte, with bcrypt
+off the loop (one at a time, ``MAX_PENDING_BCRYPT`` waiting, else 503); the config's
+headers go on every reply. The config is looked up per connection and per request, so a
+changed file applies to the next handshake and the next request without a restart.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import itertools
 import logging
 import resource
 import socket
+import ssl
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
@@ -54,12 +62,14 @@ from gpuguard.web.routes import (
     Response,
     Route,
     Router,
+    bearer_matches,
     encode,
     error_response,
     json_response,
     media_type,
     reason,
 )
+from gpuguard.web.webconfig import BasicAuth, WebConfig, WebConfigWatcher, parse_basic
 from gpuguard.web.wire import Wire
 
 log = logging.getLogger("gpuguard.web")
@@ -68,6 +78,7 @@ _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 READ_CHUNK = 32 * 1024  # the shared receive buffer: the most one socket read brings
 STREAM_LIMIT = 32 * 1024  # bytes queued per connection before reading from it pauses
 NOFILE_TARGET = 65536
+MAX_PENDING_BCRYPT = 64  # basic-auth checks waiting for the one bcrypt thread
 
 
 @dataclass(frozen=True)
@@ -134,8 +145,14 @@ class HttpServer:
         router: Router,
         limits: Limits | None = None,
         name: str = "gpuguard",
+        web: WebConfigWatcher | None = None,
     ) -> None:
         self.router = router
+        self.web = web
+        self.basic_auth = BasicAuth()
+        self._bcrypt = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-bcrypt")
+        self._bcrypt_pending = 0
+        self._handshakes = 0
         self.limits = limits or Limits()
         self.name = name
         self._sock = _listen(address, self.limits.backlog)
@@ -171,6 +188,7 @@ class HttpServer:
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(timeout=10)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._bcrypt.shutdown(wait=False, cancel_futures=True)
 
     def server_close(self) -> None:
         self._sock.close()
@@ -229,15 +247,57 @@ class HttpServer:
                 await asyncio.sleep(backoff)
                 continue
             backoff = 0.0
+            context = self._web_config().context
+            if context is not None:
+                self._start_handshake(sock, context)
+                continue
             try:
                 await loop.connect_accepted_socket(self._new_wire, sock)
             except OSError:
                 sock.close()
 
+    def _web_config(self) -> WebConfig:
+        return self.web.current() if self.web is not None else _PLAIN
+
+    def _start_handshake(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        """TLS: the handshake runs in a task of its own, so a client that stalls in it holds
+        neither the accept loop nor more than ``header_timeout_s``; at most ``cap`` at once."""
+        if self._handshakes >= self.cap:
+            self.counters["rejected"] += 1
+            sock.close()
+            return
+        self._handshakes += 1
+        task = asyncio.get_running_loop().create_task(self._handshake(sock, context))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handshake(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                self._new_wire,
+                sock,
+                ssl=context,
+                ssl_handshake_timeout=self.limits.header_timeout_s,
+            )
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            self.counters["tls_handshake_errors"] += 1
+            log.debug("%s: TLS handshake failed: %s", self.name, exc)
+            sock.close()
+        finally:
+            self._handshakes -= 1
+
     def _new_wire(self) -> Wire:
         return Wire(self._scratch, STREAM_LIMIT, self._start_connection)
 
     def _start_connection(self, wire: Wire) -> None:
+        tls = self._web_config().tls
+        transport = wire.transport
+        # after the handshake, before any request: the SANs the web config allows
+        if tls is not None and transport and not tls.admits(transport.get_extra_info("peercert")):
+            self.counters["tls_client_refused"] += 1
+            wire.abort()
+            return
         task = asyncio.get_running_loop().create_task(self._on_connection(wire))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -354,8 +414,16 @@ class HttpServer:
         request.peer = conn.peer
         route: Route | None = None
         try:
-            route = self.router.resolve(request.method, request.path)
-            _check_head(self.router, route, request)
+            web = self._web_config()
+            try:
+                route = self.router.resolve(request.method, request.path)
+            except HttpError:
+                if web.users:  # who asks comes first, as in exporter-toolkit: before a 404
+                    await self._check_basic(web, request)
+                raise
+            if web.users:
+                await self._check_basic(web, request)
+            _check_head(self.router, route, request, bool(web.users))
             request.body = await self._read_body(h, conn, route, request)
             response = await self._call(route, request, conn)
         except HttpError as exc:
@@ -376,6 +444,31 @@ class HttpServer:
                 await self._linger(conn)
             return False
         return h.our_state is h11.DONE and h.their_state is h11.DONE
+
+    async def _check_basic(self, web: WebConfig, request: Request) -> None:
+        """Basic auth against the web config's users, or the router's bearer token."""
+        header = request.headers.get("authorization")
+        if self.router.token is not None and bearer_matches(header, self.router.token):
+            return
+        credentials = parse_basic(header)
+        if credentials is not None:
+            outcome = self.basic_auth.cached(web.users, *credentials)
+            if outcome is None:
+                if self._bcrypt_pending >= MAX_PENDING_BCRYPT:
+                    raise HttpError(503, "too many logins at once", (("Retry-After", "1"),))
+                self._bcrypt_pending += 1
+                try:
+                    loop = asyncio.get_running_loop()
+                    check = self.basic_auth.check
+                    outcome = await loop.run_in_executor(
+                        self._bcrypt, check, web.users, *credentials
+                    )
+                finally:
+                    self._bcrypt_pending -= 1
+            if outcome:
+                return
+        self.counters["unauthorized"] += 1
+        raise HttpError(401, "missing or bad credentials", (("WWW-Authenticate", "Basic"),))
 
     async def _read_body(
         self, h: h11.Connection, conn: _Conn, route: Route, request: Request
@@ -448,6 +541,7 @@ class HttpServer:
             ("Content-Length", str(len(response.body))),
             ("Server", self.name),
             *response.headers,
+            *self._web_config().headers,
         ]
         if not keep:
             headers.append(("Connection", "close"))
@@ -477,7 +571,7 @@ class HttpServer:
             f"Content-Length: {len(response.body)}",
             f"Server: {self.name}",
             "Connection: close",
-            *(f"{k}: {v}" for k, v in response.headers),
+            *(f"{k}: {v}" for k, v in (*response.headers, *self._web_config().headers)),
         ]
         await self._write(conn, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body)
 
@@ -499,6 +593,9 @@ class HttpServer:
             return
 
 
+_PLAIN = WebConfig()
+
+
 def _listen(address: tuple[str, int], backlog: int) -> socket.socket:
     host, port = address
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -515,9 +612,12 @@ def _request(head: h11.Request) -> Request:
     return Request(head.method.decode("latin-1"), target.path or "/", target.query, headers)
 
 
-def _check_head(router: Router, route: Route, request: Request) -> None:
-    """What can be refused from the head alone, in Alertmanager's order: 401, then 415."""
-    if route.auth and not router.authorized(request.headers):
+def _check_head(router: Router, route: Route, request: Request, authenticated: bool) -> None:
+    """What can be refused from the head alone, in Alertmanager's order: 401, then 415.
+
+    ``authenticated``: basic auth already admitted the request (or the token did), which
+    stands in for the token on routes that want it."""
+    if route.auth and not authenticated and not router.authorized(request.headers):
         raise HttpError(401, "missing or bad bearer token", (("WWW-Authenticate", "Bearer"),))
     if route.content_types:
         given = media_type(request.headers.get("content-type"))

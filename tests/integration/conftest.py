@@ -87,7 +87,7 @@ def alertmanager_factory(
     """Start ``AlertmanagerService(dir, webhook_url, token_file, **kwargs)``."""
     services = Services()
 
-    def start(webhook_url: str, token_file: Path, **kwargs: Any) -> AlertmanagerService:
+    def start(webhook_url: str, token_file: Path | None, **kwargs: Any) -> AlertmanagerService:
         if not any(shutil.which(name) for name in BINARIES):
             unavailable("prometheus-alertmanager not installed (make setup installs it)")
         directory = tmp_path_factory.mktemp("alertmanager")

@@ -250,3 +250,50 @@ def test_slo_alerts_reach_the_actuator_at_once_and_warnings_the_operators(
             ALERTMANAGER_CONFIG, f"alertname={name}", f"gpuguard_action={action}",
             "severity=warning",
         ) == "gpuguard-actuator,gpuguard-operators"  # fmt: skip
+
+
+def https_variant(path: Path) -> dict[str, Any]:
+    """The commented block between ``# https-variant-begin`` and ``-end`` in a shipped file."""
+    lines = path.read_text().splitlines()
+    begin = next(i for i, line in enumerate(lines) if line.strip() == "# https-variant-begin")
+    end = next(i for i, line in enumerate(lines) if line.strip() == "# https-variant-end")
+    block = [line.strip()[2:] if line.strip() != "#" else "" for line in lines[begin + 1 : end]]
+    indent = min(len(line) - len(line.lstrip()) for line in block if line.strip())
+    doc: dict[str, Any] = yaml.safe_load("\n".join(line[indent:] for line in block))
+    return doc
+
+
+def test_shipped_prometheus_https_variant_is_valid(tmp_path: Path) -> None:
+    variant = https_variant(PROMETHEUS_DEPLOY_DIR / "prometheus.yml")
+    assert variant["scheme"] == "https" and set(variant["basic_auth"]) == {
+        "username", "password_file"
+    }  # fmt: skip
+    for name in ("ca.crt", "prometheus.crt", "prometheus.key", "prometheus.password"):
+        (tmp_path / name).write_text("placeholder\n")
+    tls = variant["tls_config"]
+    for key in ("ca_file", "cert_file", "key_file"):
+        tls[key] = str(tmp_path / Path(tls[key]).name)
+    variant["basic_auth"]["password_file"] = str(tmp_path / "prometheus.password")
+    text = render_prometheus_config(actuators=["127.0.0.1:19836"], scrape_http_config=variant)
+    jobs = {job["job_name"]: job for job in yaml.safe_load(text)["scrape_configs"]}
+    assert jobs["gpuguard-exporter"]["scheme"] == jobs["gpuguard-actuator"]["scheme"] == "https"
+    path = tmp_path / "prometheus.yml"
+    path.write_text(text)
+    check([require_binary("promtool"), "check", "config", "--syntax-only", str(path)])
+
+
+def test_shipped_alertmanager_https_variant_is_valid(tmp_path: Path) -> None:
+    variant = https_variant(ALERTMANAGER_CONFIG)
+    assert variant["url"].startswith("https://")
+    http_config = variant["http_config"]
+    assert "authorization" not in http_config  # Alertmanager takes one of the two
+    (tmp_path / "ca.crt").write_text("placeholder\n")
+    (tmp_path / "password").write_text("pw\n")
+    http_config["tls_config"]["ca_file"] = str(tmp_path / "ca.crt")
+    http_config["basic_auth"]["password_file"] = str(tmp_path / "password")
+    text = render_alertmanager_config(variant["url"], None, http_config=http_config)
+    webhook = yaml.safe_load(text)["receivers"][1]["webhook_configs"][0]
+    assert webhook["url"] == variant["url"] and webhook["http_config"] == http_config
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(text)
+    check([require_binary("amtool"), "check-config", str(path)])

@@ -292,3 +292,36 @@ def test_hostile_flags_are_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.count("\n") == 1 and err.startswith(f"gpuguard {argv[0]}: "), err
+
+
+def test_web_config_with_users_makes_the_token_optional(
+    files: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.support.tlscerts import write_web_config
+
+    no_token = [a for a in base(files) if not a.startswith("--web.token-file")]
+    with pytest.raises(ConfigError, match=r"--web\.token-file is required"):
+        load_config(parse(no_token))
+    web = write_web_config(tmp_path / "web.yml", None, {"alertmanager": "pw"})
+    config = load_config(parse([*no_token, f"--web.config.file={web}"]))
+    assert config.token is None and config.web is not None and config.web.users
+    plain = write_web_config(tmp_path / "plain.yml", None)  # neither users nor client certs
+    with pytest.raises(ConfigError, match=r"--web\.token-file is required"):
+        load_config(parse([*no_token, f"--web.config.file={plain}"]))
+
+
+def test_bad_web_and_client_configs_are_config_errors(
+    files: dict[str, str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("basic_auth_users: {bob: plain}\n")
+    with pytest.raises(ConfigError, match=r"--web\.config\.file .*basic_auth_users\.bob"):
+        load_config(parse([*base(files), f"--web.config.file={bad}"]))
+    client = tmp_path / "client.yml"
+    client.write_text("basic_auth: {username: actuator, password: pw}\n")
+    config = load_config(parse([*base(files), f"--exporter.http-config-file={client}"]))
+    assert config.exporter_client.username == "actuator"
+    assert any("in clear" in w for w in config.warnings)  # http:// exporter.url
+    client.write_text("tls_config: {ca: x}\n")
+    with pytest.raises(ConfigError, match=r"--exporter\.http-config-file .*tls_config\.ca"):
+        load_config(parse([*base(files), f"--exporter.http-config-file={client}"]))

@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from tests.prereq import unavailable
+from tests.prereq import require_binary, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -751,3 +751,186 @@ def test_no_address_but_loopback() -> None:
     for path in deployment_texts():
         for address in re.findall(r"\b\d{1,3}(?:\.\d{1,3}){3}\b", path.read_text()):
             assert ipaddress.ip_address(address).is_loopback, f"{path.name}: {address}"
+
+
+# --- TLS (--web.config.file) on Kubernetes -------------------------------------------------
+
+
+def web_config_secret() -> dict[str, str]:
+    data: dict[str, str] = by_kind("Secret")["gpuguard-web-config"]["stringData"]
+    return data
+
+
+def secret_mounts(name: str) -> dict[str, str]:
+    """Secret name -> mount path in the DaemonSet ``name``'s container."""
+    volumes = {v["name"]: v for v in pod_spec(name)["volumes"]}
+    return {
+        volumes[m["name"]]["secret"]["secretName"]: m["mountPath"]
+        for m in container(name)["volumeMounts"]
+        if "secret" in volumes[m["name"]]
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [("gpuguard-exporter", "exporter.yml"), ("gpuguard-actuator", "actuator.yml")],
+)
+def test_kubernetes_servers_read_their_web_config_from_the_secret(name: str, config: str) -> None:
+    args = container(name)["args"]
+    mounts = secret_mounts(name)
+    assert flag(args, "web.config.file") == f"{mounts['gpuguard-web-config']}/{config}"
+    assert mounts["gpuguard-tls"] == "/etc/gpuguard/tls"
+    assert container(name)["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # the Secret files are 0440: the pod's group must own them
+    assert pod_spec(name)["securityContext"]["fsGroup"] == 10001
+
+
+def test_kubernetes_web_configs_are_valid_with_a_real_certificate(tmp_path: Path) -> None:
+    from gpuguard.web.client import load_client_config
+    from gpuguard.web.webconfig import load_web_config
+    from tests.support.tlscerts import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    for key, source in (("tls.crt", pki.server_cert), ("tls.key", pki.server_key),
+                        ("ca.crt", pki.ca)):  # fmt: skip
+        (tmp_path / key).write_bytes(source.read_bytes())
+    for name, text in web_config_secret().items():
+        path = tmp_path / name
+        path.write_text(text.replace("/etc/gpuguard/tls", str(tmp_path)))
+        if name == "exporter-client.yml":
+            assert load_client_config(path, "exporter.http-config-file").ca_file is not None
+        else:
+            config = load_web_config(path)
+            assert config.scheme == "https", name
+    args = container("gpuguard-actuator")["args"]
+    assert flag(args, "exporter.http-config-file") == "/etc/gpuguard/web/exporter-client.yml"
+
+
+def test_kubernetes_tls_names_are_the_services() -> None:
+    """Prometheus, Alertmanager and the actuator verify the certificate against the Service
+    names (the targets are pod and node IPs, which no certificate can list in advance)."""
+    monitors = by_kind("ServiceMonitor")
+    for name in ("gpuguard-exporter", "gpuguard-actuator"):
+        (endpoint,) = monitors[name]["spec"]["endpoints"]
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"]["serverName"] == f"{name}.gpuguard.svc"
+        assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "gpuguard-tls", "key": "ca.crt"}
+    exporter_url = flag(container("gpuguard-actuator")["args"], "exporter.url")
+    assert exporter_url == "https://gpuguard-exporter.gpuguard.svc:10835"
+    config = by_kind("AlertmanagerConfig")["gpuguard"]
+    for webhook in config["spec"]["receivers"][0]["webhookConfigs"]:
+        assert webhook["url"].startswith("https://")
+        tls = webhook["httpConfig"]["tlsConfig"]
+        assert tls["serverName"] == "gpuguard-actuator.gpuguard.svc"
+
+
+def test_network_policies_admit_only_the_callers() -> None:
+    policies = by_kind("NetworkPolicy")
+
+    def admitted(name: str) -> tuple[set[tuple[str | None, str]], list[int]]:
+        (rule,) = policies[name]["spec"]["ingress"]
+        peers = set()
+        for peer in rule["from"]:
+            assert set(peer) <= {"namespaceSelector", "podSelector"}  # no ipBlock: no "all"
+            namespace = peer.get("namespaceSelector", {}).get("matchLabels", {})
+            pod = peer["podSelector"]["matchLabels"]
+            who = pod.get("app.kubernetes.io/component") or pod["app.kubernetes.io/name"]
+            peers.add((namespace.get("kubernetes.io/metadata.name"), who))
+        return peers, [p["port"] for p in rule["ports"]]
+
+    assert admitted("gpuguard-exporter") == (
+        {("monitoring", "prometheus"), (None, "actuator")},
+        [10835],
+    )
+    assert admitted("gpuguard-actuator") == (
+        {("monitoring", "prometheus"), ("monitoring", "alertmanager")},
+        [10836],
+    )
+    for name, policy in policies.items():
+        component = name.removeprefix("gpuguard-")
+        assert (
+            policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == component
+        )
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+# --- TLS (--web.config.file) with compose ---------------------------------------------------
+
+COMPOSE_TLS = DEPLOY / "compose.tls.yaml"
+
+
+def gen_tls() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_tls", DEPLOY / "compose" / "gen_tls.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compose_tls_overlay_keeps_every_flag_and_adds_tls() -> None:
+    """Compose replaces a command as a whole: the overlay's must be compose.yaml's plus TLS."""
+    base, overlay = compose()["services"], load_yaml(COMPOSE_TLS)["services"]
+    added = {
+        "exporter": {"--web.config.file=/etc/gpuguard/tls/exporter-web.yml"},
+        "actuator": {"--web.config.file=/etc/gpuguard/tls/actuator-web.yml",
+                     "--exporter.http-config-file=/etc/gpuguard/tls/exporter-client.yml",
+                     "--exporter.url=https://127.0.0.1:10835"},
+        "prometheus": {"--config.file=/etc/gpuguard/tls/prometheus.yml"},
+        "alertmanager": {"--config.file=/etc/gpuguard/tls/alertmanager.yml"},
+    }  # fmt: skip
+    for name, flags in added.items():
+        command = overlay[name]["command"]
+        replaced = {a.split("=")[0] for a in flags} & {"--exporter.url", "--config.file"}
+        kept = [a for a in base[name]["command"] if a.split("=")[0] not in replaced]
+        assert set(command) == set(kept) | flags, name
+        assert "./compose/tls:/etc/gpuguard/tls:ro" in overlay[name]["volumes"]
+        if name in ("exporter", "actuator"):
+            assert_parses([expand(a) for a in command], f"compose.tls.yaml {name}")
+    assert "tls/" in (DEPLOY / "compose" / ".gitignore").read_text().split()
+
+
+def test_compose_tls_material_is_valid(tmp_path: Path) -> None:
+    """What gen_tls.py makes: certificates the web configs accept, configs promtool and
+    amtool accept, and a compose project that docker compose accepts with the overlay."""
+    from gpuguard.web.client import load_client_config
+    from gpuguard.web.webconfig import load_web_config
+
+    require_binary("openssl")
+    out = tmp_path / "tls"
+    gen_tls().generate(out, container_dir=str(out))
+    for name in ("exporter-web.yml", "actuator-web.yml"):
+        config = load_web_config(out / name)
+        assert config.scheme == "https" and config.users, name
+    assert load_web_config(out / "exporter-web.yml").tls.client_auth == (  # type: ignore[union-attr]
+        "RequireAndVerifyClientCert"
+    )
+    client = load_client_config(out / "exporter-client.yml", "exporter.http-config-file")
+    assert client.username == "actuator" and client.password
+    assert oct((out / "server.key").stat().st_mode & 0o777) == "0o640"
+    prometheus = load_yaml(out / "prometheus.yml")
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    assert jobs["gpuguard-exporter"]["scheme"] == jobs["gpuguard-actuator"]["scheme"] == "https"
+    assert "scheme" not in jobs["gpuguard-guard"]  # the guard serves plain HTTP on loopback
+    promtool = require_binary("promtool")
+    check = subprocess.run(
+        [promtool, "check", "config", "--syntax-only", str(out / "prometheus.yml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    check = subprocess.run(
+        [require_binary("amtool"), "check-config", str(out / "alertmanager.yml")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    again = {p.name: p.read_bytes() for p in out.glob("*.password")}
+    gen_tls().generate(out, container_dir=str(out))  # renewal keeps keys and passwords
+    assert {p.name: p.read_bytes() for p in out.glob("*.password")} == again
+    command = compose_command()
+    if command is None:
+        pytest.skip("neither `docker compose` nor docker-compose is installed")
+    result = subprocess.run(
+        [*command, "-f", str(COMPOSE), "-f", str(COMPOSE_TLS), "config", "-q"],
+        capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, DOCKER_GID="999"), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -342,3 +343,29 @@ def test_a_malformed_sample_never_stops_the_node_list(sample: Any) -> None:
     assert {v.record.node for v in views} >= {"b"}
     placer = Placer(StaticSource(views), Settings(), clock=lambda: 1000.0)
     assert placer.nodes("").code == 200
+
+
+def test_http_reservations_by_clients_a_web_config_authenticated(
+    placer: Placer, tmp_path: Path
+) -> None:
+    from gpuguard.web.webconfig import WebConfigWatcher, load_web_config
+    from tests.support.tlscerts import write_web_config
+
+    web = WebConfigWatcher(
+        load_web_config(write_web_config(tmp_path / "web.yml", None, {"scheduler": "pw"})),
+        require_auth=True,
+    )
+    port = free_port()
+    srv = placer_server(("127.0.0.1", port), placer, token=None, web=web)
+    srv.serve_in_thread()
+    try:
+        url = f"http://127.0.0.1:{port}/api/v1/placement"
+        form = {"deadline": "9s", "memory": "1GiB"}
+        refused = requests.post(url, data=form, timeout=5)
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Basic"
+        placed = requests.post(url, data=form, auth=("scheduler", "pw"), timeout=5)
+        assert placed.status_code == 200, placed.text
+        assert len(placer.reservations) == 1
+    finally:
+        srv.shutdown()
+        srv.server_close()

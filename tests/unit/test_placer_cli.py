@@ -61,3 +61,24 @@ def test_reservation_limits() -> None:
 def test_cli_exit_2_on_bad_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["placer", "--placement.policy=best"]) == 2
     assert capsys.readouterr().err.startswith("gpuguard placer: --placement.policy")
+
+
+def test_placer_beyond_loopback_may_rely_on_a_web_config(tmp_path: Path) -> None:
+    from tests.support.tlscerts import write_web_config
+
+    web = write_web_config(tmp_path / "web.yml", None, {"scheduler": "pw"})
+    c = config("--web.listen-address=0.0.0.0:10837", f"--web.config.file={web}")
+    assert c.token is None and c.web is not None
+    plain = write_web_config(tmp_path / "plain.yml", None)
+    with pytest.raises(ConfigError, match=r"needs --web\.token-file"):
+        config("--web.listen-address=0.0.0.0:10837", f"--web.config.file={plain}")
+
+
+def test_placer_refuses_a_bad_web_config_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "web.yml"
+    bad.write_text("tls_server_config: {cert_file: nope.crt, key_file: nope.key}\n")
+    assert main(["placer", f"--web.config.file={bad}"]) == 2
+    err = capsys.readouterr().err
+    assert "tls_server_config.cert_file: cannot read" in err and err.count("\n") == 1

@@ -23,12 +23,16 @@ BINARIES = ("prometheus-alertmanager", "alertmanager")
 
 def render_alertmanager_config(
     webhook_url: str,
-    token_file: Path,
+    token_file: Path | None,
     source: Path = ALERTMANAGER_CONFIG,
     node_webhooks: Mapping[str, str] | None = None,
+    http_config: Mapping[str, Any] | None = None,
 ) -> str:
     """The deploy config with every webhook pointed at ``webhook_url``, bearer token from
     ``token_file``; routes, timings and inhibitions stay as deployed.
+
+    ``http_config`` (e.g. ``tls_config`` and ``basic_auth`` for an actuator behind
+    ``--web.config.file``) replaces the webhooks' ``http_config`` and the token.
 
     ``node_webhooks`` (node name -> that node's actuator URL) adds one route per node in
     front, each with the deployed sub-routes (the admission timing), as the multi-node
@@ -45,8 +49,12 @@ def render_alertmanager_config(
         raise ValueError(f"{source} has no webhook receiver to point at the actuator")
     for webhook in webhooks:
         webhook["url"] = webhook_url
-        http_config = webhook.setdefault("http_config", {})
-        http_config["authorization"] = {
+        if http_config is not None:
+            webhook["http_config"] = copy.deepcopy(dict(http_config))
+            continue
+        if token_file is None:
+            raise ValueError("a token file or an http_config is needed")
+        webhook.setdefault("http_config", {})["authorization"] = {
             "type": "Bearer",
             "credentials_file": str(Path(token_file).resolve()),
         }
@@ -113,12 +121,13 @@ class AlertmanagerService(ConfiguredHttpService):
         port: int | None = None,
         config_text: str | None = None,
         node_webhooks: Mapping[str, str] | None = None,
+        http_config: Mapping[str, Any] | None = None,
     ) -> None:
         if config_text is None:
-            if token_file is None:
+            if token_file is None and http_config is None:
                 raise ValueError("token_file is required when rendering the deploy config")
             config_text = render_alertmanager_config(
-                webhook_url, token_file, node_webhooks=node_webhooks
+                webhook_url, token_file, node_webhooks=node_webhooks, http_config=http_config
             )
         super().__init__(directory, config_text, port)
 

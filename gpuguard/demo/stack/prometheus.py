@@ -44,6 +44,7 @@ def render_prometheus_config(
     deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
     guards: Targets = (),
     tenant_engines: Sequence[str] = (),
+    scrape_http_config: Mapping[str, Any] | None = None,
 ) -> str:
     """The profile's config file with these targets; rule file paths made absolute.
 
@@ -53,6 +54,9 @@ def render_prometheus_config(
     ``external_labels`` (e.g. ``grafana_url``, which the alerts' links use) are added.
     ``tenant_engines``: Docker engine URLs (``unix:///.../docker.sock``) whose containers
     the tenants' job discovers, one ``docker_sd_configs`` entry each; none drops the job.
+    ``scrape_http_config`` (``scheme``, ``tls_config``, ``basic_auth``: the commented https
+    variant in the deploy file) goes into the exporters' and actuators' jobs, for gpuguard
+    servers behind ``--web.config.file`` (the guard, loopback only, has none).
     """
     try:
         source = deploy_dir / PROFILES[profile]
@@ -83,6 +87,8 @@ def render_prometheus_config(
             if not targets:
                 continue
             job["static_configs"] = _static_configs(targets)
+            if job["job_name"] != GUARD_JOB:  # the guard has no web config
+                job.update(copy.deepcopy(dict(scrape_http_config or {})))
         scrape_configs.append(job)
     wanted = set(jobs) | ({TENANTS_JOB} if tenant_engines else set())
     missing = wanted - {job["job_name"] for job in config.get("scrape_configs", [])}
@@ -131,6 +137,7 @@ class PrometheusService(ConfiguredHttpService):
         rule_files: Sequence[Path] | None = None,
         external_labels: Mapping[str, str] | None = None,
         tenant_engines: Sequence[str] = (),
+        scrape_http_config: Mapping[str, Any] | None = None,
     ) -> None:
         if config_text is None:
             config_text = render_prometheus_config(
@@ -141,6 +148,7 @@ class PrometheusService(ConfiguredHttpService):
                 rule_files=rule_files,
                 external_labels=external_labels,
                 tenant_engines=tenant_engines,
+                scrape_http_config=scrape_http_config,
             )
         super().__init__(directory, config_text, port)
 
