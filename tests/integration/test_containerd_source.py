@@ -134,15 +134,19 @@ def test_a_restarted_containerd_is_resynced_and_followed_again(
     pod = pods("restart", "systemd", {})
     before = pod.run_sleeper("before")
     wait_for(lambda: container_doc(k8s_exporter.state(), before), 10, "first container seen")
-    errors = k8s_exporter.metric("gpuguard_exporter_errors_total", source="docker") or 0
+    # the source's health names the engine it follows, not Docker
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="containerd") == 1
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="docker") is None
+    assert k8s_exporter.state()["sources"] == {"gpu": True, "containerd": True, "procfs": True}
+    errors = k8s_exporter.metric("gpuguard_exporter_errors_total", source="containerd") or 0
 
     containerd.restart_daemon()
     after = pod.run_sleeper("after")
 
     wait_for(lambda: container_doc(k8s_exporter.state(), after), 20, "container made after")
     assert (container_doc(k8s_exporter.state(), before) or {}).get("state") == "running"
-    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="docker") == 1
-    restarted = k8s_exporter.metric("gpuguard_exporter_errors_total", source="docker")
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="containerd") == 1
+    restarted = k8s_exporter.metric("gpuguard_exporter_errors_total", source="containerd")
     assert restarted is not None and restarted > errors
     containerd.remove(before)  # followed again after the restart
     wait_for(lambda: container_doc(k8s_exporter.state(), before) is None, 10, "removal seen")

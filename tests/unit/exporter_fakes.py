@@ -128,6 +128,8 @@ class ListBackend:
 class StaticContainers:
     """A container source holding a fixed mapping (the poller's ContainerSource)."""
 
+    ENGINE = "docker"
+
     def __init__(self, *infos: ContainerInfo) -> None:
         self.connected = True
         self.errors = 0

@@ -11,6 +11,7 @@ from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
 from gpuguard.exporter.model import DeviceSample, GpuSample
+from gpuguard.exporter.state import state_json
 from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, NO_POD, cid, container, sample, three_container_poller
 
@@ -147,6 +148,29 @@ def test_a_docker_source_that_fails_is_said_not_hidden(setup) -> None:
     detail = poller.degraded()
     assert detail is not None and detail.startswith("degraded: docker source failing")
     assert "Permission denied" in detail
+
+
+def test_the_source_followed_is_the_one_named(setup) -> None:
+    backend, containers, poller, registry = setup
+    containers.ENGINE = "containerd"  # the exporter follows containerd on a Kubernetes node
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    v = registry.get_sample_value
+    node = {"node": "node-a"}
+    assert v("gpuguard_exporter_collector_success", {**node, "source": "containerd"}) == 1
+    assert v("gpuguard_exporter_errors_total", {**node, "source": "containerd"}) == 0
+    assert v("gpuguard_exporter_collector_success", {**node, "source": "docker"}) is None
+    containers.connected, containers.last_error = False, "ctr: connection refused"
+    containers.errors = 1
+    poller.poll_once()
+    assert v("gpuguard_exporter_collector_success", {**node, "source": "containerd"}) == 0
+    assert v("gpuguard_exporter_errors_total", {**node, "source": "containerd"}) == 1
+    assert poller.degraded() == (
+        "degraded: containerd source failing: not connected to containerd (ctr: connection refused)"
+    )
+    assert state_json(poller.snapshot)["sources"] == {
+        "gpu": True, "containerd": False, "procfs": True,
+    }  # fmt: skip
 
 
 def test_text_renderer_matches_the_collector(setup) -> None:
