@@ -405,6 +405,32 @@ def test_kubernetes_documents_are_named_objects() -> None:
             assert document["metadata"].get("namespace") == "gpuguard", (path, document["kind"])
 
 
+def test_core_objects_match_the_apis_schema() -> None:
+    """Every object of the core API in the manifests, read by the official client's models
+    (pydantic: a wrong type raises) and written back unchanged (an unknown or misspelt field
+    is dropped): what the API server would refuse or ignore. Custom resources (monitors,
+    rules) are checked field by field in the tests above and below."""
+    pytest.importorskip("kubernetes")
+    from kubernetes import client
+    from kubernetes.client import ApiClient
+
+    models = {
+        "DaemonSet": client.V1DaemonSet, "Service": client.V1Service,
+        "ServiceAccount": client.V1ServiceAccount, "ClusterRole": client.V1ClusterRole,
+        "ClusterRoleBinding": client.V1ClusterRoleBinding, "Namespace": client.V1Namespace,
+        "ConfigMap": client.V1ConfigMap,
+    }  # fmt: skip
+    checked = set()
+    for path, document in kubernetes_documents():
+        model = models.get(document["kind"])
+        if model is None:
+            continue
+        back = ApiClient().sanitize_for_serialization(model.from_dict(document))
+        assert back == document, (path, document["kind"], document["metadata"]["name"])
+        checked.add(document["kind"])
+    assert {"DaemonSet", "Service", "ClusterRole"} <= checked
+
+
 def test_kustomization_lists_every_manifest() -> None:
     listed = set(load_yaml(KUBERNETES / "kustomization.yaml")["resources"])
     manifests = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
