@@ -427,7 +427,11 @@ class DockerExecutor:
                 self._forget(cid)
                 if self._freezing:
                     self._freezing = False
-                    log.warning("the kernel refused a freeze (%s): docker pause from now on", exc)
+                    log.warning(
+                        "the kernel refused a freeze (%s): the runtime's pause (docker or "
+                        "containerd) from now on",
+                        exc,
+                    )
                 continue
             asked[cid] = (cgroup, asked_at, began)
         frozen = {}
@@ -510,7 +514,7 @@ class DockerExecutor:
             log.exception("hand-over of %s to docker failed", action.container)
             result, detail = Result.FAILED, f"frozen in its cgroup only: {exc!r}"
         if result == Result.FAILED:
-            log.warning("%s: docker pause failed, %s", action.container, detail)
+            log.warning("%s: the runtime's pause failed, %s", action.container, detail)
         self.audit.write(
             "docker_pause",
             container_id=cid,
@@ -532,7 +536,11 @@ class DockerExecutor:
     def _freezer_unusable(self, why: str) -> None:
         if not self._freezer_warned:
             self._freezer_warned = True
-            log.warning("cannot freeze through the cgroup (%s): docker pause instead", why)
+            log.warning(
+                "cannot freeze through the cgroup (%s): the runtime's pause (docker or containerd) "
+                "instead",
+                why,
+            )
 
     def _held_in_cgroup(self, container_id: str) -> bool:
         """True when the container's cgroup is frozen, or a freeze left a process stopped."""

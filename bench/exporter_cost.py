@@ -83,6 +83,7 @@ class SyntheticBackend:
 
 
 class StaticIndex:
+    ENGINE = "docker"
     connected = True
     errors = 0
     resync_duration_s = 0.0

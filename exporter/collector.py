@@ -14,13 +14,13 @@ in this order)::
     gpuguard_gpu_utilization_ratio{node="host-a",gpu="0"} 1.0
     # HELP gpuguard_container_paused 1 if the container is paused.
     # TYPE gpuguard_container_paused gauge
-    gpuguard_container_paused{node="host-a",container="rt-1",container_id="3f2a9c0d1e4b"} 0.0
+    gpuguard_container_paused{node="a",namespace="",pod="",container="rt",container_id="3f2a9c"} 0.0
     # HELP gpuguard_container_deadline_hits_total Tasks that ended within the deadline.
     # TYPE gpuguard_container_deadline_hits_total counter
-    gpuguard_container_deadline_hits_total{node="a",container="r1",container_id="3f2a9c0d1e4b"} 7.0
+    gpuguard_container_deadline_hits_total{node="a",namespace="ml",pod="w-0",container="i",...} 7.0
     # HELP gpuguard_container_gpu_processes GPU processes of the container.
     # TYPE gpuguard_container_gpu_processes gauge
-    gpuguard_container_gpu_processes{node="a",gpu="0",container="r",container_id="3f2a9c0d1e4b"} 1.0
+    gpuguard_container_gpu_processes{node="a",gpu="0",namespace="",pod="",container="r",...} 1.0
     # HELP gpuguard_gpu_state Paper C state of the GPU: 1 if new real-time work fits.
     # TYPE gpuguard_gpu_state gauge
     gpuguard_gpu_state{node="host-a",gpu="0"} 1.0
@@ -45,12 +45,16 @@ from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStat
 from gpuguard.labels import CLASS, TASK
 from gpuguard.slo import SloDeclaration
 
-_C = ("node", "container", "container_id")
+# A container's identity on every per-container series: on a Kubernetes node (containerd
+# source) `namespace` and `pod` name its pod and `container` its name in the pod spec, as
+# cAdvisor and kube-state-metrics name them; elsewhere both are empty, which Prometheus
+# reads as absent, so each family keeps one label set on every kind of host.
+_C = ("node", "namespace", "pod", "container", "container_id")
 # Every per-GPU series also names the GPU as dcgm-exporter does: UUID (the physical GPU's)
 # and GPU_I_ID (the MIG instance; empty off MIG), so its series join with gpuguard's on
 # (UUID, GPU_I_ID) without gpuguard_gpu_info (docs/operator-reference.md, "Beside dcgm-exporter").
 _GPU_ID = ("UUID", "GPU_I_ID")
-_CG = ("node", "gpu", "container", "container_id", *_GPU_ID)
+_CG = ("node", "gpu", "namespace", "pod", "container", "container_id", *_GPU_ID)
 _G = ("node", "gpu", *_GPU_ID)
 # `uuid`: the device's own (MIG-... for a MIG device); `UUID`: its physical GPU's, with the MIG
 # instance in GPU_I_ID and GPU_I_PROFILE (empty off MIG), as dcgm-exporter names them: the
@@ -60,7 +64,7 @@ _N = ("node",)
 _PHASE_LABELS = (*_CG, "phase")
 _BOUNDARY_LABELS = (*_CG, "boundary")
 _INFO_LABELS = (*_C, "image")
-_POD_INFO_LABELS = (*_C, "namespace", "pod", "pod_uid")
+_POD_INFO_LABELS = (*_C, "pod_uid")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
 _SLO_INFO_LABELS = (*_C, "metric")
@@ -311,7 +315,7 @@ class LabelCache:
         return found
 
     def phases(self, values: tuple[str, ...]) -> tuple[LabelSet, ...]:
-        """The ``phase`` label sets of one (node, gpu, container, container_id), in PHASES order."""
+        """The ``phase`` label sets of one container on one GPU (``_CG``), in PHASES order."""
         found = self._phases.get(values)
         if found is None:
             found = tuple(LabelSet(_PHASE_LABELS, (*values, p)) for p in PHASES)
@@ -517,6 +521,19 @@ def gpu_ids(snap: PollSnapshot) -> dict[str, tuple[str, str]]:
 _NO_ID = ("", "")
 
 
+def _container(node: str, info: ContainerInfo) -> tuple[str, str, str, str, str]:
+    """The values of ``_C`` (namespace and pod empty off Kubernetes)."""
+    return (node, info.pod_namespace or "", info.pod_name or "", info.name, info.short_id)
+
+
+def _container_gpu(
+    node: str, gpu: str, info: ContainerInfo, gpu_id: tuple[str, str]
+) -> tuple[str, ...]:
+    """The values of ``_CG``."""
+    ns, pod = info.pod_namespace or "", info.pod_name or ""
+    return (node, gpu, ns, pod, info.name, info.short_id, *gpu_id)
+
+
 def _gpu_info(node: str, d: DeviceSample, physical_uuid: str) -> tuple[str, ...]:
     instance = "" if d.gpu_instance_id is None else str(d.gpu_instance_id)
     return (node, d.key, d.uuid, d.name, physical_uuid, instance, d.mig_profile or "")
@@ -571,12 +588,11 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
     rejected = g["gpuguard_container_claim_rejected"]
     default_mode = snap.default_task_mode
     for info in snap.containers.values():
-        values = (node, info.name, info.short_id)
+        values = _container(node, info)
         labels = cache.get(_C, values)
         info_rows.append((cache.get(_INFO_LABELS, (*values, info.image)), 1))
         if info.pod_name is not None:
-            pod = (info.pod_namespace or "", info.pod_name, info.pod_uid or "")
-            pod_info.append((cache.get(_POD_INFO_LABELS, (*values, *pod)), 1))
+            pod_info.append((cache.get(_POD_INFO_LABELS, (*values, info.pod_uid or "")), 1))
         managed.append((labels, 1 if info.managed else 0))
         paused.append((labels, 1 if info.paused else 0))
         if info.deadline_s is not None:
@@ -623,7 +639,7 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
     demand = g["gpuguard_container_demand_sm_ratio"]
     no_stats = ContainerStats()
     for info in snap.containers.values():
-        labels = cache.get(_C, (node, info.name, info.short_id))
+        labels = cache.get(_C, _container(node, info))
         share = snap.demand.get(info.id)
         if share is not None:
             demand.append((labels, share))
@@ -645,7 +661,7 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
     for usage in snap.joined.usage:
         info = snap.containers[usage.container_id]  # the join only sums known containers
         gpu_id = ids.get(usage.gpu, _NO_ID)
-        cg_labels = cache.get(_CG, (node, usage.gpu, info.name, info.short_id, *gpu_id))
+        cg_labels = cache.get(_CG, _container_gpu(node, usage.gpu, info, gpu_id))
         memory.append((cg_labels, usage.memory_bytes))
         sm.append((cg_labels, usage.sm_ratio))
         processes.append((cg_labels, usage.processes))
@@ -670,7 +686,7 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
     ids = gpu_ids(snap)
     for (cid, gpu), task in oldest.items():
         info = snap.containers[cid]
-        values = (node, gpu, info.name, info.short_id, *ids.get(gpu, _NO_ID))
+        values = _container_gpu(node, gpu, info, ids.get(gpu, _NO_ID))
         for phase, phase_labels in zip(PHASES, cache.phases(values), strict=True):
             phase_rows.append((phase_labels, 1 if task.phase == phase else 0))
         boundary_rows.append((cache.get(_BOUNDARY_LABELS, (*values, task.boundary)), 1))

@@ -31,12 +31,17 @@ from gpuguard.noderecord import NodeRecord
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("gpu", "docker", "procfs")
+#: the ``source`` label values: the GPU, the container source followed (``docker`` or
+#: ``containerd``, its ``ENGINE``) and /proc
+SOURCES = ("gpu", "docker", "containerd", "procfs")
 
 
 class ContainerSource(Protocol):
-    """What the poller needs from the container index (``containers.ContainerIndex``)."""
+    """What the poller needs from the container index (``containers.ContainerIndex``,
+    ``containerd.ContainerdIndex``)."""
 
+    #: the engine it follows, its ``source`` in the exporter's health series
+    ENGINE: str
     connected: bool
     errors: int
     resync_duration_s: float
@@ -79,8 +84,8 @@ class PollSnapshot:
     typical_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
 
 
-def _not_connected(error: str | None) -> str:
-    return f"not connected to the docker engine ({error or 'no answer yet'})"
+def _not_connected(engine: str, error: str | None) -> str:
+    return f"not connected to {engine} ({error or 'no answer yet'})"
 
 
 class Poller:
@@ -124,8 +129,8 @@ class Poller:
         """What fails while the exporter still serves (for /healthz), or None.
 
         A failing source does not make the exporter unhealthy (a restart would not cure a
-        socket it may not open), but it must not look fine either: without Docker no GPU
-        process is attributed to a container, and the actuator can act on none.
+        socket it may not open), but it must not look fine either: without its container
+        source no GPU process is attributed to a container, and the actuator can act on none.
         """
         snap = self.snapshot
         if snap is None:
@@ -154,11 +159,14 @@ class Poller:
         if self.containers.connected:
             self.tracker.forget_containers(containers)
         self._polls += 1
-        docker_status = SourceStatus(
+        engine = self.containers.ENGINE
+        container_status = SourceStatus(
             self.containers.connected,
             self.containers.resync_duration_s,
             self.containers.errors,
-            None if self.containers.connected else _not_connected(self.containers.last_error),
+            None
+            if self.containers.connected
+            else _not_connected(engine, self.containers.last_error),
         )
         timestamp = sample.timestamp if sample is not None else self._clock()
         tasks = self.tracker.running()
@@ -179,7 +187,7 @@ class Poller:
             recent=recent,
             stats=dict(self.tracker.stats),
             histograms=self.tracker.histograms(),
-            sources={"gpu": gpu_status, "docker": docker_status, "procfs": procfs_status},
+            sources={"gpu": gpu_status, engine: container_status, "procfs": procfs_status},
             record=self.recorder.update(timestamp, sample, joined, tasks, recent, containers),
             default_task_mode=self.tracker.rules.default_mode,
             demand=self.tracker.demand_view(),

@@ -29,6 +29,7 @@ from gputruth.rig import Rig, mean, read_log
 class NoContainers:
     """The container source of a host without Docker: every process is a host process."""
 
+    ENGINE = "docker"
     connected = True
     errors = 0
     resync_duration_s = 0.0

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from containerd_support import Pod
-from exporter_support import ExporterProcess, workload_args, workload_log
+from exporter_support import ExporterProcess, sample_value, workload_args, workload_log
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.gpusim import GpusimService
@@ -56,6 +57,15 @@ def test_pod_tasks_attributed_with_pod_identity_and_pod_labels(
     args = workload_args(sim, log_name, "--work-seconds", "10", "--memory-bytes", "30MiB",
                          "--repeat", "2", "--sleep-between", "0.4")  # fmt: skip
     cid = pod.run_python("infer", args, [str(sim.dir)])
+    ident = {"namespace": "team-a", "pod": pod.name, "container": "infer",
+             "container_id": cid[:12]}  # fmt: skip
+    # while it runs: the per-container-and-GPU series name the pod too
+    wait_for(
+        lambda: k8s_exporter.metric("gpuguard_container_gpu_memory_bytes", **ident),
+        timeout=60,
+        what="the pod's GPU memory series",
+        interval=0.05,
+    )
     wait_for(
         lambda: len([t for t in k8s_exporter.state()["recent"] if t["container_id"] == cid]) == 2,
         timeout=60,
@@ -79,13 +89,21 @@ def test_pod_tasks_attributed_with_pod_identity_and_pod_labels(
     assert doc["deadline_s"] == 5.0 and doc["managed"] is True
     assert container_doc(state, pod.sandbox_id) is None  # the sandbox is no workload
 
-    ident = {"container": "infer", "container_id": cid[:12]}
-    pod_info = {**ident, "namespace": "team-a", "pod": pod.name, "pod_uid": pod.uid}
-    assert k8s_exporter.metric("gpuguard_container_pod_info", **pod_info) == 1
-    assert k8s_exporter.metric("gpuguard_container_deadline_seconds", **ident) == 5.0
-    assert k8s_exporter.metric("gpuguard_container_managed", **ident) == 1
-    assert k8s_exporter.metric("gpuguard_container_tasks_finished_total", **ident) == 2
-    assert k8s_exporter.metric("gpuguard_container_deadline_hits_total", **ident) == 2
+    text = k8s_exporter.metrics_text()
+    assert sample_value(text, "gpuguard_container_pod_info", **ident, pod_uid=pod.uid) == 1
+    assert sample_value(text, "gpuguard_container_deadline_seconds", **ident) == 5.0
+    assert sample_value(text, "gpuguard_container_managed", **ident) == 1
+    assert sample_value(text, "gpuguard_container_tasks_finished_total", **ident) == 2
+    assert sample_value(text, "gpuguard_container_deadline_hits_total", **ident) == 2
+    # every series of the container, whatever its family, names the pod
+    labels = [
+        s.labels
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.labels.get("container_id") == cid[:12]
+    ]
+    assert len(labels) >= 10
+    assert all({k: v for k, v in ls.items() if k in ident} == ident for ls in labels), labels
 
 
 def test_pause_resume_and_removal_followed_from_events(
@@ -116,15 +134,19 @@ def test_a_restarted_containerd_is_resynced_and_followed_again(
     pod = pods("restart", "systemd", {})
     before = pod.run_sleeper("before")
     wait_for(lambda: container_doc(k8s_exporter.state(), before), 10, "first container seen")
-    errors = k8s_exporter.metric("gpuguard_exporter_errors_total", source="docker") or 0
+    # the source's health names the engine it follows, not Docker
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="containerd") == 1
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="docker") is None
+    assert k8s_exporter.state()["sources"] == {"gpu": True, "containerd": True, "procfs": True}
+    errors = k8s_exporter.metric("gpuguard_exporter_errors_total", source="containerd") or 0
 
     containerd.restart_daemon()
     after = pod.run_sleeper("after")
 
     wait_for(lambda: container_doc(k8s_exporter.state(), after), 20, "container made after")
     assert (container_doc(k8s_exporter.state(), before) or {}).get("state") == "running"
-    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="docker") == 1
-    restarted = k8s_exporter.metric("gpuguard_exporter_errors_total", source="docker")
+    assert k8s_exporter.metric("gpuguard_exporter_collector_success", source="containerd") == 1
+    restarted = k8s_exporter.metric("gpuguard_exporter_errors_total", source="containerd")
     assert restarted is not None and restarted > errors
     containerd.remove(before)  # followed again after the restart
     wait_for(lambda: container_doc(k8s_exporter.state(), before) is None, 10, "removal seen")

@@ -46,8 +46,12 @@ def golden_text(tmp_path: Path) -> str:
     )
     rt, batch, odd = containers.snapshot().values()
     slo = SloDeclaration("vllm:e2e_request_latency_seconds", 1.0, 0.99, 8000)
+    # batch runs in a Kubernetes pod (the containerd source): namespace and pod on its series
+    pod = {"pod_namespace": "team-a", "pod_name": "batch-0", "pod_uid": "5f3c2a1e-7d1b"}
     containers.set(
-        replace(rt, slo=slo), batch, replace(odd, task_mode_error="invalid gpuguard.task 'x'")
+        replace(rt, slo=slo),
+        replace(batch, **pod),
+        replace(odd, task_mode_error="invalid gpuguard.task 'x'"),
     )
     procs = {100: GIB, 200: 2 * GIB, 300: GIB}
     backend.next = sample(1_763_775_999.9, {})  # the tasks are seen to begin: exact

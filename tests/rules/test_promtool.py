@@ -61,3 +61,56 @@ def test_every_alert_has_a_promtool_test() -> None:
                 (fired if case.get("exp_alerts") else quiet).add(case["alertname"])
     assert alerts - fired == set(), "alerts never tested firing"
     assert alerts - quiet == set(), "alerts never tested not firing"
+
+
+def test_kubernetes_alerts_name_the_pod(promtool: str, tmp_path: Path) -> None:
+    """deploy/kubernetes/prometheusrule.yaml's alerts: `namespace` is gpuguard's, which the
+    AlertmanagerConfig's route needs (it overwrites the tenant's: a templated copy of it is
+    no option, as Prometheus 2.42 keeps a template that expands to nothing as its text); a
+    per-container alert keeps the tenant's `pod` and `container`."""
+    import yaml
+
+    document = yaml.safe_load((REPO / "deploy/kubernetes/prometheusrule.yaml").read_text())
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": document["spec"]["groups"]}))
+    pod = 'node="a",gpu="0",namespace="team-a",pod="web-0",container="infer",container_id="id1"'
+    overrun = (
+        'alertname="GpuguardTaskDeadlineOverrun",alertstate="firing",severity="none",'
+        f'gpuguard_action="record",{pod},namespace="gpuguard"'
+    ).replace('namespace="team-a",', "", 1)
+    state_zero = (
+        'alertname="GpuguardNodeInStateZero",alertstate="firing",severity="none",'
+        'gpuguard_action="mark_node",node="a",namespace="gpuguard"'
+    )
+    case = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1s",
+        "tests": [
+            {
+                "interval": "1s",
+                "input_series": [
+                    {"series": f"gpuguard_container_task_slack_seconds{{{pod}}}", "values": "-1x5"},
+                    {
+                        "series": f'gpuguard_container_task_boundary{{{pod},boundary="exact"}}',
+                        "values": "1x5",
+                    },
+                    {"series": 'gpuguard_node_state{node="a"}', "values": "0x90"},
+                ],
+                # ALERTS: the labels alone (alert_rule_test compares annotations too)
+                "promql_expr_test": [
+                    {
+                        "expr": 'ALERTS{alertname="GpuguardTaskDeadlineOverrun"}',
+                        "eval_time": "1s",
+                        "exp_samples": [{"labels": f"ALERTS{{{overrun}}}", "value": 1}],
+                    },
+                    {
+                        "expr": 'ALERTS{alertname="GpuguardNodeInStateZero"}',
+                        "eval_time": "80s",
+                        "exp_samples": [{"labels": f"ALERTS{{{state_zero}}}", "value": 1}],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "k8s_test.yml").write_text(yaml.safe_dump(case))
+    result = run([promtool, "test", "rules", "k8s_test.yml"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

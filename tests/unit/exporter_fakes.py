@@ -21,6 +21,8 @@ from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.tracker import Tracker
 
 GIB = 2**30
+#: the pod labels of a container outside Kubernetes: empty (absent to Prometheus)
+NO_POD = {"namespace": "", "pod": ""}
 
 
 def cid(n: int) -> str:
@@ -125,6 +127,8 @@ class ListBackend:
 
 class StaticContainers:
     """A container source holding a fixed mapping (the poller's ContainerSource)."""
+
+    ENGINE = "docker"
 
     def __init__(self, *infos: ContainerInfo) -> None:
         self.connected = True

@@ -11,8 +11,9 @@ from gpuguard.contract import PriorityClass, TaskMode
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
 from gpuguard.exporter.model import DeviceSample, GpuSample
+from gpuguard.exporter.state import state_json
 from tests.support.reference_collector import GpuguardCollector
-from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
+from tests.unit.exporter_fakes import GIB, NO_POD, cid, container, sample, three_container_poller
 
 # The fakes' GPU 0 on every per-GPU series, named as dcgm-exporter names it too
 GPU0 = {"gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""}
@@ -43,9 +44,9 @@ def test_series_from_the_last_poll(setup) -> None:
     poller.poll_once()
     v = registry.get_sample_value
     n = {"node": "node-a"}
-    c1 = {**n, "container": "rt-1", "container_id": cid(1)[:12]}
-    c2 = {**n, "container": "rt-2", "container_id": cid(2)[:12]}
-    c3 = {**n, "container": "bad", "container_id": cid(3)[:12]}
+    c1 = {**n, **NO_POD, "container": "rt-1", "container_id": cid(1)[:12]}
+    c2 = {**n, **NO_POD, "container": "rt-2", "container_id": cid(2)[:12]}
+    c3 = {**n, **NO_POD, "container": "bad", "container_id": cid(3)[:12]}
     info = {"uuid": "GPU-00000000", "name": "gpusim", "UUID": "GPU-00000000"}
     assert (
         v("gpuguard_gpu_info", {**n, "gpu": "0", **info, "GPU_I_ID": "", "GPU_I_PROFILE": ""}) == 1
@@ -89,7 +90,7 @@ def test_busy_time_is_counted_apart_from_deadline_hits_and_misses(setup) -> None
         backend.next = sample(1.0 + i / 10, {100: GIB}, sm={100: 1.0})
         poller.poll_once()
     v = registry.get_sample_value
-    c1 = {"node": "node-a", "container": "rt-1", "container_id": cid(1)[:12]}
+    c1 = {"node": "node-a", **NO_POD, "container": "rt-1", "container_id": cid(1)[:12]}
     merged = {**c1, **GPU0, "boundary": "merged"}
     assert v("gpuguard_container_task_boundary", merged) == 1
     assert v("gpuguard_container_task_slack_seconds", {**c1, **GPU0}) < 0
@@ -149,6 +150,29 @@ def test_a_docker_source_that_fails_is_said_not_hidden(setup) -> None:
     assert "Permission denied" in detail
 
 
+def test_the_source_followed_is_the_one_named(setup) -> None:
+    backend, containers, poller, registry = setup
+    containers.ENGINE = "containerd"  # the exporter follows containerd on a Kubernetes node
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    v = registry.get_sample_value
+    node = {"node": "node-a"}
+    assert v("gpuguard_exporter_collector_success", {**node, "source": "containerd"}) == 1
+    assert v("gpuguard_exporter_errors_total", {**node, "source": "containerd"}) == 0
+    assert v("gpuguard_exporter_collector_success", {**node, "source": "docker"}) is None
+    containers.connected, containers.last_error = False, "ctr: connection refused"
+    containers.errors = 1
+    poller.poll_once()
+    assert v("gpuguard_exporter_collector_success", {**node, "source": "containerd"}) == 0
+    assert v("gpuguard_exporter_errors_total", {**node, "source": "containerd"}) == 1
+    assert poller.degraded() == (
+        "degraded: containerd source failing: not connected to containerd (ctr: connection refused)"
+    )
+    assert state_json(poller.snapshot)["sources"] == {
+        "gpu": True, "containerd": False, "procfs": True,
+    }  # fmt: skip
+
+
 def test_text_renderer_matches_the_collector(setup) -> None:
     backend, _, poller, registry = setup
     backend.next = sample(1.0, {100: GIB, 200: GIB, 300: GIB}, sm={100: 0.25})
@@ -181,7 +205,7 @@ def test_text_renderer_renders_identity_again_when_the_index_changes(setup) -> N
         assert body == TextRenderer().render(build_rows(poller.snapshot)).decode()
         return body
 
-    labels = f'node="node-a",container="rt-1",container_id="{cid(1)[:12]}"'
+    labels = f'node="node-a",namespace="",pod="",container="rt-1",container_id="{cid(1)[:12]}"'
     assert f"gpuguard_container_paused{{{labels}}} 0.0" in scrape(1.0)
     assert f"gpuguard_container_paused{{{labels}}} 0.0" in scrape(1.1)  # the kept text
     containers.set(container(1, "rt-1", state="paused"), container(2), container(3))
@@ -219,9 +243,9 @@ def test_task_mode_class_invalid_labels_and_demand(setup) -> None:
     poller.poll_once()
     v = registry.get_sample_value
     n = {"node": "node-a"}
-    c1 = {**n, "container": "rt-1", "container_id": cid(1)[:12]}
-    c2 = {**n, "container": "train", "container_id": cid(2)[:12]}
-    c3 = {**n, "container": "bad", "container_id": cid(3)[:12]}
+    c1 = {**n, **NO_POD, "container": "rt-1", "container_id": cid(1)[:12]}
+    c2 = {**n, **NO_POD, "container": "train", "container_id": cid(2)[:12]}
+    c3 = {**n, **NO_POD, "container": "bad", "container_id": cid(3)[:12]}
     assert v("gpuguard_container_task_info", {**c1, "task_mode": "memory", "class": "real-time"})
     assert v("gpuguard_container_task_info", {**c2, "task_mode": "burst", "class": "best-effort"})
     assert v("gpuguard_container_task_info", {**c3, "task_mode": "burst", "class": "normal"})
@@ -304,8 +328,8 @@ def test_claims_the_trust_policy_rejected_are_counted(setup) -> None:
     backend.next = sample(1.0, {})
     poller.poll_once()
     v = registry.get_sample_value
-    c1 = {"node": "node-a", "container": "tenant", "container_id": cid(1)[:12]}
-    c2 = {"node": "node-a", "container": "honest", "container_id": cid(2)[:12]}
+    c1 = {"node": "node-a", **NO_POD, "container": "tenant", "container_id": cid(1)[:12]}
+    c2 = {"node": "node-a", **NO_POD, "container": "honest", "container_id": cid(2)[:12]}
     for label, _ in why:
         assert v("gpuguard_container_claim_rejected", {**c1, "label": label}) == 1
     assert v("gpuguard_container_claim_rejected", {**c2, "label": "gpuguard.class"}) is None

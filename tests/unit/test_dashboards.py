@@ -211,7 +211,7 @@ def test_contract_parse_finds_shorthand_names() -> None:
     ):
         assert name in CONTRACT, name
     assert CONTRACT["gpuguard_container_gpu_memory_bytes"].labels == {
-        "node", "gpu", "container", "container_id", "UUID", "GPU_I_ID",
+        "node", "gpu", "namespace", "pod", "container", "container_id", "UUID", "GPU_I_ID",
     }  # fmt: skip
     assert CONTRACT["gpuguard_actuator_actions_total"].labels == {"action", "result"}
     assert CONTRACT["gpuguard_actuator_paused_containers"].labels == frozenset()

@@ -119,6 +119,28 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
     assert ("ENTRYPOINT", '["gpuguard"]') in final
 
 
+def test_the_image_carries_ctr_for_the_containerd_source() -> None:
+    # exporter/containerd.py and actuator/containerd_engine.py shell out to `ctr`; without
+    # it the containerd source refuses to start ("needs ctr on PATH").
+    steps = dockerfile_instructions()
+    stages: dict[str, list[tuple[str, str]]] = {}
+    name = ""
+    for keyword, rest in steps:
+        if keyword == "FROM":
+            name = rest.split(" AS ")[-1] if " AS " in rest else "final"
+            stages[name] = []
+        elif name:
+            stages[name].append((keyword, rest))
+    (copy,) = [rest for kw, rest in stages["final"] if kw == "COPY" and "ctr" in rest]
+    match = re.fullmatch(r"--from=(\w+) (\S+) (\S+)", copy)
+    assert match, copy
+    source_stage, source, target = match.groups()
+    assert (source, target) == ("/usr/bin/ctr", "/usr/local/bin/ctr")  # on the image's PATH
+    installs = " ".join(rest for kw, rest in stages[source_stage] if kw == "RUN")
+    assert "apt-get install" in installs and " containerd" in installs
+    assert "rm -rf /var/lib/apt/lists" in installs
+
+
 def test_the_test_image_is_built_from_what_the_dockerfile_copies() -> None:
     # gpuguard.demo.stack.appimage stands in for the Dockerfile where nothing can be pulled.
     from gpuguard.demo.stack.appimage import DOCKERFILE_SOURCES
@@ -383,6 +405,32 @@ def test_kubernetes_documents_are_named_objects() -> None:
             assert document["metadata"].get("namespace") == "gpuguard", (path, document["kind"])
 
 
+def test_core_objects_match_the_apis_schema() -> None:
+    """Every object of the core API in the manifests, read by the official client's models
+    (pydantic: a wrong type raises) and written back unchanged (an unknown or misspelt field
+    is dropped): what the API server would refuse or ignore. Custom resources (monitors,
+    rules) are checked field by field in the tests above and below."""
+    pytest.importorskip("kubernetes")
+    from kubernetes import client
+    from kubernetes.client import ApiClient
+
+    models = {
+        "DaemonSet": client.V1DaemonSet, "Service": client.V1Service,
+        "ServiceAccount": client.V1ServiceAccount, "ClusterRole": client.V1ClusterRole,
+        "ClusterRoleBinding": client.V1ClusterRoleBinding, "Namespace": client.V1Namespace,
+        "ConfigMap": client.V1ConfigMap,
+    }  # fmt: skip
+    checked = set()
+    for path, document in kubernetes_documents():
+        model = models.get(document["kind"])
+        if model is None:
+            continue
+        back = ApiClient().sanitize_for_serialization(model.from_dict(document))
+        assert back == document, (path, document["kind"], document["metadata"]["name"])
+        checked.add(document["kind"])
+    assert {"DaemonSet", "Service", "ClusterRole"} <= checked
+
+
 def test_kustomization_lists_every_manifest() -> None:
     listed = set(load_yaml(KUBERNETES / "kustomization.yaml")["resources"])
     manifests = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
@@ -427,11 +475,52 @@ def test_exporter_daemonset() -> None:
     assert volumes[proc["name"]]["hostPath"]["path"] == "/proc"
     # A GPU request would take a GPU away from the tenants.
     assert "nvidia.com/gpu" not in str(main.get("resources"))
+    # The kubelet's containers through containerd's CRI namespace, as a non-root user in
+    # the socket's group (root:root 0660)
+    assert flag(args, "container.source") == "containerd"
+    assert_containerd(spec, main, read_only_socket=True)
+    assert flag(args, "docker.host") is None
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["supplementalGroups"] == [0]
+
+
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+
+
+def hostpath_mounts(spec: dict[str, Any], main: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Host path -> the container's mount of it."""
+    volumes = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
+    return {
+        volumes[m["name"]]["path"]: {**m, "type": volumes[m["name"]].get("type")}
+        for m in main["volumeMounts"]
+        if m["name"] in volumes
+    }
+
+
+def assert_containerd(spec: dict[str, Any], main: dict[str, Any], read_only_socket: bool) -> None:
+    args = main["args"]
+    assert flag(args, "containerd.address") == f"unix://{CONTAINERD_SOCKET}"
+    assert flag(args, "containerd.namespace") == "k8s.io"
+    socket = hostpath_mounts(spec, main)[CONTAINERD_SOCKET]
+    assert (socket["mountPath"], socket["type"]) == (CONTAINERD_SOCKET, "Socket")
+    assert socket.get("readOnly", False) is read_only_socket
+    assert "/var/run/docker.sock" not in hostpath_mounts(spec, main)
+
+
+def assert_freezer(spec: dict[str, Any], main: dict[str, Any]) -> None:
+    """What the cgroup freezer needs: the host's PIDs and cgroup tree, written as root."""
+    assert spec["hostPID"] is True
+    cgroup = hostpath_mounts(spec, main)["/sys/fs/cgroup"]
+    assert cgroup.get("readOnly", False) is False
+    sysfs = flag(main["args"], "path.sysfs")
+    assert sysfs is not None and cgroup["mountPath"] == f"{sysfs}/fs/cgroup"
+    assert flag(main["args"], "path.procfs") in (None, "/proc")  # the host's, by hostPID
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["KILL"]}
 
 
 def test_actuator_daemonset() -> None:
     spec = pod_spec("gpuguard-actuator")
-    assert "hostPID" not in spec
     main = container("gpuguard-actuator")
     args = main["args"]
     assert args[0] == "actuator"
@@ -439,19 +528,36 @@ def test_actuator_daemonset() -> None:
     assert env_field(main, "NODE_NAME") == "spec.nodeName"
     assert flag(args, "web.token-file")
     paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
+    assert paths == {CONTAINERD_SOCKET, "/sys/fs/cgroup", "/var/lib/gpuguard/actuator"}
+    assert_containerd(spec, main, read_only_socket=True)
+    assert_freezer(spec, main)
 
 
-@pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"])
-def test_kubernetes_containers_are_not_privileged(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "root", "capabilities"),
+    [
+        ("gpuguard-exporter", False, set()),
+        # uid 0 for containerd's socket and the cgroup files; KILL for the hand-over's signals
+        ("gpuguard-actuator", True, {"KILL"}),
+        ("gpuguard-guard", True, {"KILL"}),
+    ],
+)
+def test_kubernetes_containers_are_not_privileged(
+    name: str, root: bool, capabilities: set[str]
+) -> None:
     spec = pod_spec(name)
-    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsNonRoot"] is not root
+    assert (spec["securityContext"]["runAsUser"] == 0) is root
+    for item in spec["containers"]:
+        assert set(item["securityContext"]["capabilities"].get("add", [])) == capabilities
+    for item in spec.get("initContainers", []):
+        assert set(item["securityContext"]["capabilities"].get("add", [])) == {"CHOWN"}
     for item in spec["containers"] + spec.get("initContainers", []):
         context = item["securityContext"]
         assert context.get("privileged") in (None, False)
         assert context["allowPrivilegeEscalation"] is False
+        assert context["readOnlyRootFilesystem"] is True
         assert context["capabilities"]["drop"] == ["ALL"]
-        assert set(context["capabilities"].get("add", [])) <= {"CHOWN"}
 
 
 @pytest.mark.parametrize("name", ["gpuguard-exporter", "gpuguard-actuator", "gpuguard-guard"])
@@ -488,8 +594,17 @@ def test_guard_daemonset_shares_the_actuator_state() -> None:
     state = flag(container("gpuguard-actuator")["args"], "state.dir")
     assert flag(main["args"], "state.dir") == state
     paths = {v["hostPath"]["path"] for v in guard["volumes"] if "hostPath" in v}
-    assert paths == {"/var/run/docker.sock", "/var/lib/gpuguard/actuator"}
+    assert paths == {CONTAINERD_SOCKET, "/sys/fs/cgroup", "/var/lib/gpuguard/actuator"}
     assert guard["nodeSelector"] == actuator["nodeSelector"]
+    assert_containerd(guard, main, read_only_socket=True)
+    assert_freezer(guard, main)
+    actuator_main = container("gpuguard-actuator")
+    for name in ("containerd.address", "containerd.namespace", "path.sysfs"):
+        assert flag(main["args"], name) == flag(actuator_main["args"], name), name
+    # the state directory is handed to the uid both run as
+    for spec in (guard, actuator):
+        (init,) = spec["initContainers"]
+        assert init["command"] == ["chown", "0:0", state]
     # Its pod's own address, its /metrics only (GpuguardGuardMissing with the actuator down)
     assert "hostNetwork" not in guard
     assert [p["containerPort"] for p in main["ports"]] == [10838]
@@ -507,6 +622,28 @@ def test_service_monitors_label_targets_with_their_node() -> None:
                 "targetLabel": "node",
             } in relabel, name
             assert endpoint.get("honorLabels") is True, name
+
+
+def test_exporter_service_monitor_keeps_the_tenants_namespace_and_pod() -> None:
+    """The operator labels every target with the exporter pod's own namespace, pod and
+    container; the exporter's series name the tenant's. honorLabels keeps the exporter's
+    where it sets them; the target's are renamed and dropped, so a series with none (a GPU's)
+    never takes the exporter pod's."""
+    (endpoint,) = by_kind("ServiceMonitor")["gpuguard-exporter"]["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    relabel = endpoint["relabelings"]
+    renamed = {r["targetLabel"]: r["sourceLabels"] for r in relabel if "targetLabel" in r}
+    assert renamed == {
+        "node": ["__meta_kubernetes_pod_node_name"],
+        "exporter_namespace": ["__meta_kubernetes_namespace"],
+        "exporter_pod": ["__meta_kubernetes_pod_name"],
+    }
+    (drop,) = [r for r in relabel if r.get("action") == "labeldrop"]
+    pattern = re.compile(f"^(?:{drop['regex']})$")  # Prometheus anchors a relabel regex
+    assert all(pattern.match(label) for label in ("namespace", "pod", "container"))
+    assert not any(pattern.match(label) for label in ("node", "container_id", "gpu", "job"))
+    # after the renames: a drop first would lose what they copy (they read __meta_ labels)
+    assert relabel.index(drop) == len(relabel) - 1
 
 
 def load_generator() -> ModuleType:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from gpuguard import kube
 from gpuguard.commands.ps import ps_rows
 from gpuguard.exporter.cgroup import ProcReader
+from gpuguard.exporter.collector import TextRenderer
 from gpuguard.exporter.config import add_flags, load_config, pick_container_source
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.events import EventLog
@@ -62,20 +63,19 @@ def test_pod_container_joins_and_shows_everywhere(tmp_path: Path, driver: str) -
 
     registry = CollectorRegistry()
     registry.register(GpuguardCollector(lambda: poller.snapshot))
-    pod = {"node": "node-a", "container": "infer", "container_id": cid(1)[:12]}
-    assert (
-        registry.get_sample_value(
-            "gpuguard_container_gpu_memory_bytes",
-            {**pod, "gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""},
-        )
-        == GIB
-    )
-    assert (
-        registry.get_sample_value(
-            "gpuguard_container_pod_info",
-            {**pod, "namespace": "team-a", "pod": "web-0", "pod_uid": UID},
-        )
-        == 1
+    # every per-container series names the pod, `container` being the pod spec's name
+    pod = {"node": "node-a", "namespace": "team-a", "pod": "web-0", "container": "infer",
+           "container_id": cid(1)[:12]}  # fmt: skip
+    gpu0 = {"gpu": "0", "UUID": "GPU-00000000", "GPU_I_ID": ""}
+    value = registry.get_sample_value
+    assert value("gpuguard_container_gpu_memory_bytes", {**pod, **gpu0}) == GIB
+    assert value("gpuguard_container_task_phase", {**pod, **gpu0, "phase": "computing"}) == 1
+    assert value("gpuguard_container_deadline_seconds", pod) == 2.0
+    assert value("gpuguard_container_tasks_finished_total", pod) == 0
+    assert value("gpuguard_container_pod_info", {**pod, "pod_uid": UID}) == 1
+    per_container = [s for m in registry.collect() for s in m.samples if "container_id" in s.labels]
+    assert per_container and all(
+        (s.labels["namespace"], s.labels["pod"]) == ("team-a", "web-0") for s in per_container
     )
 
     state = state_json(snap)
@@ -96,9 +96,14 @@ def test_a_docker_container_has_no_pod(tmp_path: Path) -> None:
     poller = Poller(
         ListBackend(), containers, ProcReader(procfs.root), Tracker(events), events, "n", 0.1
     )
-    state = state_json(poller.poll_once())
+    snap = poller.poll_once()
+    state = state_json(snap)
     assert state["containers"][0]["pod"] is None
     assert ps_rows(state)[0]["NAME"] == "rt-1"
+    # the same label names, empty: Prometheus reads them as absent
+    text = TextRenderer().render_snapshot(snap).decode()
+    assert 'gpuguard_container_paused{node="n",namespace="",pod="",container="rt-1",' in text
+    assert "gpuguard_container_pod_info{" not in text
 
 
 def test_pod_labels_only_gpuguard_ones_and_the_container_wins() -> None:

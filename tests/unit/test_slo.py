@@ -20,7 +20,7 @@ from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY, LatencyMetrics
 from gpuguard.labels import LabelError
 from gpuguard.slo import SloDeclaration, declaration, le_spellings, unit_per_second
 from tests.support.reference_collector import GpuguardCollector
-from tests.unit.exporter_fakes import GIB, cid, sample, three_container_poller
+from tests.unit.exporter_fakes import GIB, NO_POD, cid, sample, three_container_poller
 
 VLLM = "vllm:e2e_request_latency_seconds"
 
@@ -181,8 +181,8 @@ def test_slo_series(tmp_path: Path) -> None:
     registry = CollectorRegistry()
     registry.register(GpuguardCollector(lambda: poller.snapshot))
     v = registry.get_sample_value
-    c1 = {"node": "node-a", "container": "rt-1", "container_id": cid(1)[:12]}
-    c3 = {"node": "node-a", "container": "bad", "container_id": cid(3)[:12]}
+    c1 = {"node": "node-a", **NO_POD, "container": "rt-1", "container_id": cid(1)[:12]}
+    c3 = {"node": "node-a", **NO_POD, "container": "bad", "container_id": cid(3)[:12]}
     escaped = "vllm_e2e_request_latency_seconds"  # as Prometheus may store it
     assert v("gpuguard_container_slo_info", {**c1, "metric": escaped}) == 1
     assert v("gpuguard_container_slo_target_seconds", c1) == 1.0

@@ -5,7 +5,9 @@ reached here. This builds the closest image that can: a rootfs holding the host'
 interpreter (stdlib, ``lib-dynload`` and the shared libraries they link), gpuguard installed
 from its wheel by pip, and gpuguard's runtime dependencies copied from this environment;
 ``ENTRYPOINT ["gpuguard"]``, user 10001, ``/var/lib/gpuguard/actuator`` owned by it (mode
-0700), as in the Dockerfile. The image is rebuilt when gpuguard's sources change.
+0700), and the host's ``ctr`` (Debian's containerd package, as the Dockerfile copies it) at
+``/usr/local/bin/ctr`` for the containerd source, as in the Dockerfile. The image is rebuilt
+when gpuguard's sources change.
 
 ``gpuguard/workload:local`` is the same image with ``python3 -m gpuguard.gpusim.workload`` as
 its entrypoint: the image a new user runs with ``gpuguard run`` against the demo's gpusim.
@@ -98,6 +100,7 @@ def build_rootfs() -> bytes:
             for library in sorted(_linked_libraries(set(site.rglob("*.so")))):
                 _add_file(tar, added, library)
         _add_entrypoint(tar, added)
+        _add_ctr(tar, added)
         _add_dir(tar, added, "var/lib/gpuguard/actuator", mode=0o700, owner=UID)
         _add_dir(tar, added, "etc/gpuguard")
     return buf.getvalue()
@@ -185,6 +188,18 @@ def _linked_libraries(objects: set[Path]) -> set[Path]:
             if match and not match.group(1).startswith(str(obj.parent)):
                 found.add(Path(match.group(1)))
     return found
+
+
+def _add_ctr(tar: tarfile.TarFile, added: set[str]) -> None:
+    """The host's ``ctr`` where it has one (the image's containerd source needs it)."""
+    found = shutil.which("ctr")
+    if found is None:
+        return
+    ctr = Path(found).resolve()
+    _add_dir(tar, added, "usr/local/bin")
+    _add_file(tar, added, ctr, "usr/local/bin/ctr")
+    for library in sorted(_linked_libraries({ctr})):
+        _add_file(tar, added, library)
 
 
 def _add_entrypoint(tar: tarfile.TarFile, added: set[str]) -> None:
