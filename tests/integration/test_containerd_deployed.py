@@ -3,7 +3,8 @@
 The container is made from the DaemonSet itself: its args (the containerd source, socket
 and namespace), its user and supplementary groups (uid 10001 in group 0, the group of
 containerd's root-only socket), read-only root, no capabilities, the host's PIDs and /proc,
-and the socket mounted where the manifest mounts it. It must follow a real private
+and the socket mounted where the manifest mounts it; TLS from its web config, with a test
+CA's certificate in place of the ``gpuguard-tls`` Secret. It must follow a real private
 containerd through the image's own ``ctr``, join a pod's GPU process through the host's
 /proc, and name the pod on its series. The image is ``gpuguard/gpuguard:local``
 (``gpuguard.demo.stack.appimage``: deploy/Dockerfile's stand-in where nothing can be pulled,
@@ -110,11 +111,37 @@ def run_as_the_daemonset_runs_it(
     )
 
 
+def web_secrets(directory: Path) -> tuple[dict[str, dict[str, str]], Path]:
+    """What stands in for the Secrets ``gpuguard-web-config`` (webconfig.yaml's own files)
+    and ``gpuguard-tls`` (a test CA's certificate for 127.0.0.1): the mounts, and the CA."""
+    from tests.support.tlscerts import make_pki
+
+    pki = make_pki(directory / "pki")
+    tls, web = directory / "tls", directory / "web"
+    for folder in (tls, web):
+        folder.mkdir(mode=0o755)
+    for name, source in (("tls.crt", pki.server_cert), ("tls.key", pki.server_key),
+                         ("ca.crt", pki.ca)):  # fmt: skip
+        (tls / name).write_bytes(source.read_bytes())
+        (tls / name).chmod(0o444)  # the kubelet's fsGroup stands in: any uid may read
+    (secret,) = [
+        d for d in yaml.safe_load_all((KUBERNETES / "webconfig.yaml").read_text())
+        if d["kind"] == "Secret" and d["metadata"]["name"] == "gpuguard-web-config"
+    ]  # fmt: skip
+    for name, text in secret["stringData"].items():
+        (web / name).write_text(text)
+        (web / name).chmod(0o444)
+    mounts = {str(tls): {"bind": "/etc/gpuguard/tls", "mode": "ro"},
+              str(web): {"bind": "/etc/gpuguard/web", "mode": "ro"}}  # fmt: skip
+    return mounts, pki.ca
+
+
 @pytest.fixture
 def exporter_container(
-    docker_client: Any, containerd: PrivateContainerd, sim: GpusimService
-) -> Iterator[tuple[str, Any]]:
-    """The exporter's container as exporter.yaml makes it, and its URL. Removed after."""
+    docker_client: Any, containerd: PrivateContainerd, sim: GpusimService, tmp_path: Path
+) -> Iterator[tuple[str, Any, Path]]:
+    """The exporter's container as exporter.yaml makes it (TLS from its Secrets), its URL
+    and the CA that signed its certificate. Removed after."""
     spec = daemonset("exporter.yaml")
     (main,) = spec["containers"]
     assert containerd.socket.stat().st_gid in spec["securityContext"]["supplementalGroups"]
@@ -129,22 +156,23 @@ def exporter_container(
     args = with_flags(main["args"], replaced, f"--gpusim.socket={sim.socket}",
                       "--poll.interval=50ms")  # fmt: skip
     host_paths = {SOCKET: str(containerd.socket)}  # the private containerd stands in
-    gpusim = {str(sim.dir): {"bind": str(sim.dir), "mode": "rw"}}  # stands in for NVML
-    container = run_as_the_daemonset_runs_it(docker_client, spec, args, host_paths, gpusim)
+    mounts, ca = web_secrets(tmp_path)
+    mounts[str(sim.dir)] = {"bind": str(sim.dir), "mode": "rw"}  # stands in for NVML
+    container = run_as_the_daemonset_runs_it(docker_client, spec, args, host_paths, mounts)
     try:
-        yield f"http://127.0.0.1:{port}", container
+        yield f"https://127.0.0.1:{port}", container, ca
     finally:
         container.remove(force=True)
 
 
 def test_the_exporter_image_follows_containerd_as_the_daemonset_runs_it(
-    exporter_container: tuple[str, Any], pods: Callable[..., Pod], sim: GpusimService
+    exporter_container: tuple[str, Any, Path], pods: Callable[..., Pod], sim: GpusimService
 ) -> None:
-    url, container = exporter_container
+    url, container, ca = exporter_container
 
     def get(path: str) -> requests.Response | None:
-        try:
-            return requests.get(url + path, timeout=2)
+        try:  # over TLS, as the ServiceMonitor scrapes it
+            return requests.get(url + path, timeout=2, verify=str(ca))
         except requests.RequestException:
             return None
 
@@ -221,14 +249,15 @@ def test_the_actuator_image_freezes_pods_as_the_daemonset_runs_it(
                       f"--kubernetes.api-server={api.url}")  # fmt: skip
     state_dir = flag_value(args, "state.dir")
     host_paths = {SOCKET: str(containerd.socket), state_dir: str(state)}
-    secret = {str(token): {"bind": "/etc/gpuguard/token", "mode": "ro"}}
-    actuator = run_as_the_daemonset_runs_it(docker_client, spec, args, host_paths, secret)
+    secrets, ca = web_secrets(tmp_path)
+    secrets[str(token)] = {"bind": "/etc/gpuguard/token", "mode": "ro"}
+    actuator = run_as_the_daemonset_runs_it(docker_client, spec, args, host_paths, secrets)
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = f"https://127.0.0.1:{port}"
 
         def healthy() -> bool:
             try:
-                return requests.get(url + "/healthz", timeout=1).ok
+                return requests.get(url + "/healthz", timeout=1, verify=str(ca)).ok
             except requests.RequestException:
                 return False
 
