@@ -224,22 +224,94 @@ class Cgroup:
             os.close(fd)
 
 
+def outside_namespace(path: str) -> str | None:
+    """The rest of a path that climbs out of the reader's cgroup namespace, or None (pure).
+
+    Read from a process in a cgroup namespace of its own (containerd's CRI gives one to
+    every non-privileged container on cgroup v2), another container's path starts with
+    ``/..`` steps up to an ancestor the reader cannot name: ``/../../kubepods-besteffort.slice
+    /kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`` gives
+    ``kubepods-besteffort.slice/.../cri-containerd-<id>.scope``. None for a path that does
+    not climb, or climbs again after going down.
+    """
+    parts = path.split("/")
+    if len(parts) < 2 or parts[0] != "" or parts[1] != "..":
+        return None
+    rest = parts[1:]
+    while rest and rest[0] == "..":
+        rest = rest[1:]
+    if not rest or ".." in rest or "" in rest:
+        return None
+    return "/".join(rest)
+
+
+#: how deep below the cgroup root an ancestor named by ``..`` steps is looked for, and how
+#: many directories at most are looked at (once per container: the result is cached)
+_ANCESTOR_DEPTH = 6
+_ANCESTOR_DIRS = 20_000
+
+
+def find_below(top: Path, relative: str, marker: str) -> Path | None:
+    """The one directory ``<ancestor>/<relative>`` under ``top`` holding ``marker``, or None.
+
+    ``relative`` ends in a component named for a full container id, which names one cgroup
+    on a host: more than one match (or none) is None, and so is a search past its bounds.
+    """
+    found: list[Path] = []
+    level, seen = [top], 0
+    for _ in range(_ANCESTOR_DEPTH + 1):
+        for base in level:
+            if (base / relative / marker).is_file():
+                found.append(base / relative)
+        if found:
+            return found[0] if len(found) == 1 else None
+        below: list[Path] = []
+        for base in level:
+            try:
+                entries = [e for e in base.iterdir() if e.is_dir() and not e.is_symlink()]
+            except OSError:
+                continue
+            seen += len(entries)
+            if seen > _ANCESTOR_DIRS:
+                return None
+            below.extend(entries)
+        level = below
+    return None
+
+
+def _own(path: str | None, container_id: str) -> tuple[str, bool] | None:
+    """The container's cgroup in ``path``, and whether it is relative to an unknown
+    ancestor (the path climbed out of the reader's cgroup namespace)."""
+    if path is None:
+        return None
+    rest = outside_namespace(path)
+    if rest is not None:
+        own = container_cgroup("/" + rest, container_id)
+        return None if own is None else (own.lstrip("/"), True)
+    own = container_cgroup(path, container_id)
+    return None if own is None else (own.lstrip("/"), False)
+
+
 def locate(proc: ProcCgroup, container_id: str, cgroup_root: Path) -> Cgroup | None:
     """The container's freezable cgroup under ``cgroup_root``, or None.
 
     The v1 freezer first: on a hybrid host (v1 controllers plus a v2 tree for systemd)
     runtimes freeze through it. cgroup v2 where the unified tree is mounted at the root.
+    A path read from inside a cgroup namespace of the reader's own (``/../..``) is found by
+    its container-named end below the host's tree (``find_below``).
     """
-    v1 = None if proc.v1_path is None else container_cgroup(proc.v1_path, container_id)
-    if v1 is not None and proc.v1_controllers is not None:
-        path = cgroup_root / proc.v1_controllers / v1.lstrip("/")
-        if (path / "freezer.state").is_file():
-            return Cgroup(1, path)
-    v2 = None if proc.unified_path is None else container_cgroup(proc.unified_path, container_id)
-    if v2 is not None:
-        path = cgroup_root / v2.lstrip("/")
-        if (path / "cgroup.freeze").is_file():
-            return Cgroup(2, path)
+    candidates: list[tuple[int, Path, tuple[str, bool] | None, str]] = []
+    if proc.v1_controllers is not None:
+        own = _own(proc.v1_path, container_id)
+        candidates.append((1, cgroup_root / proc.v1_controllers, own, "freezer.state"))
+    candidates.append((2, cgroup_root, _own(proc.unified_path, container_id), "cgroup.freeze"))
+    for version, top, own, marker in candidates:
+        if own is None:
+            continue
+        relative, climbed = own
+        path = find_below(top, relative, marker) if climbed else top / relative
+        if path is not None and (path / marker).is_file():
+            return Cgroup(version, path)
     return None
 
 

@@ -30,6 +30,7 @@ from gpuguard.actuator.freezer import (
     ProcCgroup,
     container_cgroup,
     locate,
+    outside_namespace,
     parse_proc_cgroup,
     process_state,
     stop_pending,
@@ -374,3 +375,53 @@ def test_a_stop_queued_but_not_yet_taken_counts_as_held(sysfs_v1: Path, tmp_path
     assert cgroup.state() == THAWED and not freezer.held(cgroup)
     status.write_text("Name:\tpython3\nState:\tS (sleeping)\nShdPnd:\t0000000000040000\n")
     assert freezer.held(cgroup)
+
+
+# --- a reader in a cgroup namespace of its own (containerd's CRI on cgroup v2) -----------
+
+POD = "kubepods-besteffort-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice"
+
+
+def test_a_path_that_climbs_out_of_the_readers_namespace_keeps_what_follows() -> None:
+    rest = f"kubepods-besteffort.slice/{POD}/cri-containerd-{ID}.scope"
+    assert outside_namespace(f"/../../{rest}") == rest
+    assert outside_namespace(f"/../{rest}") == rest
+    assert outside_namespace(f"/kubepods.slice/{rest}") is None  # does not climb
+    assert outside_namespace("/../..") is None  # nothing below the ancestor
+    assert outside_namespace(f"/../a/../{rest}") is None  # climbs again after going down
+    assert outside_namespace("../a") is None  # not absolute
+
+
+def kubepods_v2(root: Path, *containers: str) -> Path:
+    """A cgroup v2 tree as the systemd driver makes it, with ``containers`` in one pod."""
+    pod = root / "fs/cgroup/kubepods.slice/kubepods-besteffort.slice" / POD
+    for cid in containers:
+        scope = pod / f"cri-containerd-{cid}.scope"
+        scope.mkdir(parents=True)
+        (scope / "cgroup.freeze").write_text("0\n")
+        (scope / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+        (scope / "cgroup.procs").write_text("")
+    (root / "fs/cgroup/system.slice/containerd.service").mkdir(parents=True)
+    return pod
+
+
+def test_a_tenant_read_from_inside_a_cgroup_namespace_is_found_in_the_hosts_tree(
+    tmp_path: Path,
+) -> None:
+    # The actuator in a pod of its own: the tenant's path climbs out of its namespace.
+    pod = kubepods_v2(tmp_path, ID, ID.replace("0", "f"))
+    text = f"0::/../../kubepods-besteffort.slice/{POD}/cri-containerd-{ID}.scope\n"
+    found = locate(parse_proc_cgroup(text), ID, tmp_path / "fs/cgroup")
+    assert found == Cgroup(2, pod / f"cri-containerd-{ID}.scope")
+    # A container id that names no cgroup there, or a path naming another container: none.
+    other = "9" * 64
+    assert locate(parse_proc_cgroup(text), other, tmp_path / "fs/cgroup") is None
+
+
+def test_a_climbing_path_that_matches_twice_is_refused(tmp_path: Path) -> None:
+    kubepods_v2(tmp_path, ID)
+    twin = tmp_path / "fs/cgroup/elsewhere.slice/kubepods-besteffort.slice" / POD
+    (twin / f"cri-containerd-{ID}.scope").mkdir(parents=True)
+    (twin / f"cri-containerd-{ID}.scope" / "cgroup.freeze").write_text("0\n")
+    text = f"0::/../kubepods-besteffort.slice/{POD}/cri-containerd-{ID}.scope\n"
+    assert locate(parse_proc_cgroup(text), ID, tmp_path / "fs/cgroup") is None
