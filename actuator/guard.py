@@ -60,6 +60,8 @@ from gpuguard.actuator.journal import (
 )
 from gpuguard.actuator.pauseclock import PauseClock, host_clock
 from gpuguard.flags import Flag
+from gpuguard.web import webconfig
+from gpuguard.web.webconfig import WebConfig, WebConfigWatcher
 
 log = logging.getLogger("gpuguard.guard")
 
@@ -79,6 +81,7 @@ FLAGS: tuple[Flag, ...] = (
          "duration"),
     Flag("web.listen-address", "127.0.0.1:10838",
          "host:port of the guard's /metrics (Prometheus job gpuguard-guard)"),
+    Flag("web.config.file", None, webconfig.FLAG_HELP),
     Flag("log.level", "info", "debug, info, warning or error"),
     Flag("path.procfs", "/proc", "the host's procfs (the actuator's --path.procfs)"),
     Flag("path.sysfs", "/sys", "the host's sysfs (the actuator's --path.sysfs)"),
@@ -99,6 +102,7 @@ class GuardConfig:
     listen_port: int = 10838
     containerd_address: str | None = None  # set: resume through containerd, not Docker
     containerd_namespace: str = "k8s.io"
+    web: WebConfig | None = None  # --web.config.file, as read at start-up
 
 
 @flags.reraise_as(ConfigError)
@@ -115,6 +119,7 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
         "web.listen-address",
         "127.0.0.1:10838",
     )
+    web = webconfig.web_config_from_flag(values.get("web.config.file"))
     # Last: a bad flag must leave no directory behind.
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
     return GuardConfig(
@@ -132,6 +137,7 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
         flags.text(values, "containerd.namespace")
         if "containerd.namespace" in values
         else "k8s.io",
+        web,
     )
 
 
@@ -328,7 +334,8 @@ def run(config: GuardConfig) -> int:
     audit = AuditLog(config.state_dir / AUDIT_FILE)
     engine = engine_api(config.docker_host, config.containerd_address, config.containerd_namespace)
     guard = Guard(config, engine, audit)
-    server = guard_server(guard, config.listen_host, config.listen_port)
+    web = WebConfigWatcher(config.web) if config.web is not None else None
+    server = guard_server(guard, config.listen_host, config.listen_port, web)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

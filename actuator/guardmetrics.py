@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from gpuguard import __version__
 from gpuguard.web import HttpServer, Response, Router
 from gpuguard.web.routes import landing_page, text_response
+from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
 
 log = logging.getLogger("gpuguard.guard")
 
@@ -113,9 +114,11 @@ class GuardCollector(Collector):
         ]
 
 
-def guard_router(guard: Watching) -> Router:
+def guard_router(guard: Watching, web: WebConfigWatcher | None = None) -> Router:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GuardCollector(guard))
+    if web is not None:
+        registry.register(WebConfigCollector(web))
     router = Router(None)
     page = landing_page(
         "gpuguard guard", __version__, [("/metrics", "Prometheus metrics"), ("/healthz", "health")]
@@ -130,10 +133,13 @@ def guard_router(guard: Watching) -> Router:
     return router
 
 
-def guard_server(guard: Watching, host: str, port: int) -> HttpServer | None:
-    """The guard's metrics server, serving; None (logged) when it cannot listen."""
+def guard_server(
+    guard: Watching, host: str, port: int, web: WebConfigWatcher | None = None
+) -> HttpServer | None:
+    """The guard's metrics server (TLS and basic auth by ``web``, the --web.config.file),
+    serving; None (logged) when it cannot listen."""
     try:
-        server = HttpServer((host, port), guard_router(guard), name="gpuguard-guard")
+        server = HttpServer((host, port), guard_router(guard, web), name="gpuguard-guard", web=web)
     except OSError as exc:
         log.error(
             "cannot serve /metrics on %s:%d (%s): guarding on without them; "

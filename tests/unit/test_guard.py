@@ -228,3 +228,45 @@ def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
         server.shutdown()
         server.server_close()
         audit.close()
+
+
+def test_the_guard_serves_its_metrics_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    # Its port is reachable by tenants like the others: the same --web.config.file.
+    import requests
+
+    from gpuguard.actuator.errors import ConfigError
+    from gpuguard.actuator.guard import FLAGS, validate
+    from gpuguard.actuator.guardmetrics import guard_server
+    from gpuguard.demo.stack.process import free_port
+    from gpuguard.web.webconfig import WebConfigWatcher
+    from tests.support.tlscerts import make_pki, write_web_config
+
+    pki = make_pki(tmp_path / "pki")
+    web = write_web_config(tmp_path / "web.yml", pki, {"prometheus": "right"})
+    port = free_port()
+    base = {f.name: f.default for f in FLAGS} | {"state.dir": str(tmp_path / "state")}
+    bad = tmp_path / "bad.yml"
+    bad.write_text("tls_server_config: {cert_file: /nonexistent.crt, key_file: /x.key}\n")
+    with pytest.raises(ConfigError, match="cert_file"):
+        validate(base | {"web.config.file": str(bad)})
+    assert not (tmp_path / "state").exists()  # a bad flag leaves nothing behind
+    config = validate(
+        base | {"web.listen-address": f"127.0.0.1:{port}", "web.config.file": str(web)}
+    )
+    assert config.web is not None and config.web.scheme == "https"
+    audit = AuditLog(tmp_path / AUDIT_FILE)
+    guard = Guard(config, docker_api(f"unix://{tmp_path}/none.sock"), audit)
+    server = guard_server(guard, "127.0.0.1", port, WebConfigWatcher(config.web))
+    assert server is not None
+    try:
+        url = f"https://127.0.0.1:{port}/metrics"
+        ok = requests.get(url, verify=str(pki.ca), auth=("prometheus", "right"), timeout=10)
+        assert ok.status_code == 200 and "gpuguard_guard_last_check_timestamp_seconds" in ok.text
+        assert "gpuguard_web_config_last_reload_successful 1.0" in ok.text
+        assert requests.get(url, verify=str(pki.ca), timeout=10).status_code == 401
+        with pytest.raises(requests.ConnectionError):  # no plain HTTP beside it
+            requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    finally:
+        server.shutdown()
+        server.server_close()
+        audit.close()
