@@ -35,7 +35,8 @@ in this order)::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
 from gpuguard import __version__
 from gpuguard.contract import StateReason, TaskMode
@@ -302,10 +303,32 @@ class LabelCache:
     def __init__(self, slack: int = 256) -> None:
         self._sets: dict[tuple[int, tuple[str, ...]], LabelSet] = {}
         self._phases: dict[tuple[str, ...], tuple[LabelSet, ...]] = {}
+        #: a container's labels by (names, the ContainerInfo's id, GPU, GPU ids): kept with
+        #: the ContainerInfo itself, so an id reused by a new object is never mistaken for it
+        self._of: dict[tuple[int, int, str, tuple[str, str]], tuple[ContainerInfo, LabelSet]]
+        self._of = {}
         self._slack = slack
 
     def __len__(self) -> int:
         return len(self._sets) + len(self._phases) * len(PHASES)
+
+    def of(
+        self,
+        names: tuple[str, ...],
+        info: ContainerInfo,
+        values: Callable[[], tuple[str, ...]],
+        gpu: str = "",
+        gpu_id: tuple[str, str] = ("", ""),
+    ) -> LabelSet:
+        """``get(names, values())`` for one container (on one GPU), without building and
+        hashing its values again while its ContainerInfo is the same object."""
+        key = (id(names), id(info), gpu, gpu_id)
+        hit = self._of.get(key)
+        if hit is not None and hit[0] is info:
+            return hit[1]
+        found = self.get(names, values())
+        self._of[key] = (info, found)
+        return found
 
     def get(self, names: tuple[str, ...], values: tuple[str, ...]) -> LabelSet:
         found = self._sets.get((id(names), values))
@@ -345,6 +368,7 @@ class LabelCache:
             for label_set, _, _ in hist_rows:
                 sets[label_set.key] = label_set
         self._sets, self._phases = sets, phases
+        self._of = {}  # rebuilt by the next scrape, from the label sets kept
 
 
 Row = tuple[LabelSet, float]
@@ -639,7 +663,7 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
     demand = g["gpuguard_container_demand_sm_ratio"]
     no_stats = ContainerStats()
     for info in snap.containers.values():
-        labels = cache.get(_C, _container(node, info))
+        labels = cache.of(_C, info, partial(_container, node, info))
         share = snap.demand.get(info.id)
         if share is not None:
             demand.append((labels, share))
@@ -661,7 +685,8 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
     for usage in snap.joined.usage:
         info = snap.containers[usage.container_id]  # the join only sums known containers
         gpu_id = ids.get(usage.gpu, _NO_ID)
-        cg_labels = cache.get(_CG, _container_gpu(node, usage.gpu, info, gpu_id))
+        values = partial(_container_gpu, node, usage.gpu, info, gpu_id)
+        cg_labels = cache.of(_CG, info, values, usage.gpu, gpu_id)
         memory.append((cg_labels, usage.memory_bytes))
         sm.append((cg_labels, usage.sm_ratio))
         processes.append((cg_labels, usage.processes))
@@ -686,11 +711,12 @@ def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
     ids = gpu_ids(snap)
     for (cid, gpu), task in oldest.items():
         info = snap.containers[cid]
-        values = _container_gpu(node, gpu, info, ids.get(gpu, _NO_ID))
+        gpu_id = ids.get(gpu, _NO_ID)
+        labels = cache.of(_CG, info, partial(_container_gpu, node, gpu, info, gpu_id), gpu, gpu_id)
+        values = labels.values
         for phase, phase_labels in zip(PHASES, cache.phases(values), strict=True):
             phase_rows.append((phase_labels, 1 if task.phase == phase else 0))
         boundary_rows.append((cache.get(_BOUNDARY_LABELS, (*values, task.boundary)), 1))
-        labels = cache.get(_CG, values)
         elapsed.append((labels, task.elapsed_s(snap.timestamp)))
         slack = task.slack_s(snap.timestamp)
         if slack is not None:

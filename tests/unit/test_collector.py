@@ -333,3 +333,23 @@ def test_claims_the_trust_policy_rejected_are_counted(setup) -> None:
     for label, _ in why:
         assert v("gpuguard_container_claim_rejected", {**c1, "label": label}) == 1
     assert v("gpuguard_container_claim_rejected", {**c2, "label": "gpuguard.class"}) is None
+
+
+def test_a_containers_labels_are_kept_while_it_is_the_same_and_remade_when_it_changes() -> None:
+    from gpuguard.exporter.collector import _C, LabelCache
+
+    cache = LabelCache()
+    info = container(1)
+    first = cache.of(_C, info, lambda: ("n", "", "", info.name, info.short_id))
+    assert first.text.startswith('node="n",namespace="",pod="",container="rt-1",container_id=')
+
+    def never() -> tuple[str, ...]:
+        raise AssertionError("made again for the same container")
+
+    assert cache.of(_C, info, never) is first
+    renamed = replace(info, name="rt-1b")  # a new ContainerInfo: the index saw a change
+    again = cache.of(_C, renamed, lambda: ("n", "", "", renamed.name, renamed.short_id))
+    assert again.values[3] == "rt-1b"
+    # one container on two GPUs: a label set each
+    on_0 = cache.of(_C, info, lambda: ("n", "", "", "x", "0"), "0", ("", ""))
+    assert on_0 is not first and on_0.values[3] == "x"
