@@ -139,6 +139,15 @@ class Pod:
         remove_cgroups(self.cgroups)
 
 
+def exited(containerd: PrivateContainerd, container_id: str) -> bool:
+    """Whether the container's task has stopped (or is gone), per ``ctr tasks list``."""
+    for line in containerd.check("tasks", "list").splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == container_id:
+            return fields[2] == "STOPPED"
+    return True
+
+
 def cgroup_dirs(pid: int) -> list[Path]:
     """The directories of a process's cgroups, one per hierarchy (v1 controllers and v2)."""
     dirs = []

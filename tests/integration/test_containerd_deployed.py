@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from containerd_support import Pod
+from containerd_support import Pod, exited
 from exporter_support import ExporterProcess, sample_value, workload_args
 from test_actuator_live import kernel_intervals
 
@@ -211,14 +211,6 @@ def test_the_exporter_image_follows_containerd_as_the_daemonset_runs_it(
 @pytest.fixture
 def sim_time_scale() -> float:
     return 0.1  # a 13,312 matmul kernel lasts ~1.1 s
-
-
-def exited(containerd: PrivateContainerd, container_id: str) -> bool:
-    for line in containerd.check("tasks", "list").splitlines()[1:]:
-        fields = line.split()
-        if fields and fields[0] == container_id:
-            return fields[2] == "STOPPED"
-    return True
 
 
 def test_the_actuator_image_freezes_pods_as_the_daemonset_runs_it(

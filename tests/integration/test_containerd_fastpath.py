@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from containerd_support import Pod
+from containerd_support import Pod, exited
 from exporter_support import ExporterProcess, workload_args
 from test_actuator_live import ActuatorProcess, GuardProcess, kernel_intervals
 
@@ -47,14 +47,6 @@ def admission(
         actuator.stop()  # first: on SIGTERM it resumes what it paused
         guard.stop()
         exporter.stop()
-
-
-def exited(containerd: PrivateContainerd, container_id: str) -> bool:
-    for line in containerd.check("tasks", "list").splitlines()[1:]:
-        fields = line.split()
-        if fields and fields[0] == container_id:
-            return fields[2] == "STOPPED"
-    return True
 
 
 def test_pods_are_admitted_one_at_a_time_in_fifo_order(

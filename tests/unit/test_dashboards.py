@@ -4,7 +4,6 @@ equals what grafana/build.py generates."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -34,6 +33,7 @@ from tests.dashboards import (
     variable_queries,
     variables_used,
 )
+from tests.support.scripts import load_script
 
 UIDS = {"gpuguard-node", "gpuguard-tasks", "gpuguard-actuator", "gpuguard-cluster"}
 PANEL_TYPES = {"timeseries", "stat", "table", "state-timeline", "bargauge", "row"}
@@ -44,11 +44,7 @@ UNITS = {"percentunit", "bytes", "s", "short", "none", "celsius", "watt"}
 
 
 def load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("grafana_build", ROOT / "grafana" / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "grafana" / "build.py", "grafana_build")
 
 
 BOARDS = load_dashboards()

@@ -9,7 +9,6 @@ parsed by gpuguard's own argument parser.
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import ipaddress
 import os
 import posixpath
@@ -26,6 +25,7 @@ import pytest
 import yaml
 
 from tests.prereq import require_binary, unavailable
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -647,12 +647,7 @@ def test_exporter_service_monitor_keeps_the_tenants_namespace_and_pod() -> None:
 
 
 def load_generator() -> ModuleType:
-    path = KUBERNETES / "gen_prometheusrule.py"
-    spec = importlib.util.spec_from_file_location("gen_prometheusrule", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(KUBERNETES / "gen_prometheusrule.py")
 
 
 def test_prometheusrule_is_generated_from_the_rule_files() -> None:
@@ -712,11 +707,7 @@ def test_alertmanagerconfig_is_the_shipped_actuator_routes() -> None:
 
 
 def load_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, KUBERNETES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(KUBERNETES / f"{name}.py")
 
 
 def test_dashboard_config_maps_are_generated_for_grafanas_sidecar() -> None:
@@ -998,11 +989,7 @@ COMPOSE_TLS = DEPLOY / "compose.tls.yaml"
 
 
 def gen_tls() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_tls", DEPLOY / "compose" / "gen_tls.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DEPLOY / "compose" / "gen_tls.py")
 
 
 def test_compose_tls_overlay_keeps_every_flag_and_adds_tls() -> None:
