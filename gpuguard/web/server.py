@@ -282,6 +282,8 @@ class HttpServer:
             )
         except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
             self.counters["tls_handshake_errors"] += 1
+            if self.web is not None:
+                self.web.tls_refused["handshake"] += 1
             log.debug("%s: TLS handshake failed: %s", self.name, exc)
             sock.close()
         finally:
@@ -296,6 +298,8 @@ class HttpServer:
         # after the handshake, before any request: the SANs the web config allows
         if tls is not None and transport and not tls.admits(transport.get_extra_info("peercert")):
             self.counters["tls_client_refused"] += 1
+            if self.web is not None:
+                self.web.tls_refused["client_san"] += 1
             wire.abort()
             return
         task = asyncio.get_running_loop().create_task(self._on_connection(wire))

@@ -37,7 +37,7 @@ import re
 import ssl
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -391,6 +391,9 @@ class WebConfigWatcher:
         self.last_reload_time = time.time()
         self.reloads = 0
         self.failures = 0
+        #: TLS connections refused, by why: ``handshake`` (no or a bad client certificate, a
+        #: protocol or cipher mismatch, a timeout) or ``client_san`` (not in client_allowed_sans)
+        self.tls_refused: Counter[str] = Counter()
 
     @property
     def path(self) -> Path | None:
@@ -560,13 +563,25 @@ class WebConfigCollector:
         w = self._watcher
         w.current()  # a scrape notices a change even when no connection came
         ok = 1.0 if w.last_reload_successful else 0.0
-        return list(self._families(ok, w.last_reload_time, float(w.failures)))
+        return list(self._families(ok, w.last_reload_time, float(w.failures), w.tls_refused))
 
     @staticmethod
-    def _families(ok: float, when: float, failures: float) -> tuple[Any, ...]:
+    def _families(
+        ok: float, when: float, failures: float, refused: Mapping[str, int] | None = None
+    ) -> tuple[Any, ...]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        tls = CounterMetricFamily(
+            "gpuguard_web_tls_refused_connections",
+            "TLS connections refused: a failed handshake (no or a bad client certificate, "
+            "a protocol mismatch, a timeout) or a client certificate outside "
+            "client_allowed_sans.",
+            labels=["reason"],
+        )
+        for reason in ("handshake", "client_san"):
+            tls.add_metric([reason], float((refused or {}).get(reason, 0)))
         return (
+            tls,
             GaugeMetricFamily(
                 "gpuguard_web_config_last_reload_successful",
                 "Whether the last reload of --web.config.file worked (0: the previous one "

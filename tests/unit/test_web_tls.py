@@ -3,6 +3,7 @@ client certificates, basic auth before the body, the token beside it, and reload
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import time
@@ -51,6 +52,17 @@ def started() -> Iterator[list[HttpServer]]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+def exposition(watcher: WebConfigWatcher) -> str:
+    """What ``/metrics`` shows of the web config: ``WebConfigCollector`` rendered."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpuguard.web.webconfig import WebConfigCollector
+
+    registry = CollectorRegistry()
+    registry.register(WebConfigCollector(watcher))
+    return generate_latest(registry).decode()
 
 
 def url(server: HttpServer, path: str = "/hello") -> str:
@@ -128,6 +140,13 @@ def test_client_certificates(pki: Pki, tmp_path: Path, started: list[HttpServer]
         with pytest.raises(requests.ConnectionError):  # SSLError is one
             requests.get(url(server), verify=str(pki.ca), cert=cert, timeout=10)
     assert server.counters["tls_handshake_errors"] >= 1
+    # and an operator sees them: /metrics counts refused TLS connections by reason
+    assert server.web is not None
+    text = exposition(server.web)
+    refused = re.search(
+        r'gpuguard_web_tls_refused_connections_total\{reason="handshake"\} (\S+)', text
+    )
+    assert refused is not None and float(refused.group(1)) >= 1, text
 
 
 def test_client_allowed_sans(pki: Pki, tmp_path: Path, started: list[HttpServer]) -> None:
@@ -150,6 +169,10 @@ def test_client_allowed_sans(pki: Pki, tmp_path: Path, started: list[HttpServer]
         assert time.monotonic() < deadline, "the new client_allowed_sans never applied"
         time.sleep(0.05)
     assert server.counters["tls_client_refused"] >= 1
+    assert server.web is not None and server.web.tls_refused["client_san"] >= 1
+    assert 'gpuguard_web_tls_refused_connections_total{reason="client_san"}' in exposition(
+        server.web
+    )
 
 
 def test_a_stalled_handshake_holds_nobody_up(pki: Pki, tmp_path: Path, started: list) -> None:
