@@ -118,7 +118,7 @@ class Journal:
     def sync(self) -> None:
         """Make what a ``durable=False`` write left durable (fsync of file and directory)."""
         with self._lock:
-            sync_file(self.path)
+            files.sync_file(self.path)
 
     def ledger(self) -> Ledger:
         with self._lock:
@@ -303,24 +303,6 @@ def atomic_write_json(path: Path, doc: Mapping[str, Any], durable: bool = True) 
     what every process reads at once, and what a power cut may lose.
     """
     files.replace(path, json.dumps(doc, indent=1, sort_keys=True).encode(), durable=durable)
-
-
-def sync_file(path: Path) -> None:
-    """fsync a file that was replaced without it, and its directory (the rename)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass(frozen=True)

@@ -101,11 +101,25 @@ def replace(path: Path, data: bytes, *, durable: bool = True) -> None:
             os.unlink(tmp)
         raise
     if durable:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)  # the rename itself must survive a power cut
-        finally:
-            os.close(dir_fd)
+        _fsync_dir(path.parent)  # the rename itself must survive a power cut
+
+
+def sync_file(path: Path) -> None:
+    """fsync a file that was replaced without it (``durable=False``), and its directory."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def set_aside(path: Path, tag: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -28,6 +29,15 @@ def require_binary(name: str) -> str:
         unavailable(f"{name} not installed (make setup installs it)")
     assert path is not None
     return path
+
+
+def require_cgroup_freezer() -> None:
+    """Skip unless this machine has a cgroup freezer (v1's, or cgroup v2's)."""
+    if (
+        not Path("/sys/fs/cgroup/freezer").is_dir()
+        and not Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    ):
+        pytest.skip("no cgroup freezer on this machine")
 
 
 class Services:

@@ -35,8 +35,9 @@ HEADER = (
 )
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings, so expressions read as in the rule files."""
+class BlockDumper(yaml.SafeDumper):
+    """Block style for multi-line strings, so expressions (and the dashboards' JSON, in
+    gen_dashboards.py) read as in the files they come from."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -44,7 +45,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
-_Dumper.add_representer(str, _str)
+BlockDumper.add_representer(str, _str)
 
 
 def rule_files(rules_dir: Path) -> list[Path]:
@@ -79,7 +80,11 @@ def build(rules_dir: Path = ROOT / "rules") -> dict[str, Any]:
 
 def render(rules_dir: Path = ROOT / "rules") -> str:
     body = yaml.dump(
-        build(rules_dir), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000
+        build(rules_dir),
+        Dumper=BlockDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=1_000_000,
     )
     return HEADER + body
 

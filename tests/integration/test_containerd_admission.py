@@ -29,6 +29,7 @@ from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
 from gpuguard.ctr import Ctr
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.process import ManagedProcess
+from tests.prereq import require_cgroup_freezer
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -43,11 +44,7 @@ COUNTER = (
 
 @pytest.fixture(autouse=True)
 def cgroup_freezer() -> None:
-    if (
-        not Path("/sys/fs/cgroup/freezer").is_dir()
-        and not Path("/sys/fs/cgroup/cgroup.controllers").exists()
-    ):
-        pytest.skip("no cgroup freezer on this machine")
+    require_cgroup_freezer()
 
 
 def engine_of(containerd: PrivateContainerd) -> ContainerdEngine:

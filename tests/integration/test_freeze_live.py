@@ -31,6 +31,7 @@ from gpuguard.actuator.lease import GUARD_LEASE
 from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess
+from tests.prereq import require_cgroup_freezer
 from tests.unit.actuator_support import make_controller
 from tests.waiting import wait_for
 
@@ -42,11 +43,7 @@ COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.01; done"
 
 @pytest.fixture(autouse=True)
 def cgroup_v1_freezer() -> None:
-    if (
-        not Path("/sys/fs/cgroup/freezer").is_dir()
-        and not Path("/sys/fs/cgroup/cgroup.controllers").exists()
-    ):
-        pytest.skip("no cgroup freezer on this machine")
+    require_cgroup_freezer()
 
 
 @pytest.fixture
