@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gpuguard import files, flags, resources
+from gpuguard.actuator.admission.policy import ORDERS, PolicyConfig
 from gpuguard.actuator.errors import ConfigError
-from gpuguard.actuator.policy import ORDERS, PolicyConfig
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
 from gpuguard.web import client, webconfig

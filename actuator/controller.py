@@ -8,7 +8,7 @@ the exporter unseen, or a ``resume_all`` alert firing for this node) and ``Recon
 (the journal against Docker, ``--max-pause``). Each alert's deliveries are put in order
 first (``AlertOrder``): a late duplicate from a clustered Alertmanager is dropped.
 
-SLO pressure (``protect_slo``, ``actuator/slo.py``) is such a state too: while a real-time
+SLO pressure (``protect_slo``, ``actuator/admission/slo.py``) is such a state too: while a real-time
 container's SLO alert fires for this node, every decision freezes the best-effort
 containers on its GPUs sooner and longer; when none of them can be frozen, the alert marks
 the node like a ``mark_node`` alert.
@@ -24,22 +24,22 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from gpuguard.actuator.admission.executor import DockerExecutor, Outcome
+from gpuguard.actuator.admission.history import RecentHistory
+from gpuguard.actuator.admission.policy import PAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.admission.slo import SloPressure
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
-from gpuguard.actuator.executor import DockerExecutor, Outcome
 from gpuguard.actuator.exporter_client import ExporterClient
-from gpuguard.actuator.failopen import FailOpen
-from gpuguard.actuator.history import RecentHistory
-from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodemarks import NodeMarks
-from gpuguard.actuator.nodes import NodeMarker
-from gpuguard.actuator.policy import PAUSE, Action, Decision, Skip, Trigger, decide
-from gpuguard.actuator.reconcile import Reconciler
+from gpuguard.actuator.nodemarks.marks import NodeMarks
+from gpuguard.actuator.nodemarks.nodelist import NodeMarker
 from gpuguard.actuator.report import Report
-from gpuguard.actuator.slo import SloPressure
+from gpuguard.actuator.safety.failopen import FailOpen
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.reconcile import Reconciler
 from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage

@@ -28,11 +28,11 @@ from exporter_support import (
     workload_log,
 )
 
+from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.policy import PAUSE, Action
 from gpuguard.actuator.audit import AuditLog, read_audit
-from gpuguard.actuator.executor import DockerExecutor
-from gpuguard.actuator.journal import Journal
-from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.process import ManagedProcess, free_port

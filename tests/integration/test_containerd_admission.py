@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from containerd_support import Pod
 
+from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.freezer import FROZEN, THAWED, ContainerFreezer
+from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.freezer import FROZEN, THAWED, ContainerFreezer
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal
-from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.ctr import Ctr
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.process import ManagedProcess
@@ -149,13 +149,13 @@ def test_a_lost_journal_resumes_every_managed_pod_container_and_nothing_else(
 CRASHING_ACTUATOR = """
 import sys, time
 from pathlib import Path
-from gpuguard.actuator import lease
+from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.journal import Journal, JournalLock
-from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal, JournalLock
+from gpuguard.actuator.admission.policy import PAUSE, Action
 from gpuguard.ctr import Ctr
 
 state, address, cid = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -23,12 +23,18 @@ from typing import Any
 import docker.errors
 import pytest
 
+from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.freezer import (
+    FROZEN,
+    THAWED,
+    Cgroup,
+    ContainerFreezer,
+    process_state,
+)
+from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.executor import DockerExecutor
-from gpuguard.actuator.freezer import FROZEN, THAWED, Cgroup, ContainerFreezer, process_state
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal, PausedEntry
-from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess
 from tests.prereq import require_cgroup_freezer
@@ -270,10 +276,10 @@ READ_ONLY_CGROUPS = """
 import json, sys
 from pathlib import Path
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.executor import DockerExecutor, docker_api
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.journal import Journal
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 executor = DockerExecutor(
@@ -343,12 +349,12 @@ def test_reconcile_resumes_a_container_frozen_only_in_its_cgroup(
 CRASHING_ACTUATOR = """
 import sys, time
 from pathlib import Path
-from gpuguard.actuator import lease
+from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.executor import DockerExecutor, docker_api
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.journal import Journal, JournalLock
-from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal, JournalLock
+from gpuguard.actuator.admission.policy import PAUSE, Action
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 lock = JournalLock(state)

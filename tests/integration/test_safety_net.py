@@ -19,11 +19,11 @@ import docker.errors
 import pytest
 import requests
 
-from gpuguard.actuator import lease
+from gpuguard.actuator.admission.executor import docker_api
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.executor import docker_api
-from gpuguard.actuator.guard import Guard, GuardConfig
-from gpuguard.actuator.journal import JOURNAL_FILE, JournalLock, atomic_write_json
+from gpuguard.actuator.guard.program import Guard, GuardConfig
+from gpuguard.actuator.safety import lease
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.waiting import wait_for

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action, Decision, Skip
 from gpuguard.actuator.audit import read_audit
 from gpuguard.actuator.controller import Controller, _without_pauses
-from gpuguard.actuator.journal import PausedEntry
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip
+from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import parse_message
 from gpuguard.contract import ActionReason, SkipReason, TriggerSource
 from tests.unit.actuator_support import make_controller

@@ -1,12 +1,12 @@
-"""The actuator's memory for holds and windows (actuator/history.py) and its due timer."""
+"""The actuator's memory for holds and windows (actuator/admission/history.py) and its due timer."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from gpuguard.actuator.history import RecentHistory
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
+from gpuguard.actuator.admission.history import RecentHistory
+from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.contract import ActionReason, Phase, Result

@@ -1,4 +1,4 @@
-"""Table tests of the admission policy (actuator.policy.decide): one case per branch."""
+"""Table tests of the admission policy (actuator.admission.policy.decide): one case per branch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuator.policy import (
+from gpuguard.actuator.admission.policy import (
     PAUSE,
     UNPAUSE,
     Decision,

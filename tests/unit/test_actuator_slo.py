@@ -1,5 +1,5 @@
 """protect_slo: the policy's SLO pressure (table tests, one per branch), the actuator's record
-of firing SLO alerts (actuator/slo.py), and the controller acting on them."""
+of firing SLO alerts (actuator/admission/slo.py), and the controller acting on them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.audit import read_audit
-from gpuguard.actuator.errors import ExporterUnavailable
-from gpuguard.actuator.policy import (
+from gpuguard.actuator.admission.policy import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -20,7 +18,9 @@ from gpuguard.actuator.policy import (
     Trigger,
     decide,
 )
-from gpuguard.actuator.slo import SloPressure, device_of
+from gpuguard.actuator.admission.slo import SloPressure, device_of
+from gpuguard.actuator.audit import read_audit
+from gpuguard.actuator.errors import ExporterUnavailable
 from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.webhook import WebhookMessage, parse_message
 from tests.unit.actuator_support import make_controller

@@ -218,7 +218,7 @@ def test_no_import_cycles() -> None:
     [
         ("gpuguard.placer.app", ("exporter", "gpusim", "actuator")),
         ("gpuguard.actuator.app", ("exporter", "gpusim", "placer")),
-        ("gpuguard.actuator.guard", ("exporter", "gpusim", "placer")),
+        ("gpuguard.actuator.guard.program", ("exporter", "gpusim", "placer")),
         ("gpuguard.exporter.app", ("actuator", "placer")),
         ("gpuguard.gpusim.daemon", ("exporter", "actuator", "placer")),
     ],

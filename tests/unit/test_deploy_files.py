@@ -567,7 +567,7 @@ def test_kubernetes_args_parse(name: str) -> None:
 
 
 def test_only_the_actuator_reaches_the_kubernetes_api_and_only_for_nodes() -> None:
-    # The node mark is a taint and a label on the actuator's Node (actuator/taints.py):
+    # The node mark is a taint and a label on the actuator's Node (actuator/nodemarks/taints.py):
     # get and update on nodes, for the actuator's ServiceAccount, and nothing else.
     assert by_kind("Role") == {} and by_kind("RoleBinding") == {}
     (role,) = by_kind("ClusterRole").values()

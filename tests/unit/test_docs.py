@@ -108,7 +108,7 @@ def test_the_reference_names_every_container_label() -> None:
 def _families() -> set[str]:
     golden = (REPO / "tests" / "fixtures" / "exporter_metrics.prom").read_text()
     found = set(re.findall(r"^# TYPE (\S+) ", golden, re.M))
-    for source in ("actuator/metrics.py", "actuator/guardmetrics.py", "placer/service.py"):
+    for source in ("actuator/metrics.py", "actuator/guard/metrics.py", "placer/service.py"):
         found |= set(re.findall(r'"(gpuguard_[a-z_]+)"', (REPO / source).read_text()))
     # prometheus_client's Counter("x") exposes x_total
     counters = {"gpuguard_actuator_actions", "gpuguard_actuator_skipped",

@@ -20,7 +20,7 @@ RUNTIME_ENTRY_MODULES = (
     "gpuguard.cli",
     "gpuguard.exporter.app",
     "gpuguard.actuator.app",
-    "gpuguard.actuator.guard",
+    "gpuguard.actuator.guard.program",
     "gpuguard.placer.app",
     "gpuguard.gpusim.daemon",
     "gpuguard.gpusim.workload",

@@ -17,10 +17,10 @@ from typing import Any
 
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import NodeList, NodeMarker
+from gpuguard.actuator.nodemarks.nodelist import NodeList, NodeMarker
 from gpuguard.actuator.report import Report
+from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.webhook import WebhookMessage
 from gpuguard.contract import ActionKind, NodeListExecutor, Result
 

@@ -3,7 +3,7 @@
 Every change is written before the action it describes is taken (write a temporary file,
 fsync it, ``os.replace`` it over the journal, fsync the directory), so after a ``kill -9``
 the journal names every container the actuator may have frozen. The guard
-(``actuator.guard``) and the next start (``plan_reconcile``) read it to resume them.
+(``actuator.guard.program``) and the next start (``plan_reconcile``) read it to resume them.
 
 A pause intent is the one exception to the order, not to the record: it is replaced over the
 journal (``durable=False``: every other process, the guard included, reads it from then on)
@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import files
-from gpuguard.actuator.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
-from gpuguard.actuator.pauseclock import PauseClock, host_clock
-from gpuguard.actuator.policy import Ledger
+from gpuguard.actuator.admission.policy import Ledger
+from gpuguard.actuator.safety.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
+from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
 from gpuguard.contract import ActionReason
 
 __all__ = ["FORMAT_VERSION", "Journal", "JournalContent", "JournalCorrupt", "PausedEntry"]

@@ -1,6 +1,6 @@
 """Carry pause/unpause out on Docker: idempotent, journalled first, audited, retried.
 
-* A pause freezes the container through its cgroup (``actuator.freezer``: about 1 ms) and is
+* A pause freezes the container through its cgroup (``freezer``: about 1 ms) and is
   done; then, in the background, the frozen container is handed to Docker (``docker pause``,
   through ``ContainerFreezer.handover``: runc refuses to pause a cgroup that is already
   frozen), so ``docker ps``/``inspect`` show it paused and an operator's ``docker unpause``
@@ -43,11 +43,17 @@ import docker.errors
 import requests
 
 from gpuguard import labels
+from gpuguard.actuator.admission.freezer import (
+    THAWED,
+    Cgroup,
+    CgroupGone,
+    ContainerFreezer,
+    FreezerError,
+)
+from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
-from gpuguard.actuator.freezer import THAWED, Cgroup, CgroupGone, ContainerFreezer, FreezerError
-from gpuguard.actuator.journal import Journal, PausedEntry
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.safety.journal import Journal, PausedEntry
 from gpuguard.contract import (
     ADMITTING_REASONS,
     COMPONENT_ROLES,

@@ -16,11 +16,11 @@ import logging
 import time
 from collections.abc import Callable
 
+from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.policy import UNPAUSE, Action, Decision
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
-from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.journal import Journal, plan_reconcile
-from gpuguard.actuator.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.safety.journal import Journal, plan_reconcile
 from gpuguard.actuator.state import ExporterState
 from gpuguard.contract import ActionReason, TriggerSource
 

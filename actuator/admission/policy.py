@@ -62,7 +62,8 @@ pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
   scheduled as a whole, beside its best-effort neighbour, unless its SLO alert fires.
   Containers of the ``normal`` class keep paper B's admission and never freeze anyone.
 * SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
-  fires, ``actuator/slo.py``): a best-effort container on such a device is frozen even while
+  fires, ``actuator/admission/slo.py``): a best-effort container on such a device is frozen
+  even while
   no real-time task runs or waits there (between the server's requests, which NVML's samples
   see too late to freeze for), and its starvation share is ``slo_best_effort_min_share``
   instead, so it is frozen sooner and longer (reason ``slo_pressure``).
@@ -174,7 +175,7 @@ class Ledger:
 @dataclass(frozen=True)
 class Recent:
     """What the actuator saw lately (memory only; the controller keeps it, see
-    ``actuator/history.py``). Empty after a restart, which only makes holds start afresh.
+    ``actuator/admission/history.py``). Empty after a restart, which only makes holds start afresh.
 
     ``realtime_seen``: device -> last time a real-time task ran or waited on it.
     ``frozen_spans``: best-effort container -> its finished freezes (start, end) that reach

@@ -18,10 +18,10 @@ import logging
 import time
 from collections.abc import Mapping
 
+from gpuguard.actuator.admission.policy import UNPAUSE, Action, Decision
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.journal import PausedEntry
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import Alert
 from gpuguard.contract import ActionReason
 

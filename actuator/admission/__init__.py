@@ -1,0 +1,7 @@
+"""Admission: which GPU tasks run now, and carrying it out.
+
+``policy`` decides (pure: exporter state, trigger, ledger in; a ``Decision`` out), ``history``
+and ``slo`` give it what the actuator saw lately, ``fastpath`` triggers it from the exporter's
+events, ``executor`` carries pause/unpause out through ``freezer`` (the cgroup freezer) and the
+container engine.
+"""
