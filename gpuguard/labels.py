@@ -23,6 +23,11 @@ SLO_TARGET = "gpuguard.slo.target"
 SLO_OBJECTIVE = "gpuguard.slo.objective"
 SLO_PORT = "gpuguard.slo.port"
 SLO_LABELS = (SLO_METRIC, SLO_TARGET, SLO_OBJECTIVE, SLO_PORT)
+#: Pod labels or annotations only the placer's kube-scheduler extender reads (with
+#: ``gpuguard.deadline``): the GPU memory a pod needs and one task's run time alone, as the
+#: placer's ``memory`` and ``runtime`` parameters are written (``4GiB``, ``1500ms``).
+PLACEMENT_MEMORY = "gpuguard.memory"
+PLACEMENT_RUNTIME = "gpuguard.runtime"
 
 #: Swarm node label: ``false`` while the node's actuator marks it unprovisionable; a
 #: real-time service carries the constraint ``node.labels.gpuguard.provisionable!=false``.

@@ -91,8 +91,15 @@ class Pod:
         self._run(self.sandbox_id, labels, ["/bin/sleep", "3600"])
         return self
 
-    def run_python(self, container: str, module_args: list[str], mounts: list[str]) -> str:
-        """Start ``python -m <module_args>`` as the pod's container ``container``."""
+    def run_python(
+        self,
+        container: str,
+        module_args: list[str],
+        mounts: list[str],
+        env: dict[str, str] | None = None,
+    ) -> str:
+        """Start ``python -m <module_args>`` as the pod's container ``container``; ``env`` as
+        the kubelet's device plugin adds it (``NVIDIA_VISIBLE_DEVICES``)."""
         container_id = secrets.token_hex(32)
         labels = {
             "io.cri-containerd.kind": "container",
@@ -100,7 +107,7 @@ class Pod:
             "io.kubernetes.container.name": container,
         }
         env = {"PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1",
-               "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+               "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}  # fmt: skip
         self.containers[container] = container_id
         argv = [sys.executable, "-m", *module_args]
         ro = [(path, "ro") for path in python_mounts()]

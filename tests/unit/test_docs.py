@@ -146,3 +146,25 @@ def test_every_benchmark_is_described() -> None:
     scripts = [p.name for p in (REPO / "bench").glob("*.py")]
     missing = [s for s in scripts if not re.search(rf"`(bench/)?{re.escape(s)}`", text)]
     assert not missing, missing
+
+
+def _rule_severities() -> dict[str, str]:
+    found = {}
+    for path in (REPO / "rules").glob("*.rules.yml"):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    found[rule["alert"]] = rule["labels"]["severity"]
+    return found
+
+
+def test_each_runbook_states_its_alerts_severity() -> None:
+    """docs/runbooks.md opens every alert's section with the severity its rule sets (issue
+    25: seven said `info` where the rules say `none`, which pages nobody)."""
+    text = FENCE.sub("", (REPO / "docs" / "runbooks.md").read_text())
+    sections = dict(re.findall(r"^## (\w+)\n\n`(\w+)`", text, re.M))
+    severities = _rule_severities()
+    assert set(sections) == set(severities), set(sections) ^ set(severities)
+    wrong = {name: (said, severities[name]) for name, said in sections.items()
+             if said != severities[name]}  # fmt: skip
+    assert not wrong, f"runbook says, rule says: {wrong}"
