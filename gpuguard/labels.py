@@ -23,6 +23,9 @@ SLO_TARGET = "gpuguard.slo.target"
 SLO_OBJECTIVE = "gpuguard.slo.objective"
 SLO_PORT = "gpuguard.slo.port"
 SLO_LABELS = (SLO_METRIC, SLO_TARGET, SLO_OBJECTIVE, SLO_PORT)
+#: pod label (Kubernetes): the one container of the pod that the pod's other gpuguard labels
+#: are for; absent, every container of the pod has them (gpuguard/kube.py)
+CONTAINER = "gpuguard.container"
 
 #: Swarm node label: ``false`` while the node's actuator marks it unprovisionable; a
 #: real-time service carries the constraint ``node.labels.gpuguard.provisionable!=false``.
