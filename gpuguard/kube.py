@@ -75,9 +75,7 @@ def effective_labels(
     if identity is None:
         return dict(container_labels)  # made by hand (ctr run), not by a pod spec
     merged = {
-        key: value
-        for key, value in container_labels.items()
-        if not key.startswith(GPUGUARD_PREFIX)
+        key: value for key, value in container_labels.items() if not key.startswith(GPUGUARD_PREFIX)
     }
     pod = {
         key: value

@@ -139,16 +139,14 @@ def test_a_pod_names_the_one_container_its_claims_are_for() -> None:
 def test_a_cri_containers_own_gpuguard_labels_came_from_its_image_and_are_ignored() -> None:
     """containerd's CRI puts the image config's labels beneath the kubelet's four: a
     gpuguard.* label there is the image builder's claim, never the pod spec's."""
+    title = {"org.opencontainers.image.title": "t"}
     image = {labels.CLASS: "real-time", labels.ROLE: "exporter", labels.DEADLINE: "1ms",
-             labels.MANAGED: "false", labels.CONTAINER: "x", "org.opencontainers.image.title": "t"}  # fmt: skip
+             labels.MANAGED: "false", labels.CONTAINER: "x", **title}  # fmt: skip
     own = cri_labels("vllm", **image)
     merged = kube.effective_labels(own, {**POD, labels.MANAGED: "true"})
-    assert merged == {**cri_labels("vllm", **{"org.opencontainers.image.title": "t"}),
-                      **CLAIMS, labels.MANAGED: "true"}  # fmt: skip
+    assert merged == {**cri_labels("vllm", **title), **CLAIMS, labels.MANAGED: "true"}
     # without a pod label of its own, the image's claim is not believed either
-    assert kube.effective_labels(own, None) == cri_labels(
-        "vllm", **{"org.opencontainers.image.title": "t"}
-    )
+    assert kube.effective_labels(own, None) == cri_labels("vllm", **title)
 
 
 def test_a_container_the_cri_did_not_make_keeps_its_own_labels() -> None:
