@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuguard import labels
+# pod_identity's parameter is called labels: import the one name, not the module
+from gpuguard.labels import CONTAINER as GPUGUARD_CONTAINER
 
 POD_NAME = "io.kubernetes.pod.name"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
@@ -82,7 +83,7 @@ def effective_labels(
         for key, value in (sandbox_labels or {}).items()
         if key.startswith(GPUGUARD_PREFIX)
     }
-    scope = pod.pop(labels.CONTAINER, None)
+    scope = pod.pop(GPUGUARD_CONTAINER, None)
     if scope is None or scope == identity.container:
         merged.update(pod)
     return merged
