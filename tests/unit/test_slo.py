@@ -47,6 +47,26 @@ def test_slo_metric_names_refused(name: str, why: str) -> None:
         labels.parse_slo_metric(name)
 
 
+def test_the_documented_metric_form_is_a_kubernetes_label_value_and_the_same_slo() -> None:
+    """On a pod the histogram is named with `_` for `:` (a label value may hold no `:`):
+    the same declaration as the name with its colon, down to the series the rules match."""
+    from tests.support.kubelabels import is_label_key, is_label_value
+
+    documented = VLLM.replace(":", "_")
+    assert is_label_value(documented) and not is_label_value(VLLM)
+    declared = {}
+    for name in (VLLM, documented):
+        slo, errors = declaration({labels.SLO_METRIC: name, labels.SLO_TARGET: "500ms"})
+        assert errors == () and slo is not None
+        declared[name] = (slo.series_name, slo.per_second, slo.bucket_bounds)
+    assert declared[VLLM] == declared[documented] == (documented, 1.0, ("0.5",))
+    # every label gpuguard reads is a valid key, and the objective's valid value is 0.99
+    names = [labels.DEADLINE, labels.MANAGED, labels.ROLE, labels.TASK, labels.CLASS,
+             *labels.SLO_LABELS, labels.CONTAINER]  # fmt: skip
+    assert all(is_label_key(name) for name in names)
+    assert is_label_value("0.99") and not is_label_value("99%")
+
+
 @pytest.mark.parametrize(
     ("text", "value"), [("0.99", 0.99), ("0.5", 0.5), (".999", 0.999), ("99.9%", 0.999)]
 )
