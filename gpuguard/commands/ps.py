@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from gpuguard import labels
 from gpuguard.commands.errors import ServiceUnreachable
-from gpuguard.commands.service import (
-    EXPORTER,
-    add_http_config_flag,
-    get_json,
-    http_config,
-    service_url,
-)
+from gpuguard.commands.service import EXPORTER, add_service_flags, get_json, http_config
 from gpuguard.flags import ConfigError
 from gpuguard.statedoc import Container, ExporterState, StateError, Task, parse_state
 
@@ -39,15 +32,7 @@ def register(sub: Any) -> None:
         "deadline, phase, elapsed time, slack and whether the actuator paused it, read from "
         "the exporter's /api/v1/state.",
     )
-    ps.add_argument(
-        "--exporter.url",
-        dest="exporter_url",
-        type=service_url,
-        metavar="URL",
-        default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
-        help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
-    )
-    add_http_config_flag(ps, "exporter")
+    add_service_flags(ps, EXPORTER, DEFAULT_EXPORTER_URL)
     ps.add_argument("--json", action="store_true", help="print the rows as JSON")
     ps.add_argument("--all", "-a", action="store_true", help="also stopped containers")
     ps.set_defaults(func=cmd_ps)
