@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuguard import kube
 from gpuguard.commands.ps import ps_rows
+from gpuguard.demo.stack.reference_collector import GpuguardCollector
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.collector import TextRenderer
 from gpuguard.exporter.config import add_flags, load_config, pick_container_source
@@ -24,7 +25,6 @@ from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.state import state_json
 from gpuguard.exporter.tracker import Tracker
 from gpuguard.statedoc import parse_state
-from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, FakeProcfs, ListBackend, StaticContainers, cid, sample
 from tests.unit.exporter_fakes import container as make_container
 
