@@ -674,6 +674,18 @@ def test_prometheusrule_is_generated_from_the_rule_files() -> None:
     assert len(names) == len(set(names)), "the operator needs unique group names"
 
 
+@pytest.mark.parametrize("name", ["gen_prometheusrule", "gen_dashboards"])
+def test_a_generator_checks_its_file(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    generator = load_script(KUBERNETES / f"{name}.py")
+    assert generator.main(["--check"]) == 0  # the committed file is current: nothing said
+    output = generator.OUTPUT
+    assert generator.write_or_check(output, "stale\n", True, KUBERNETES / f"{name}.py") == 1
+    assert output.read_text() != "stale\n"  # --check writes nothing
+    assert capsys.readouterr().out == (
+        f"deploy/kubernetes/{output.name} is stale: run deploy/kubernetes/{name}.py\n"
+    )
+
+
 def test_alertmanagerconfig_is_the_shipped_actuator_routes() -> None:
     """deploy/kubernetes/alertmanagerconfig.yaml, merged as the operator merges it, routes
     like the actuator's part of deploy/alertmanager/alertmanager.yml."""

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuguard import kube, labels
 from gpuguard.commands.ps import ps_rows
+from gpuguard.demo.stack.reference_collector import GpuguardCollector
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.collector import TextRenderer
 from gpuguard.exporter.config import add_flags, load_config, pick_container_source
@@ -23,7 +24,7 @@ from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.state import state_json
 from gpuguard.exporter.tracker import Tracker
-from tests.support.reference_collector import GpuguardCollector
+from gpuguard.statedoc import parse_state
 from tests.unit.exporter_fakes import GIB, FakeProcfs, ListBackend, StaticContainers, cid, sample
 from tests.unit.exporter_fakes import container as make_container
 
@@ -86,7 +87,7 @@ def test_pod_container_joins_and_shows_everywhere(tmp_path: Path, driver: str) -
         UID,
         2.0,
     )
-    assert [row["NAME"] for row in ps_rows(state)] == ["team-a/web-0/infer"]
+    assert [row["NAME"] for row in ps_rows(parse_state(state))] == ["team-a/web-0/infer"]
 
 
 def test_a_docker_container_has_no_pod(tmp_path: Path) -> None:
@@ -99,7 +100,7 @@ def test_a_docker_container_has_no_pod(tmp_path: Path) -> None:
     snap = poller.poll_once()
     state = state_json(snap)
     assert state["containers"][0]["pod"] is None
-    assert ps_rows(state)[0]["NAME"] == "rt-1"
+    assert ps_rows(parse_state(state))[0]["NAME"] == "rt-1"
     # the same label names, empty: Prometheus reads them as absent
     text = TextRenderer().render_snapshot(snap).decode()
     assert 'gpuguard_container_paused{node="n",namespace="",pod="",container="rt-1",' in text

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard import labels
+from gpuguard.demo.stack.reference_collector import GpuguardCollector
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.containers import container_info
 from gpuguard.exporter.state import state_json
@@ -19,7 +20,6 @@ from gpuguard.gpusim.workload.cli import parse_args
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY, LatencyMetrics
 from gpuguard.labels import LabelError
 from gpuguard.slo import SloDeclaration, declaration, le_spellings, unit_per_second
-from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, NO_POD, cid, sample, three_container_poller
 
 VLLM = "vllm:e2e_request_latency_seconds"
