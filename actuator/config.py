@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gpuguard import files, flags, resources
-from gpuguard.actuator.admission.policy import ORDERS, PolicyConfig
+from gpuguard.actuator.admission.policy.types import ORDERS, PolicyConfig
 from gpuguard.actuator.errors import ConfigError
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag

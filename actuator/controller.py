@@ -26,7 +26,8 @@ from typing import Any
 
 from gpuguard.actuator.admission.executor import DockerExecutor, Outcome
 from gpuguard.actuator.admission.history import RecentHistory
-from gpuguard.actuator.admission.policy import PAUSE, Action, Decision, Skip, Trigger, decide
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.types import PAUSE, Action, Decision, Skip, Trigger
 from gpuguard.actuator.admission.slo import SloPressure
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog

@@ -50,7 +50,7 @@ from gpuguard.actuator.admission.freezer import (
     ContainerFreezer,
     FreezerError,
 )
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Action
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
 from gpuguard.actuator.safety.journal import Journal, PausedEntry

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuguard.actuator.admission.policy import (
+from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     REPEAT_GAP_S,
     UNPAUSE,

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from gpuguard.actuator.admission.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.admission.policy.types import UNPAUSE, Action, Decision
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.safety.journal import PausedEntry

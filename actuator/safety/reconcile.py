@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.admission.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.admission.policy.types import UNPAUSE, Action, Decision
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
 from gpuguard.actuator.safety.journal import Journal, plan_reconcile

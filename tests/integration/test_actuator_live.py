@@ -29,7 +29,7 @@ from exporter_support import (
 )
 
 from gpuguard.actuator.admission.executor import DockerExecutor
-from gpuguard.actuator.admission.policy import PAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, Action
 from gpuguard.actuator.audit import AuditLog, read_audit
 from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.safety.lease import GUARD_LEASE

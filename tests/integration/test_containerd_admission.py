@@ -21,7 +21,7 @@ from containerd_support import Pod
 
 from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
 from gpuguard.actuator.admission.freezer import FROZEN, THAWED, ContainerFreezer
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Action
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.containerd_engine import ContainerdEngine
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal
@@ -155,7 +155,7 @@ from gpuguard.actuator.containerd_engine import ContainerdEngine
 from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy import PAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, Action
 from gpuguard.ctr import Ctr
 
 state, address, cid = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -31,7 +31,7 @@ from gpuguard.actuator.admission.freezer import (
     ContainerFreezer,
     process_state,
 )
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Action
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
 from gpuguard.actuator.safety.lease import GUARD_LEASE
@@ -279,7 +279,7 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.safety.journal import Journal
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Action
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 executor = DockerExecutor(
@@ -354,7 +354,7 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy import PAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, Action
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 lock = JournalLock(state)

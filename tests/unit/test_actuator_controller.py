@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action, Decision, Skip
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Action, Decision, Skip
 from gpuguard.actuator.audit import read_audit
 from gpuguard.actuator.controller import Controller, _without_pauses
 from gpuguard.actuator.safety.journal import PausedEntry

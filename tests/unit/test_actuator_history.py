@@ -6,7 +6,7 @@ import threading
 import time
 
 from gpuguard.actuator.admission.history import RecentHistory
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.contract import ActionReason, Phase, Result

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuator.admission.policy import (
+from gpuguard.actuator.admission.policy.besteffort import frozen_in_window
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.order import queue_order
+from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -15,9 +18,6 @@ from gpuguard.actuator.admission.policy import (
     PolicyConfig,
     Recent,
     Trigger,
-    decide,
-    frozen_in_window,
-    queue_order,
 )
 from gpuguard.actuator.state import EndedTask, parse_state
 

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.admission.policy import (
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -16,7 +17,6 @@ from gpuguard.actuator.admission.policy import (
     PolicyConfig,
     Recent,
     Trigger,
-    decide,
 )
 from gpuguard.actuator.admission.slo import SloPressure, device_of
 from gpuguard.actuator.audit import read_audit
