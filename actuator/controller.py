@@ -27,7 +27,7 @@ from typing import Any
 from gpuguard.actuator.admission.executor import DockerExecutor, Outcome
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import PAUSE, Action, Decision, Skip, Trigger
+from gpuguard.actuator.admission.policy.types import PAUSE, Decision, Skip, Step, Trigger
 from gpuguard.actuator.admission.slo import SloPressure
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
@@ -158,7 +158,7 @@ class Controller:
                     "%s decision: tasks %s, straight on %s, actions %s", source,
                     [(t.container, t.phase, t.paused) for t in state.tasks],
                     sorted(c[:12] for c in recent.straight_on),
-                    [(a.container, a.kind, a.reason) for a in decision.actions],
+                    [(a.container, a.verb, a.reason) for a in decision.steps],
                 )  # fmt: skip
             if self.fail_open.holding_open:
                 decision = _without_pauses(decision)
@@ -173,7 +173,7 @@ class Controller:
             )
             self._last_decision = done
             self.metrics.decision_seconds.labels(source).observe(done - t0)
-            if decision.actions:
+            if decision.steps:
                 log.info(
                     "%s decision: %s in %.1f ms (lock %.1f, state %.1f, decide %.1f, act %.1f)%s",
                     source,
@@ -218,20 +218,20 @@ class Controller:
 
     def _execute(self, decision: Decision, source: TriggerSource) -> Report:
         report = Report()
-        actions = decision.actions
-        if len(actions) > 1:
-            outcomes = self.executor.execute_many(actions, source, self._pool)
+        steps = decision.steps
+        if len(steps) > 1:
+            outcomes = self.executor.execute_many(steps, source, self._pool)
         else:
-            outcomes = [self.executor.execute(a, source) for a in actions]
+            outcomes = [self.executor.execute(step, source) for step in steps]
         self.history.observe(
-            decision, [(a, o.result) for a, o in zip(actions, outcomes, strict=True)], time.time()
+            decision, [(s, o.result) for s, o in zip(steps, outcomes, strict=True)], time.time()
         )
-        for action, outcome in zip(actions, outcomes, strict=True):
+        for step, outcome in zip(steps, outcomes, strict=True):
             self._count(outcome)
             report.docker_down |= outcome.docker_down
             if outcome.docker_down:
                 self.reconciler.docker_failed(outcome.detail)
-            report.actions.append(_action_doc(action, outcome))
+            report.actions.append(_step_doc(step, outcome))
         for skip in decision.skips:
             self._audit_skip(skip, source)  # counts it too, once per audit interval
             report.skips.append(
@@ -475,19 +475,19 @@ def _without_pauses(decision: Decision) -> Decision:
     """While failing open: the decision's unpauses stand, its pauses become skips."""
     held = tuple(
         Skip(SkipReason.FAIL_OPEN, "failing open", a.container_id, a.task_id, a.gpu)
-        for a in decision.actions
-        if a.kind == PAUSE
+        for a in decision.steps
+        if a.verb == PAUSE
     )
-    kept = tuple(a for a in decision.actions if a.kind != PAUSE)
+    kept = tuple(a for a in decision.steps if a.verb != PAUSE)
     return Decision(kept, decision.skips + held)
 
 
-def _action_doc(action: Action, outcome: Outcome) -> dict[str, Any]:
+def _step_doc(step: Step, outcome: Outcome) -> dict[str, Any]:
     return {
-        "action": action.kind,
-        "container": action.container,
-        "container_id": action.container_id,
-        "reason": action.reason,
+        "action": step.verb,
+        "container": step.container,
+        "container_id": step.container_id,
+        "reason": step.reason,
         "result": outcome.result,
         "skip_reason": outcome.skip_reason,
     }

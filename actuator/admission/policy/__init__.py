@@ -1,7 +1,7 @@
 """Admission control for shared GPUs: paper B's Algorithm 2, extended. Pure.
 
 ``decide.decide(state, trigger, config, ledger)`` turns one fresh exporter snapshot into the
-pause/unpause actions (and the skips, with reasons) that admit GPU tasks:
+pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
 
 * Queues: one per device, a whole GPU or one MIG instance (hardware-isolated: its own
   queue). Real-time and normal containers' tasks are queued; best-effort ones are not.
@@ -76,7 +76,7 @@ Containers this actuator paused whose tasks are all gone are unpaused (``task_go
 The modules, by concern (import each thing from the module that defines it):
 
 * ``types``: the knobs, trigger, ledger and recent history in; the ``Decision`` out.
-* ``views``: a task as the policy sees it (``TaskView``), and the actions made from one.
+* ``views``: a task as the policy sees it (``TaskView``), and the steps made from one.
 * ``order``: queue order (FIFO, EDF, classes).
 * ``devices``: each device's plan, and the gangs; ``admit``: what runs on one device.
 * ``yields``: repeaters that yield as they drain or between tasks.

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuguard.actuator.admission.policy.types import PAUSE, Action, Ledger, PolicyConfig, Skip
+from gpuguard.actuator.admission.policy.types import PAUSE, Ledger, PolicyConfig, Skip, Step
 from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
 from gpuguard.actuator.state import Gpu
-from gpuguard.contract import PRE_KERNEL, ActionReason, Phase, SkipReason, TaskMode
+from gpuguard.contract import PRE_KERNEL, Phase, SkipReason, StepReason, TaskMode
 
 
 def must_run(
@@ -107,7 +107,7 @@ def newcomers(
     keep: list[TaskView],
     frozen_kernels: list[TaskView],
     occupied: bool,
-    actions: list[Action],
+    steps: list[Step],
 ) -> list[Skip]:
     """Pause live tasks that were not admitted; skips for those that cannot be."""
     skips: list[Skip] = []
@@ -115,10 +115,10 @@ def newcomers(
     used = sum(v.share for v in frozen_kernels)
     for v in live:
         if v.task.task_id not in kept_ids:
-            if occupied and not any(a.container_id == v.cid for a in actions):
+            if occupied and not any(step.container_id == v.cid for step in steps):
                 computing = v.task.phase == Phase.COMPUTING
-                reason = ActionReason.PREEMPT if computing else ActionReason.NEWCOMER
-                actions.append(step_for(PAUSE, v, reason))
+                reason = StepReason.PREEMPT if computing else StepReason.NEWCOMER
+                steps.append(step_for(PAUSE, v, reason))
         elif v.task.phase == Phase.COMPUTING:
             used += v.share
             if used > FULL:

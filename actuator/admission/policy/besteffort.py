@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
-    Action,
     Ledger,
     PolicyConfig,
     Recent,
     Skip,
+    Step,
 )
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
 from gpuguard.actuator.state import DeviceKey, ExporterState
-from gpuguard.contract import ActionReason, TaskBoundary
+from gpuguard.contract import StepReason, TaskBoundary
 
 
 def light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
@@ -42,7 +42,7 @@ def light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
 
 @dataclass
 class BestEffortPlan:
-    actions: list[Action] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
     due: list[float] = field(default_factory=list)
 
@@ -77,29 +77,29 @@ def plan_best_effort(
             if v.ours and now - last_seen < hold:
                 plan.due.append(last_seen + hold)  # real-time work paused for a moment
             elif v.ours:
-                plan.actions.append(step_for(UNPAUSE, v, ActionReason.REALTIME_IDLE))
+                plan.steps.append(step_for(UNPAUSE, v, StepReason.REALTIME_IDLE))
             continue
-        why = ActionReason.SLO_PRESSURE if protecting else ActionReason.BEST_EFFORT
+        why = StepReason.SLO_PRESSURE if protecting else StepReason.BEST_EFFORT
         if v.blocker:
             if not v.paused:
                 plan.skips.append(skip_for(v, v.blocker, "best-effort, but cannot be paused"))
             continue
         if share <= 0:
             if not v.paused:
-                plan.actions.append(step_for(PAUSE, v, why))
+                plan.steps.append(step_for(PAUSE, v, why))
             continue
         frozen = frozen_in_window(
             recent.frozen_spans.get(cid, ()), ledger.paused.get(cid), now, window
         )
         if v.ours:
             if frozen >= limit:
-                plan.actions.append(step_for(UNPAUSE, v, ActionReason.BEST_EFFORT_SHARE))
+                plan.steps.append(step_for(UNPAUSE, v, StepReason.BEST_EFFORT_SHARE))
             else:
                 plan.due.append(now + (limit - frozen))
         elif not v.paused:
             room = limit - frozen
             if room >= hold:
-                plan.actions.append(step_for(PAUSE, v, why))
+                plan.steps.append(step_for(PAUSE, v, why))
             else:
                 plan.due.append(now + (hold - room))  # the window slides at most 1 s/s
     return plan

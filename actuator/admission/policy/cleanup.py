@@ -1,4 +1,4 @@
-"""Clean-up and limits: release what this actuator paused whose tasks are gone; one action
+"""Clean-up and limits: release what this actuator paused whose tasks are gone; one step
 per container, never a pause of a container that runs a kept task, at most ``max_actions``.
 """
 
@@ -7,19 +7,19 @@ from __future__ import annotations
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
-    Action,
     Decision,
     Ledger,
     PolicyConfig,
     Skip,
+    Step,
 )
 from gpuguard.actuator.state import ExporterState
-from gpuguard.contract import PRE_KERNEL, ActionReason, Phase, SkipReason
+from gpuguard.contract import PRE_KERNEL, Phase, SkipReason, StepReason
 
 
 def release_gone(
     state: ExporterState, ledger: Ledger, config: PolicyConfig, now: float
-) -> list[Action]:
+) -> list[Step]:
     """Unpause containers we paused that have no running task any more; one that yielded
     between tasks waits until no other task computes or loads on its GPU (its turn)."""
     with_tasks = {t.container_id for t in state.tasks}
@@ -31,40 +31,38 @@ def release_gone(
         and t.container_id not in ledger.paused
         and (t.phase == Phase.COMPUTING or t.phase in PRE_KERNEL)
     }
-    actions = []
+    steps = []
     for cid in sorted(ledger.paused):
         if cid in with_tasks:
             continue
         if cid in ledger.yielded:
             if ledger.yielded[cid] in busy_gpus and now - ledger.paused[cid] < config.max_yield_s:
                 continue
-            reason = ActionReason.ADMIT
+            reason = StepReason.ADMIT
         else:
-            reason = ActionReason.TASK_GONE
-        actions.append(Action(UNPAUSE, cid, names.get(cid, cid[:12]), reason))
-    return actions
+            reason = StepReason.TASK_GONE
+        steps.append(Step(UNPAUSE, cid, names.get(cid, cid[:12]), reason))
+    return steps
 
 
-def finish(actions: list[Action], skips: list[Skip], protected: set[str], cap: int) -> Decision:
-    """One action per container, never pause a protected one, pauses first, then the cap."""
-    chosen: list[Action] = []
+def finish(steps: list[Step], skips: list[Skip], protected: set[str], cap: int) -> Decision:
+    """One step per container, never pause a protected one, pauses first, then the cap."""
+    chosen: list[Step] = []
     seen: set[str] = set()
-    ordered = [a for a in actions if a.kind == PAUSE] + [a for a in actions if a.kind == UNPAUSE]
-    for action in ordered:
-        if action.container_id in seen:
+    ordered = [s for s in steps if s.verb == PAUSE] + [s for s in steps if s.verb == UNPAUSE]
+    for step in ordered:
+        if step.container_id in seen:
             continue
-        if action.kind == PAUSE and action.container_id in protected:
+        if step.verb == PAUSE and step.container_id in protected:
             skips.append(
-                Skip(SkipReason.RUNS_ELSEWHERE, "container runs a kept task", action.container_id)
+                Skip(SkipReason.RUNS_ELSEWHERE, "container runs a kept task", step.container_id)
             )
             continue
-        seen.add(action.container_id)
+        seen.add(step.container_id)
         if len(chosen) >= cap:
             skips.append(
-                Skip(
-                    SkipReason.CAP, f"more than {cap} actions", action.container_id, action.task_id
-                )
+                Skip(SkipReason.CAP, f"more than {cap} actions", step.container_id, step.task_id)
             )
             continue
-        chosen.append(action)
+        chosen.append(step)
     return Decision(tuple(chosen), tuple(skips))

@@ -1,4 +1,4 @@
-"""``decide``: one fresh exporter snapshot in, the admission's actions and skips out. Pure.
+"""``decide``: one fresh exporter snapshot in, the admission's steps and skips out. Pure.
 
 It composes the parts: each task's view (``views``), every device's plan and the gangs
 (``devices``), the best-effort freezes (``besteffort``), then clean-up and the cap
@@ -34,7 +34,7 @@ def decide(
     recent: Recent | None = None,
     slo_pressure: frozenset[DeviceKey] = frozenset(),
 ) -> Decision:
-    """The actions for one fresh snapshot; never raises on well-formed input.
+    """The steps for one fresh snapshot; never raises on well-formed input.
 
     ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
     containers there are frozen sooner and longer).
@@ -59,21 +59,21 @@ def decide(
         state.gpus, queued, best_effort, trigger.now, config, ledger, recent.straight_on, between
     )
     light = light_servers(state, config.best_effort_coexist_demand)
-    actions = [a for plan in plans.values() for a in plan.actions]
+    steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
     realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy - light)
     be = plan_best_effort(best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure)
-    actions += be.actions
+    steps += be.steps
     skips += be.skips
     due += be.due
     if trigger.gpu is not None:
         on_gpu = {t.container_id for t in state.tasks if t.gpu == trigger.gpu}
-        actions = [a for a in actions if a.container_id in on_gpu]
+        steps = [step for step in steps if step.container_id in on_gpu]
         skips = [s for s in skips if s.gpu in (None, trigger.gpu)]
-    actions += release_gone(state, ledger, config, trigger.now)
+    steps += release_gone(state, ledger, config, trigger.now)
     protected = {cid for plan in plans.values() for cid in plan.kept}
-    decision = finish(actions, skips, protected, config.max_actions)
+    decision = finish(steps, skips, protected, config.max_actions)
     return replace(decision, realtime_devices=realtime, next_due=min(due, default=None))
 
 

@@ -25,15 +25,15 @@ from gpuguard.actuator.admission.policy.order import queue_of
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
-    Action,
     Ledger,
     PolicyConfig,
     Skip,
+    Step,
 )
 from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
 from gpuguard.actuator.admission.policy.yields import yields, yields_between
 from gpuguard.actuator.state import Container, DeviceKey, Gpu
-from gpuguard.contract import PRE_KERNEL, ActionReason, Phase, PriorityClass, SkipReason
+from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass, SkipReason, StepReason
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Gangs:
 class DevicePlan:
     """One device's decision."""
 
-    actions: list[Action]
+    steps: list[Step]
     skips: list[Skip]
     kept: set[str]  # containers that run on this device
     wanted: set[str]  # containers whose task here runs or waits (needs admission)
@@ -137,7 +137,7 @@ def _plan_device(
     between: Sequence[Container] = (),
 ) -> DevicePlan:
     """One device: what runs (in queue order, while it fits), what waits, and why."""
-    actions: list[Action] = []
+    steps: list[Step] = []
     skips: list[Skip] = []
     counting = [v for v in queue if not v.paused and occupies(v, now, config)]
     for v in queue:
@@ -146,7 +146,7 @@ def _plan_device(
                 skip_for(v, SkipReason.INPUT_TIMEOUT, "no SM activity past --policy.input-timeout")
             )
     gang = [v for v in counting if v.cid in gangs.held_back and v.blocker is None]
-    actions += [step_for(PAUSE, v, ActionReason.GANG) for v in gang]
+    steps += [step_for(PAUSE, v, StepReason.GANG) for v in gang]
     live = [v for v in counting if v not in gang]
     frozen_kernels = [
         v for v in queue if (v.paused or v in gang) and v.task.phase == Phase.COMPUTING
@@ -154,7 +154,7 @@ def _plan_device(
     memory_high = memory_above_threshold(gpu, config)
     last = last_admitted(live, ledger)
     if memory_high and last is not None and last.task.phase in PRE_KERNEL and not last.blocker:
-        actions.append(step_for(PAUSE, last, ActionReason.MEMORY_PRESSURE))
+        steps.append(step_for(PAUSE, last, StepReason.MEMORY_PRESSURE))
         live.remove(last)
         last = None
     waiting = [v for v in queue if v.ours and v.blocker is None and v.cid not in gangs.held_back]
@@ -187,7 +187,7 @@ def _plan_device(
         admissible = [v for v in admissible if v not in preempted]
         keep = admit(queue, admissible, must, frozen_kernels, last, pressure, config.one_at_a_time)
     admitted = [v for v in keep if v.paused]
-    actions += [step_for(UNPAUSE, v, ActionReason.ADMIT) for v in admitted]
+    steps += [step_for(UNPAUSE, v, StepReason.ADMIT) for v in admitted]
     # The first task admitted now, or still waiting (behind a frozen kernel, say): the one a
     # holder that goes straight on makes way for as it drains.
     waiter = next((v for v in queue if v in admitted or (v in waiting and v not in keep)), None)
@@ -196,16 +196,16 @@ def _plan_device(
         used += 0.0 if waiter in keep else waiter.share
         room = 0.0 if config.one_at_a_time else FULL - used
         fresh = now - config.preempt_quantum_s
-        actions += yields(queue, keep, waiter, straight_on, room, now, fresh, config.order)
-        actions += yields_between(between, waiter, gpu.index, room, now, config.order)
-    if waiting and memory_high and not any(a.kind == UNPAUSE for a in actions):
+        steps += yields(queue, keep, waiter, straight_on, room, now, fresh, config.order)
+        steps += yields_between(between, waiter, gpu.index, room, now, config.order)
+    if waiting and memory_high and not any(step.verb == UNPAUSE for step in steps):
         skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
     occupied = bool(keep or frozen_kernels or reserving) or busy
     skips += newcomers(live, keep, [v for v in frozen_kernels if v not in preempted],
-                       occupied, actions)  # fmt: skip
+                       occupied, steps)  # fmt: skip
     needing = [*counting, *waiting, *frozen_kernels, *reserving]
     return DevicePlan(
-        actions,
+        steps,
         skips,
         kept={v.cid for v in keep if v.cid is not None},
         wanted={v.cid for v in [*counting, *waiting] if v.cid is not None and v.blocker is None},

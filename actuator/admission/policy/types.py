@@ -1,7 +1,7 @@
 """The policy's inputs and its output: knobs, trigger, ledger, recent history; decision.
 
 What ``decide`` gets (``PolicyConfig``, ``Trigger``, ``Ledger``, ``Recent``, besides the
-exporter's state) and what it returns (a ``Decision``: actions and skips). Plain frozen
+exporter's state) and what it returns (a ``Decision``: steps and skips). Plain frozen
 data, shared by the actuator's other parts (the executor, the journal, the history).
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuguard.actuator.state import DeviceKey
-from gpuguard.contract import ActionKind, ActionReason, SkipReason, TriggerSource
+from gpuguard.contract import SkipReason, StepReason, TriggerSource, Verb
 
-PAUSE = ActionKind.PAUSE
-UNPAUSE = ActionKind.UNPAUSE
+PAUSE = Verb.PAUSE
+UNPAUSE = Verb.UNPAUSE
 ORDERS = ("fifo", "edf")
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
@@ -107,17 +107,21 @@ class Recent:
 
 
 @dataclass(frozen=True)
-class Action:
-    kind: ActionKind  # PAUSE or UNPAUSE
+class Step:
+    """One container the policy (or the safety net) pauses or unpauses, and why."""
+
+    verb: Verb  # PAUSE or UNPAUSE
     container_id: str
     container: str
-    reason: ActionReason
+    reason: StepReason
     gpu: int | None = None
     task_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Skip:
+    """A step held back, and why."""
+
     reason: SkipReason
     detail: str
     container_id: str | None = None
@@ -127,7 +131,9 @@ class Skip:
 
 @dataclass(frozen=True)
 class Decision:
-    actions: tuple[Action, ...] = ()
+    """What one decision does (``steps``) and holds back (``skips``)."""
+
+    steps: tuple[Step, ...] = ()
     skips: tuple[Skip, ...] = ()
     #: devices where a real-time task runs or waits now (``Recent.realtime_seen``)
     realtime_devices: frozenset[DeviceKey] = frozenset()

@@ -1,4 +1,4 @@
-"""A task as the policy sees it (``TaskView``), and the actions and skips made from one.
+"""A task as the policy sees it (``TaskView``), and the steps and skips made from one.
 
 The view joins a task to its container and to what this actuator did (the ledger): whether
 it is paused (our journal before Docker's events), since when it may run, the SM share it
@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuguard.actuator.admission.policy.types import Action, Ledger, Skip
+from gpuguard.actuator.admission.policy.types import Ledger, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.contract import (
     COMPONENT_ROLES,
-    ActionKind,
-    ActionReason,
     Phase,
     PriorityClass,
     SkipReason,
+    StepReason,
+    Verb,
 )
 
 ADMIT_GRACE_S = 1.0
@@ -94,10 +94,10 @@ def share_of(container: Container | None) -> float:
     return 1.0 if demand is None else min(1.0, max(_MIN_SHARE, demand))
 
 
-def step_for(kind: ActionKind, view: TaskView, reason: ActionReason) -> Action:
+def step_for(verb: Verb, view: TaskView, reason: StepReason) -> Step:
     assert view.cid is not None  # only views without a blocker are acted on
     name = view.task.container or (view.container.name if view.container else view.cid[:12])
-    return Action(kind, view.cid, name, reason, view.task.gpu, view.task.task_id)
+    return Step(verb, view.cid, name, reason, view.task.gpu, view.task.task_id)
 
 
 def skip_for(view: TaskView, reason: SkipReason, detail: str) -> Skip:

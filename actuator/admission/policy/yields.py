@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 
 from gpuguard.actuator.admission.policy.order import next_waits
-from gpuguard.actuator.admission.policy.types import PAUSE, REPEAT_GAP_S, Action, Ledger
+from gpuguard.actuator.admission.policy.types import PAUSE, REPEAT_GAP_S, Ledger, Step
 from gpuguard.actuator.admission.policy.views import TaskView, share_of, step_for
 from gpuguard.actuator.state import Container, DeviceKey, ExporterState
-from gpuguard.contract import COMPONENT_ROLES, ActionReason, Phase, PriorityClass
+from gpuguard.contract import COMPONENT_ROLES, Phase, PriorityClass, StepReason
 
 
 def yields(
@@ -27,7 +27,7 @@ def yields(
     now: float,
     quantum_start: float,
     order: str,
-) -> list[Action]:
+) -> list[Step]:
     """Draining holders frozen for the first waiter, admitted now or next (``yield``).
 
     A program that goes straight on after a task (a loop, a server under load: learnt,
@@ -42,7 +42,7 @@ def yields(
     given its turn within its quantum (since ``quantum_start``): it finishes its output.
     """
     kept = {v.cid for v in keep}
-    actions = []
+    steps = []
     for v in queue:
         if (
             v.paused
@@ -56,17 +56,17 @@ def yields(
             or not next_waits(waiter, v.klass, v.task.deadline_s, now, order)
         ):
             continue
-        actions.append(step_for(PAUSE, v, ActionReason.YIELD))
-    return actions
+        steps.append(step_for(PAUSE, v, StepReason.YIELD))
+    return steps
 
 
 def yields_between(
     between: Sequence[Container], first: TaskView, gpu: int, room: float, now: float, order: str
-) -> list[Action]:
+) -> list[Step]:
     """Containers whose last task here just ended and whose next is not yet seen: frozen
     for the waiter admitted now, like a draining one (``yields``)."""
     return [
-        Action(PAUSE, c.id, c.name, ActionReason.YIELD, gpu)
+        Step(PAUSE, c.id, c.name, StepReason.YIELD, gpu)
         for c in between
         if share_of(c) > room and next_waits(first, c.priority_class, c.deadline_s, now, order)
     ]
