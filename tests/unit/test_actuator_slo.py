@@ -267,7 +267,7 @@ def test_protect_slo_marks_the_node_while_nothing_can_be_frozen(tmp_path: Path) 
     controller.handle_webhook(message(alert("f1", "s")))
     assert not controller.marks.nodes.provisionable
     controller.handle_webhook(message(alert("f1", "s", "resolved")))
-    assert controller.marks.nodes.provisionable and controller.slo.alerts == {}
+    assert controller.marks.nodes.provisionable and controller.slo.pressure.alerts == {}
     controller.audit.close()
 
 
@@ -291,7 +291,7 @@ def test_every_decision_sees_the_pressure_until_it_expires(tmp_path: Path) -> No
     controller.handle_webhook(message(alert("f1", "s")))
     report = controller.decide_now("fast")  # type: ignore[arg-type]
     assert [a["reason"] for a in report.actions] == ["slo_pressure"]
-    controller._expire_slo(time.time() + 10 * controller.config.node_mark_ttl_s, None)
-    assert controller.slo.alerts == {}
+    controller.slo.expire(time.time() + 10 * controller.config.node_mark_ttl_s, None)
+    assert controller.slo.pressure.alerts == {}
     assert controller.decide_now("fast").actions == []  # type: ignore[arg-type]
     controller.audit.close()
