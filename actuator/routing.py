@@ -45,10 +45,10 @@ class Decide(Protocol):
     def __call__(
         self,
         source: TriggerSource,
+        *,
         gpu: int | None = None,
         node: str | None = None,
         alert: str | None = None,
-        event_ts: float | None = None,
         state: ExporterState | None = None,
     ) -> Report: ...
 
