@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from gpuguard import files, flags, resources
 from gpuguard.actuator.admission.policy.types import ORDERS, PolicyConfig
 from gpuguard.actuator.errors import ConfigError
+from gpuguard.actuator.safety.journal import JOURNAL_FILE
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
 from gpuguard.web import client, webconfig
@@ -292,6 +293,9 @@ def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
     Writability is proven by creating a file there, not guessed from the mode (root passes
     every ``access`` check, and ``/proc`` looks writable until a file is made in it); the
     mode is changed through the open directory, never through a path that could be a link.
+    A directory that cannot be written but holds a journal is a warning, not an error: the
+    pauses it names must still be resumed (a full or read-only disk), and nothing is paused
+    until it can be written.
     """
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -314,7 +318,12 @@ def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
         os.close(files.open_state_file(probe, os.O_WRONLY | os.O_EXCL))
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"--state.dir {state_dir}: not writable: {exc.strerror}") from None
+        if not os.path.lexists(state_dir / JOURNAL_FILE):
+            raise ConfigError(f"--state.dir {state_dir}: not writable: {exc.strerror}") from None
+        warnings.append(
+            f"--state.dir {state_dir}: not writable ({exc.strerror}): resuming what its "
+            "journal names; nothing is paused or recorded there until it can be written"
+        )
     return state_dir
 
 

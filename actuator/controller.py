@@ -107,6 +107,7 @@ class Controller:
             executor, journal, audit, config.max_pause_s, self._execute, journal_lost
         )
         self.reporter = Reporter(audit, metrics)
+        metrics.journal_writable.set_function(lambda: 0.0 if journal.unwritable else 1.0)
         #: real-time activity, best-effort freezes and holds: the policy's ``Recent``
         self.history = RecentHistory(config.policy)
         #: decides again when a hold, a share or a quantum falls due (``start_timer``)
@@ -144,6 +145,12 @@ class Controller:
             problems.append("failing open: a resume_all alert fires for this node")
         if self.fail_open.exporter_overdue():
             problems.append("exporter unreachable: failing open")
+        if self.journal.unwritable:
+            why = self.journal.unwritable
+            problems.append(f"cannot write the journal ({why}): pausing nothing")
+        for file, failing in sorted(self.journal.writes.failing().items()):
+            if file != "journal":
+                problems.append(f"cannot write the {file} ({failing.detail})")
         return "degraded: " + "; ".join(problems) if problems else "ok"
 
     # --- decisions -------------------------------------------------------------------
@@ -180,6 +187,10 @@ class Controller:
                 )  # fmt: skip
             if self.fail_open.holding_open:
                 decision = without_pauses(decision)
+            elif self.journal.unwritable:  # a pause it cannot record is one nobody could undo
+                decision = without_pauses(
+                    decision, SkipReason.JOURNAL_UNWRITABLE, "the journal cannot be written"
+                )
             t_decided = time.monotonic()
             report = self._execute(decision, source)
             if gpu is None:  # a decision for one GPU does not know every device's due time
@@ -330,6 +341,10 @@ class Controller:
             if why is not None:
                 self.resume_all(why, TriggerSource.RECONCILE)
         with self._lock:
+            unwritable = self.journal.retry()  # and back to admission once it is written
+            why = self.fail_open.on_journal(unwritable, bool(self.journal.paused), time.monotonic())
+            if why is not None:
+                self.resume_all(why, TriggerSource.RECONCILE)
             self.reconciler.enforce_max_pause()
             now = time.monotonic()
             if now - self._last_docker_check >= _DOCKER_CHECK_EVERY_S:

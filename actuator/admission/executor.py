@@ -53,7 +53,7 @@ from gpuguard.actuator.admission.freezer import (
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
-from gpuguard.actuator.safety.journal import Journal, PausedEntry
+from gpuguard.actuator.safety.journal import Journal, JournalUnwritable, PausedEntry
 from gpuguard.contract import (
     ADMITTING_REASONS,
     COMPONENT_ROLES,
@@ -180,7 +180,10 @@ class DockerExecutor:
             if a.verb == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
         ]
         if entries:
-            self.journal.will_pause_many(entries, durable=self.freezer is None)
+            try:
+                self.journal.will_pause_many(entries, durable=self.freezer is None)
+            except JournalUnwritable:
+                entries = []  # none recorded: each pause is skipped below (``execute``)
         fresh = {e.container_id for e in entries}
         # Every freeze first, here and together (~1 ms for all), before any runc runs: the
         # hand-overs to Docker, and inspects of containers never vetted, then go in parallel.
@@ -209,7 +212,12 @@ class DockerExecutor:
         self._settle(action.container_id, cancel=action.verb == UNPAUSE)
         started = time.time() if frozen is None else frozen.asked_at
         if action.verb == PAUSE:
-            outcome = self._pause(action, started, journalled, frozen)
+            try:
+                outcome = self._pause(action, started, journalled, frozen)
+            except JournalUnwritable as exc:  # raised before anything was frozen or paused
+                outcome = self._done(
+                    action, started, Result.SKIPPED, SkipReason.JOURNAL_UNWRITABLE, str(exc)
+                )
         elif action.verb == UNPAUSE:
             outcome = self._unpause(action, started)
         else:  # pragma: no cover - the policy only makes these two

@@ -14,6 +14,12 @@ not systemd's ``KillMode=mixed``. Every half second it looks at the actuator:
 * **alive**: it enforces ``--max-pause`` from the journal (the stricter of its own and the
   one the actuator recorded there), whatever the actuator does.
 
+Resumes come first, writes after: its lease is renewed once a check has resumed what it
+must, and a write that fails (the state directory full or read-only, a directory where a
+file goes) is counted, logged once and tried again at the next check, never a reason to
+skip a resume (``safety.statewrites``). Without a lock file to take (a read-only directory
+that has none) the actuator's lease alone says whether it is alive.
+
 A journal it cannot read is moved aside when the actuator is gone (kept for the operator)
 and every paused container labelled ``gpuguard.managed=true`` is resumed: it no longer says
 which pauses were the actuator's, and a tenant left frozen is what must never happen. The
@@ -155,22 +161,25 @@ class Guard:
         # A pause is a cgroup freeze before Docker hears of it: a crash in between leaves
         # one only the cgroup shows, and the guard thaws that too.
         self.freezer = ContainerFreezer(config.procfs, config.sysfs)
-        self.lock = JournalLock(config.state_dir)
+        #: the state directory's failed writes, shared with the audit log (guard metrics)
+        self.writes = audit.writes
+        self.lock = JournalLock(config.state_dir, self.writes)
         self.journal_path = config.state_dir / JOURNAL_FILE
         self.verdict = ""
         # (container id, paused_at) resumed while the journal was not ours to write: done
         # once, not on every check, for as long as the journal keeps naming it.
         self._resumed: set[tuple[str, float]] = set()
         self._docker_down = False
+        self._lockless = False  # journal.lock could not even be opened at the last check
         self.seen = Seen()
 
     def check(self) -> str:
-        """Look at the actuator and do what its state calls for; returns the verdict."""
-        lease.renew(self.config.state_dir / lease.GUARD_LEASE)
+        """Look at the actuator and do what its state calls for, then renew the guard's
+        lease (a resume never waits for a write); returns the verdict."""
         self.seen.last_check = time.time()
         self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
         left: JournalContent | None = None
-        if self.lock.try_acquire():
+        if self._take_lock():
             verdict = "gone"
             try:
                 left = self._read_left_behind()
@@ -187,7 +196,20 @@ class Guard:
         if verdict != self.verdict:
             self._announce(verdict, left)
             self.verdict = verdict
+        lease.renew(self.config.state_dir / lease.GUARD_LEASE, self.writes)
         return verdict
+
+    def _take_lock(self) -> bool:
+        """Take the journal's lock if nobody holds it; False also where there is no lock
+        file to take (then the actuator's lease alone says whether it lives)."""
+        try:
+            taken = self.lock.try_acquire()
+        except OSError as exc:
+            self.writes.failed("lock", self.lock.path, exc)
+            self._lockless = True
+            return False
+        self._lockless = False
+        return taken
 
     def _announce(self, verdict: str, left: JournalContent | None) -> None:
         if verdict == "alive":
@@ -197,6 +219,11 @@ class Guard:
             log.info("no actuator holds the journal, and it names nothing paused")
         elif verdict == "gone":
             log.warning("no actuator holds the journal: resuming what it left paused")
+        elif self._lockless:
+            log.warning(
+                "journal.lock cannot be taken and the actuator's lease is over %gs old: "
+                "resuming everything it paused", self.config.lease_timeout_s,
+            )  # fmt: skip
         else:
             log.warning(
                 "actuator holds the journal but its lease is over %gs old: resuming everything "
@@ -211,12 +238,19 @@ class Guard:
         try:
             return load(self.journal_path)
         except JournalCorrupt as exc:
-            kept = set_aside(self.journal_path)
+            content = exc.salvaged or JournalContent()
+            try:
+                kept = set_aside(self.journal_path)
+            except OSError as err:  # read-only: resume by it, at every check, in memory
+                if "journal" not in self.writes.failing():
+                    log.error("JOURNAL UNREADABLE: %s; cannot move it aside", exc)
+                self.writes.failed("journal", self.journal_path, err)
+                content.lost = f"journal unreadable ({exc})"
+                return content
             log.error("JOURNAL UNREADABLE: %s; moved to %s", exc, kept)
             self.audit.write("journal_unreadable", detail=f"{exc}; kept as {kept.name}")
-            content = exc.salvaged or JournalContent()
             content.lost = f"journal unreadable ({exc}); kept as {kept.name}"
-            Journal(self.config.state_dir, content).save()
+            Journal(self.config.state_dir, content, writes=self.writes).save()
             return content
 
     def _take_over(self, left: JournalContent) -> None:
@@ -224,32 +258,40 @@ class Guard:
         it if the journal is still nobody else's."""
         self.seen.journal_paused = len(left.paused)
         undone = left.lost is not None and self._undo_managed_pauses(left.lost)
+        self._resumed &= {(e.container_id, e.paused_at) for e in left.paused.values()}
         done = []
         for entry in left.paused.values():
+            if (entry.container_id, entry.paused_at) in self._resumed:
+                done.append(entry)  # resumed at an earlier check that could not record it
+                continue
             settled = self._resume(entry, "actuator gone")
             if settled is None:
                 break  # Docker is down or hung: the next check tries again
             if settled:
                 done.append(entry)
-        if (done or undone) and self.lock.try_acquire():
+        recorded = False
+        if (done or undone) and self._take_lock():
             try:
-                self._record(done, left.lost if undone else None)
+                recorded = self._record(done, left.lost if undone else None)
             finally:
                 self.lock.release()
+        if not recorded:  # the next check records them, without asking Docker again
+            self._resumed |= {(e.container_id, e.paused_at) for e in done}
 
-    def _record(self, resumed: list[PausedEntry], undone: str | None) -> None:
-        """Remove what was resumed from the journal (holding its lock)."""
+    def _record(self, resumed: list[PausedEntry], undone: str | None) -> bool:
+        """Remove what was resumed from the journal (holding its lock); False when it could
+        not be written."""
         try:
-            journal = Journal(self.config.state_dir)
+            journal = Journal(self.config.state_dir, writes=self.writes)
         except JournalCorrupt:
-            return  # changed meanwhile: the next check reads it again
+            return False  # changed meanwhile: the next check reads it again
         for entry in resumed:
             now = journal.paused.get(entry.container_id)
             if now is not None and now.paused_at == entry.paused_at:  # not paused anew since
                 del journal.paused[entry.container_id]
         if undone is not None and journal.lost == undone:
             journal.lost = None
-        journal.save()
+        return journal.save()
 
     def _watch(self, resume_all: bool) -> None:
         """The actuator holds the journal: read it, resume what is due, never write it."""

@@ -19,6 +19,7 @@ from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks.nodelist import SwarmMarker
+from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.demo.stack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,8 +51,9 @@ def make_controller(tmp_path: Path, docker_url: str | None = None, **values: Any
     api = docker.APIClient(
         base_url=docker_url or "unix:///nonexistent/docker.sock", version="1.41", timeout=1
     )
-    journal, journal_lost = open_journal(config.state_dir)  # as the actuator opens it
-    audit = AuditLog(config.state_dir / "audit.jsonl")
+    writes = StateWrites()  # one for the state directory, as the actuator has
+    journal, journal_lost = open_journal(config.state_dir, writes)  # as the actuator opens it
+    audit = AuditLog(config.state_dir / "audit.jsonl", writes)
     executor = DockerExecutor(api, journal, audit, retry_delay_s=0.001)
     return Controller(
         config,
@@ -59,7 +61,7 @@ def make_controller(tmp_path: Path, docker_url: str | None = None, **values: Any
         executor,
         journal,
         audit,
-        ActuatorMetrics(config.node_name),
+        ActuatorMetrics(config.node_name, writes=writes),
         SwarmMarker(api, api),
         journal_lost,
     )
