@@ -26,11 +26,11 @@ from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
+from tests.support.actuatorcli import actuator_argv
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 MANAGED = {"gpuguard.managed": "true"}
 
 
@@ -204,13 +204,7 @@ def test_actuator_starts_without_docker_and_an_unreadable_journal(
     engine = tmp_path / "engine.sock"  # nothing there yet: Docker is "down"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [
-        sys.executable, "-m", "gpuguard.cli", "actuator", f"--web.listen-address=127.0.0.1:{port}",
-        f"--web.token-file={tmp_path / 'token'}", f"--exporter.url=http://127.0.0.1:{free_port()}",
-        f"--docker.host=unix://{engine}", f"--state.dir={state_dir}", "--node.name=itest",
-        "--mode=webhook", f"--rules.actions={REPO / 'rules' / 'actions.yml'}",
-        f"--rules.files={REPO / 'rules' / '*.rules.yml'}",
-    ]  # fmt: skip
+    argv = actuator_argv(state_dir, f"unix://{engine}", port, tmp_path / "token")
     actuator = ManagedProcess("actuator", argv, tmp_path / "actuator.log").start()
     try:
         actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)
@@ -261,14 +255,7 @@ def test_a_restarted_actuator_listens_at_once_beside_a_hung_docker(tmp_path: Pat
         actuator = None
         try:
             wait_for(lambda: engine.accepted >= 1, 30, "the guard asking the hung engine")
-            argv = [
-                sys.executable, "-m", "gpuguard.cli", "actuator",
-                f"--web.listen-address=127.0.0.1:{port}", f"--web.token-file={tmp_path / 'token'}",
-                f"--exporter.url=http://127.0.0.1:{free_port()}", f"--docker.host={engine.url}",
-                f"--state.dir={state_dir}", "--node.name=itest", "--mode=webhook",
-                f"--rules.actions={REPO / 'rules' / 'actions.yml'}",
-                f"--rules.files={REPO / 'rules' / '*.rules.yml'}",
-            ]  # fmt: skip
+            argv = actuator_argv(state_dir, engine.url, port, tmp_path / "token")
             started = time.monotonic()
             actuator = ManagedProcess("actuator", argv, tmp_path / "actuator.log").start()
             actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)
