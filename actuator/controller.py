@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuguard.actuator.admission.executor import DockerExecutor, Outcome
+from gpuguard.actuator.admission.executor import Outcome, PauseExecutor
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy import PAUSE, Action, Decision, Skip, Trigger, decide
 from gpuguard.actuator.admission.slo import SloPressure
@@ -62,7 +62,7 @@ class Controller:
         self,
         config: Config,
         exporter_factory: Callable[[], ExporterClient],
-        executor: DockerExecutor,
+        executor: PauseExecutor,
         journal: Journal,
         audit: AuditLog,
         metrics: ActuatorMetrics,
@@ -115,8 +115,8 @@ class Controller:
     def health(self) -> str:
         """``ok``, or ``degraded: <why>`` (the /healthz body)."""
         problems = []
-        if self.reconciler.docker_error:
-            problems.append(f"docker engine unreachable, retrying ({self.reconciler.docker_error})")
+        if self.reconciler.engine_error:
+            problems.append(f"docker engine unreachable, retrying ({self.reconciler.engine_error})")
         if self.reconciler.journal_lost:
             problems.append(
                 f"journal unreadable, pauses not yet undone ({self.reconciler.journal_lost})"
@@ -227,9 +227,9 @@ class Controller:
         )
         for action, outcome in zip(actions, outcomes, strict=True):
             self._count(outcome)
-            report.docker_down |= outcome.docker_down
-            if outcome.docker_down:
-                self.reconciler.docker_failed(outcome.detail)
+            report.docker_down |= outcome.engine_down
+            if outcome.engine_down:
+                self.reconciler.engine_failed(outcome.detail)
             report.actions.append(_action_doc(action, outcome))
         for skip in decision.skips:
             self._audit_skip(skip, source)  # counts it too, once per audit interval
