@@ -37,7 +37,13 @@ from typing import Any
 from gpuguard import flags
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import containerd_address, engine_url, host_path, private_state_dir
+from gpuguard.actuator.config import (
+    ENGINE_FLAGS,
+    containerd_address,
+    engine_url,
+    host_path,
+    private_state_dir,
+)
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt
 from gpuguard.actuator.errors import ConfigError, EngineDown
@@ -66,12 +72,7 @@ CHECK_PERIOD_S = 0.5
 
 FLAGS: tuple[Flag, ...] = (
     Flag("state.dir", "/var/lib/gpuguard/actuator", "the actuator's --state.dir (shared)"),
-    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
-    Flag("containerd.address", None,
-         "act through containerd at this socket instead of Docker (a Kubernetes node)",
-         metavar="URL"),
-    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
-         metavar="NAMESPACE"),
+    *ENGINE_FLAGS,
     Flag("max-pause", "120s", "resume any container the journal says is paused this long",
          "duration"),
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
