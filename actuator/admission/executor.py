@@ -49,7 +49,7 @@ from gpuguard.actuator.admission.freezer import (
     ContainerFreezer,
     FreezerError,
 )
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.engine.base import (
     Answer,
@@ -62,7 +62,7 @@ from gpuguard.actuator.engine.base import (
 from gpuguard.actuator.errors import EngineError, EngineRefused
 from gpuguard.actuator.safety.journal import Journal, PausedEntry
 from gpuguard.actuator.safety.resume import resume_container
-from gpuguard.contract import ADMITTING_REASONS, COMPONENT_ROLES, ActionKind, Result, SkipReason
+from gpuguard.contract import ADMITTING_REASONS, COMPONENT_ROLES, Result, SkipReason, Verb
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -83,7 +83,7 @@ HANDOVER_WORKERS = 2
 class Outcome:
     """What became of one action."""
 
-    action: ActionKind
+    action: Verb
     result: Result
     container_id: str
     skip_reason: SkipReason | None = None
@@ -154,7 +154,7 @@ class PauseExecutor:
         self._handover_pool: ThreadPoolExecutor | None = None
 
     def execute_many(
-        self, actions: Sequence[Action], trigger: str, pool: ThreadPoolExecutor
+        self, actions: Sequence[Step], trigger: str, pool: ThreadPoolExecutor
     ) -> list[Outcome]:
         """Several actions in parallel; the pauses' intents are journalled in one write first.
 
@@ -164,7 +164,7 @@ class PauseExecutor:
         entries = [
             PausedEntry(a.container_id, a.container, a.task_id, a.gpu, time.time(), a.reason)
             for a in actions
-            if a.kind == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
+            if a.verb == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
         ]
         if entries:
             self.journal.will_pause_many(entries, durable=self.freezer is None)
@@ -186,7 +186,7 @@ class PauseExecutor:
         )
 
     def execute(
-        self, action: Action, trigger: str, journalled: bool = False, frozen: _Frozen | None = None
+        self, action: Step, trigger: str, journalled: bool = False, frozen: _Frozen | None = None
     ) -> Outcome:
         """Carry out one policy action; never raises for the engine's errors.
 
@@ -195,14 +195,14 @@ class PauseExecutor:
         """
         # Whatever comes next for a container, its hand-over to the runtime comes first (an
         # unpause drops one not yet begun: thawing the cgroup is then all there is to do).
-        self._settle(action.container_id, cancel=action.kind == UNPAUSE)
+        self._settle(action.container_id, cancel=action.verb == UNPAUSE)
         started = time.time() if frozen is None else frozen.asked_at
-        if action.kind == PAUSE:
+        if action.verb == PAUSE:
             outcome = self._pause(action, started, journalled, frozen)
-        elif action.kind == UNPAUSE:
+        elif action.verb == UNPAUSE:
             outcome = self._unpause(action, started)
         else:  # pragma: no cover - the policy only makes these two
-            raise ValueError(f"unknown action {action.kind!r}")
+            raise ValueError(f"unknown action {action.verb!r}")
         self.audit.write(
             "action",
             trigger=trigger,
@@ -225,7 +225,7 @@ class PauseExecutor:
         return outcome
 
     def _pause(
-        self, action: Action, started: float, journalled: bool, frozen: _Frozen | None
+        self, action: Step, started: float, journalled: bool, frozen: _Frozen | None
     ) -> Outcome:
         cid = action.container_id
         vetted = None if frozen is not None or self.dry_run else self._vetted_cgroup(cid)
@@ -254,7 +254,7 @@ class PauseExecutor:
             self.journal.released(action.container_id)
         return outcome
 
-    def _try_pause(self, action: Action, started: float, journalled: bool) -> Outcome:
+    def _try_pause(self, action: Step, started: float, journalled: bool) -> Outcome:
         cid = action.container_id
         seen = self._attempt(self.engine.inspect, cid)
         if seen.value is None:
@@ -432,7 +432,7 @@ class PauseExecutor:
             frozen[cid] = _Frozen(cgroup, asked_at, time.time(), took_ms)
         return frozen
 
-    def _frozen(self, action: Action, started: float, frozen: _Frozen) -> Outcome:
+    def _frozen(self, action: Step, started: float, frozen: _Frozen) -> Outcome:
         """The pause is done (the container is frozen); the runtime is told in the background.
 
         The runtime's pause costs 13-100 ms of runc per container: the decision does not
@@ -479,7 +479,7 @@ class PauseExecutor:
             if not future.cancelled():
                 future.result()
 
-    def _hand_to_runtime(self, action: Action, frozen: _Frozen) -> None:
+    def _hand_to_runtime(self, action: Step, frozen: _Frozen) -> None:
         """The container is frozen: let the runtime pause it too, so its state says so."""
         assert self.freezer is not None
         cid = action.container_id
@@ -539,7 +539,7 @@ class PauseExecutor:
         except (FreezerError, EngineRefused):
             return False
 
-    def _unpause(self, action: Action, started: float) -> Outcome:
+    def _unpause(self, action: Step, started: float) -> Outcome:
         cid = action.container_id
         admitted = action.reason in ADMITTING_REASONS
         if self.dry_run:
@@ -586,7 +586,7 @@ class PauseExecutor:
         """Raise ``EngineDown`` unless the engine answers a ping."""
         self._call(self.engine.ping)
 
-    def _not_done(self, action: Action, started: float, tried: Attempt[T]) -> Outcome:
+    def _not_done(self, action: Step, started: float, tried: Attempt[T]) -> Outcome:
         """An engine call that did not go through: a container gone is a skip; an engine
         down a failure worth a retry (the journal entry is kept); a refusal a failure."""
         if tried.answer is Answer.GONE:
@@ -598,7 +598,7 @@ class PauseExecutor:
 
     @staticmethod
     def _done(
-        action: Action,
+        action: Step,
         started: float,
         result: Result,
         skip_reason: SkipReason | None,
@@ -606,7 +606,7 @@ class PauseExecutor:
         engine_down: bool = False,
     ) -> Outcome:
         return Outcome(
-            action=action.kind,
+            action=action.verb,
             result=result,
             container_id=action.container_id,
             skip_reason=skip_reason,

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import files
-from gpuguard.actuator.admission.policy import Ledger
+from gpuguard.actuator.admission.policy.types import Ledger
 from gpuguard.actuator.safety.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
-from gpuguard.contract import ActionReason
+from gpuguard.contract import StepReason
 
 __all__ = ["FORMAT_VERSION", "Journal", "JournalContent", "JournalCorrupt", "PausedEntry"]
 
@@ -126,7 +126,7 @@ class Journal:
                 # judged on the boot clock: a step of the wall clock moves no pause's start
                 paused={cid: self.clock.started_at(e) for cid, e in self.paused.items()},
                 yielded={
-                    cid: e.gpu for cid, e in self.paused.items() if e.reason == ActionReason.YIELD
+                    cid: e.gpu for cid, e in self.paused.items() if e.reason == StepReason.YIELD
                 },
                 admitted=dict(self.admitted),
                 exempt_tasks=frozenset(self.exempt_tasks),
@@ -339,7 +339,7 @@ def plan_reconcile(
             steps.append(ReconcileStep(cid, "unpause", "paused longer than --max-pause"))
         elif live_containers_with_tasks is None:
             steps.append(ReconcileStep(cid, "unpause", "exporter unavailable"))
-        elif cid not in live_containers_with_tasks and entry.reason == ActionReason.YIELD:
+        elif cid not in live_containers_with_tasks and entry.reason == StepReason.YIELD:
             # yielded between two tasks: the policy thaws it in its turn (or --max-yield)
             steps.append(ReconcileStep(cid, "keep", "yielded its GPU until its turn"))
         elif cid not in live_containers_with_tasks:

@@ -11,7 +11,7 @@ from gpuguard import labels
 from gpuguard.actuator.admission.freezer import CgroupGone, ContainerFreezer, FreezerError
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt, retried
-from gpuguard.contract import COMPONENT_ROLES, ActionKind, ActionReason, Result
+from gpuguard.contract import COMPONENT_ROLES, Result, StepReason, Verb
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -81,10 +81,10 @@ def resume_managed_paused(
             continue  # running and nothing held: not one of the pauses undone here
         audit.write(
             "action",
-            action=ActionKind.UNPAUSE,
+            action=Verb.UNPAUSE,
             result=result,
             container_id=cid,
-            reason=ActionReason.JOURNAL_LOST,
+            reason=StepReason.JOURNAL_LOST,
             detail=detail,
         )
         if result == Result.OK:

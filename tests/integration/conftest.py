@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from containerd_support import containerd, pods  # noqa: F401 - the containerd fixtures
+from containerd_support import containerd, k8s_exporter, pods  # noqa: F401 - the containerd fixtures
 from exporter_support import SCALE, ExporterProcess
 
 from gpuguard.demo.stack.alertmanager import BINARIES, AlertmanagerService

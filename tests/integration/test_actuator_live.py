@@ -29,7 +29,7 @@ from exporter_support import (
 )
 
 from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.policy import PAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, Step
 from gpuguard.actuator.audit import AuditLog, read_audit
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
@@ -361,12 +361,12 @@ def test_bad_requests_and_unknown_targets_change_nothing(
         journal = Journal(tmp_path / "direct")
         audit = AuditLog(tmp_path / "direct" / "audit.jsonl")
         executor = PauseExecutor(DockerEngine(dockerd.url), journal, audit)
-        unknown = executor.execute(Action(PAUSE, "f" * 64, "ghost", "newcomer"), "webhook")
-        unmanaged = executor.execute(Action(PAUSE, idle[1].id, "idle-1", "newcomer"), "webhook")
+        unknown = executor.execute(Step(PAUSE, "f" * 64, "ghost", "newcomer"), "webhook")
+        unmanaged = executor.execute(Step(PAUSE, idle[1].id, "idle-1", "newcomer"), "webhook")
         audit.close()
         dry_audit = AuditLog(tmp_path / "dry.jsonl")
         dry = PauseExecutor(DockerEngine(dockerd.url), journal, dry_audit, dry_run=True)
-        rehearsed = dry.execute(Action(PAUSE, idle[0].id, "idle-0", "newcomer"), "fast")
+        rehearsed = dry.execute(Step(PAUSE, idle[0].id, "idle-0", "newcomer"), "fast")
         dry.audit.close()
         assert rehearsed.result == "dry_run"
         assert (unknown.result, unknown.skip_reason) == ("skipped", "vanished")

@@ -21,7 +21,7 @@ from containerd_support import Pod
 
 from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import FROZEN, THAWED, ContainerFreezer
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.engine.containerd import ContainerdEngine
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal
@@ -95,7 +95,7 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
     pod = pods(f"rt-{driver}", driver, {"gpuguard.managed": "true"})
     cid = counting(pod, "server")
     executor = executor_on(tmp_path / "state", containerd)
-    outcome = executor.execute(Action(PAUSE, cid, "server", "newcomer", gpu=0), "fast")
+    outcome = executor.execute(Step(PAUSE, cid, "server", "newcomer", gpu=0), "fast")
     assert (outcome.result, outcome.method, outcome.detail) == ("ok", "cgroup", "")
     assert cid in executor.journal.paused
     assert not advancing(pod, "server")
@@ -110,7 +110,7 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
 
     assert executor.paused_states([cid, "f" * 64]) == {cid: True, "f" * 64: None}  # reconcile
 
-    outcome = executor.execute(Action(UNPAUSE, cid, "server", "admit", gpu=0), "fast")
+    outcome = executor.execute(Step(UNPAUSE, cid, "server", "admit", gpu=0), "fast")
     assert outcome.result == "ok" and executor.journal.paused == {}
     assert executor.paused_states([cid]) == {cid: False}
     assert advancing(pod, "server") and cgroup.state() == THAWED
@@ -123,10 +123,10 @@ def test_an_unmanaged_pod_and_a_vanished_container_are_skipped(
     pod = pods("batch", "cgroupfs", {})
     cid = counting(pod, "train")
     executor = executor_on(tmp_path / "state", containerd)
-    outcome = executor.execute(Action(PAUSE, cid, "train", "newcomer"), "fast")
+    outcome = executor.execute(Step(PAUSE, cid, "train", "newcomer"), "fast")
     assert (outcome.result, outcome.skip_reason) == ("skipped", "unmanaged")
     assert advancing(pod, "train")
-    outcome = executor.execute(Action(PAUSE, "f" * 64, "gone", "newcomer"), "fast")
+    outcome = executor.execute(Step(PAUSE, "f" * 64, "gone", "newcomer"), "fast")
     assert (outcome.result, outcome.skip_reason) == ("skipped", "vanished")
     assert executor.journal.paused == {}
 
@@ -158,7 +158,7 @@ from gpuguard.actuator.engine.containerd import ContainerdEngine
 from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy import PAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, Step
 from gpuguard.ctr import Ctr
 
 state, address, cid = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -174,7 +174,7 @@ freezer = ContainerFreezer()
 freezer.handover = hang  # frozen in its cgroup; containerd never told
 engine = ContainerdEngine(Ctr(address, "k8s.io"))
 executor = PauseExecutor(engine, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
-executor.execute(Action(PAUSE, cid, "tenant", "newcomer"), "fast")
+executor.execute(Step(PAUSE, cid, "tenant", "newcomer"), "fast")
 time.sleep(3600)
 """
 

@@ -31,7 +31,7 @@ from gpuguard.actuator.admission.freezer import (
     ContainerFreezer,
     process_state,
 )
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
@@ -122,12 +122,12 @@ def executor_on(tmp_path: Path, url: str, freezer: ContainerFreezer | None) -> P
     return PauseExecutor(engine, Journal(state), AuditLog(state / AUDIT_FILE), freezer=freezer)
 
 
-def pause(container: Any) -> Action:
-    return Action(PAUSE, container.id, container.name, "newcomer", gpu=0)
+def pause(container: Any) -> Step:
+    return Step(PAUSE, container.id, container.name, "newcomer", gpu=0)
 
 
-def unpause(container: Any) -> Action:
-    return Action(UNPAUSE, container.id, container.name, "admit", gpu=0)
+def unpause(container: Any) -> Step:
+    return Step(UNPAUSE, container.id, container.name, "admit", gpu=0)
 
 
 def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
@@ -282,16 +282,16 @@ from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 executor = PauseExecutor(
     DockerEngine(url), Journal(state), AuditLog(state / "audit.jsonl"), freezer=ContainerFreezer()
 )
-done = [executor.execute(Action(PAUSE, cid, cid[:12], "newcomer"), "fast") for cid in ids]
+done = [executor.execute(Step(PAUSE, cid, cid[:12], "newcomer"), "fast") for cid in ids]
 print(json.dumps([[o.result, o.method] for o in done]), flush=True)
 input()  # the test looks at the containers meanwhile
-done = [executor.execute(Action(UNPAUSE, cid, cid[:12], "admit"), "fast") for cid in ids]
+done = [executor.execute(Step(UNPAUSE, cid, cid[:12], "admit"), "fast") for cid in ids]
 print(json.dumps([o.result for o in done]), flush=True)
 """
 
@@ -358,7 +358,7 @@ from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy import PAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, Step
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 lock = JournalLock(state)
@@ -375,7 +375,7 @@ if crash_at == "before_handover":
 else:
     engine.pause = hang  # inside the hand-over: processes stopped, cgroup thawed, no runc yet
 executor = PauseExecutor(engine, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
-executor.execute(Action(PAUSE, cid, "tenant", "newcomer"), "fast")
+executor.execute(Step(PAUSE, cid, "tenant", "newcomer"), "fast")
 time.sleep(3600)  # the hand-over to Docker hangs in its own thread
 """
 

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, ContainerState, attempt, retried
 from gpuguard.actuator.engine.containerd import ContainerdEngine
@@ -195,7 +195,7 @@ def test_a_pause_outcome_follows_the_engines_answer(
     engine_down: bool,
 ) -> None:
     executor = executor_on(tmp_path, ScriptedEngine(inspected, list(errors)))
-    outcome = executor.execute(Action(PAUSE, CID, "rt", "newcomer", gpu=0), "fast")
+    outcome = executor.execute(Step(PAUSE, CID, "rt", "newcomer", gpu=0), "fast")
     assert (outcome.result, outcome.skip_reason) == (result, skip)
     assert (CID in executor.journal.paused, outcome.engine_down) == (journalled, engine_down)
     executor.audit.close()
@@ -224,7 +224,7 @@ def test_a_conflict_is_decided_by_how_the_container_stands_after_it(
     engine = ScriptedEngine(before, [EngineConflict("409 conflict")])
     engine.meanwhile = meanwhile
     executor = executor_on(tmp_path, engine)
-    outcome = executor.execute(Action(kind, CID, "rt", "admit", gpu=0), "fast")
+    outcome = executor.execute(Step(kind, CID, "rt", "admit", gpu=0), "fast")
     assert (outcome.result, outcome.skip_reason) == (result, skip)
     assert engine.calls[-1] == "inspect"  # looked again after the conflict
     assert (CID in executor.journal.paused) == held
@@ -233,7 +233,7 @@ def test_a_conflict_is_decided_by_how_the_container_stands_after_it(
 
 def test_the_audit_names_the_runtimes_pause_and_its_engine(tmp_path: Path) -> None:
     executor = executor_on(tmp_path, ScriptedEngine(running(), []))
-    outcome = executor.execute(Action(PAUSE, CID, "rt", "newcomer", gpu=0), "fast")
+    outcome = executor.execute(Step(PAUSE, CID, "rt", "newcomer", gpu=0), "fast")
     assert (outcome.result, outcome.method) == (Result.OK, "runtime_pause")
     executor.audit.close()
     record = read_audit(tmp_path / "state" / AUDIT_FILE)[-1]

@@ -137,7 +137,7 @@ def test_a_hung_engine_is_not_asked_three_times(tmp_path: Path) -> None:
     # only multiplied the wait (3 x 5 s per call). A refused connection is still retried.
     from gpuguard.actuator.engine.base import retried
     from gpuguard.actuator.errors import EngineDown
-    from tests.support.hung_engine import HungEngine
+    from gpuguard.demo.stack.hung_engine import HungEngine
 
     calls = []
     with HungEngine(tmp_path / "hung.sock") as hung:
