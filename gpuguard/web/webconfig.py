@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuguard import files, flags
+from gpuguard import files, loader
 from gpuguard.flags import ConfigError
 
 log = logging.getLogger("gpuguard.web.webconfig")
@@ -157,7 +157,7 @@ PLAIN = WebConfig()
 def load_web_config(path: Path | str) -> WebConfig:
     """Read, validate and build ``path``; ``ConfigError`` naming the key when anything is wrong."""
     path = Path(path)
-    doc = flags.read_yaml(path, FLAG)
+    doc = loader.read_yaml(path, FLAG)
     return parse_web_config(doc, path)
 
 

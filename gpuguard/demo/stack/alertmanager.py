@@ -12,7 +12,7 @@ from typing import Any
 import requests
 import yaml
 
-from gpuguard import resources
+from gpuguard import loader, resources
 from gpuguard.demo.stack.process import ConfiguredHttpService, ServiceError
 from gpuguard.demo.stack.prometheus import LISTEN_HOST
 
@@ -39,7 +39,7 @@ def render_alertmanager_config(
     example in the deploy file describes; alerts without a known node still go to
     ``webhook_url``.
     """
-    config: dict[str, Any] = yaml.safe_load(source.read_text())
+    config: dict[str, Any] = loader.read_yaml(source, "Alertmanager config")
     webhooks = [
         webhook
         for receiver in config.get("receivers", [])

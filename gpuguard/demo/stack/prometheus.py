@@ -16,7 +16,7 @@ from typing import Any
 import requests
 import yaml
 
-from gpuguard import resources
+from gpuguard import loader, resources
 from gpuguard.demo.stack.process import ConfiguredHttpService, ServiceError
 
 PROMETHEUS_DEPLOY_DIR = resources.PROMETHEUS_DIR
@@ -62,7 +62,7 @@ def render_prometheus_config(
         source = deploy_dir / PROFILES[profile]
     except KeyError:
         raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}") from None
-    config: dict[str, Any] = yaml.safe_load(source.read_text())
+    config: dict[str, Any] = loader.read_yaml(source, "Prometheus config")
     if external_labels:
         config["global"]["external_labels"] = dict(external_labels)
     if rule_files is None:
