@@ -241,9 +241,10 @@ def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[
     """``host:port`` (IPv6 in brackets; an empty host means every address) as (host, port)."""
     text = values[name]
     host, sep, port = str(text).rpartition(":")
-    valid = sep and len(port) <= 5 and port.isascii() and port.isdigit()
-    if not valid or not 0 <= int(port) < 65536:
+    if not (sep and 0 < len(port) <= 18 and port.isascii() and port.isdigit()):
         raise ConfigError(f"--{name} {text!r}: use host:port (e.g. {example})")
+    if int(port) > 65535:
+        raise ConfigError(f"--{name} {text!r}: port {int(port)} is out of range (0 to 65535)")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

@@ -110,9 +110,12 @@ def test_listen_address() -> None:
     assert flags.listen_address({"l": "0.0.0.0:80"}, "l", "h:1") == ("0.0.0.0", 80)
     assert flags.listen_address({"l": ":80"}, "l", "h:1") == ("0.0.0.0", 80)
     assert flags.listen_address({"l": "[::1]:80"}, "l", "h:1") == ("::1", 80)
-    for bad in ("80", "h:99999", "h:port", ""):
+    for bad in ("80", "h:port", "", "h:", "h:" + "9" * 19):
         with pytest.raises(ConfigError, match=r"^--l .*: use host:port \(e\.g\. h:1\)$"):
             flags.listen_address({"l": bad}, "l", "h:1")
+    with pytest.raises(ConfigError) as err:  # issue 26: it said "use host:port"
+        flags.listen_address({"l": "127.0.0.1:99999"}, "l", "h:1")
+    assert str(err.value) == "--l '127.0.0.1:99999': port 99999 is out of range (0 to 65535)"
 
 
 def test_duration() -> None:
