@@ -187,3 +187,31 @@ def test_a_client_certificate_is_its_own_budget(pki: Pki, tmp_path: Path) -> Non
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_commands_send_a_label_deadline_the_placer_takes(
+    token_server: tuple[Placer, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gpuguard run --deadline 9`` and ``gpuguard nodes --deadline '9 s'`` are valid as the
+    label spells a deadline; the placer, strict now, still answers them (9000ms)."""
+    from gpuguard.cli import main
+    from gpuguard.commands.placed_run import place
+
+    placer, port = token_server
+    assert len(placer.reservations) == 0
+    token = tmp_path / "placer.token"
+    token.write_text("s3cret\n")
+    url = f"http://127.0.0.1:{port}"
+    found = {"--placer.url": url, "--deadline": "9", "--memory": "1GiB", "--runtime": " 2 s",
+             "--placer.token-file": str(token)}  # fmt: skip
+    answer = place(found)
+    assert answer["request"]["deadline_s"] == 9.0 and answer["request"]["runtime_s"] == 2.0
+    assert len(placer.reservations) == 1  # with the token: reserved
+    argv = ["nodes", "--placer.url", url, "--placer.token-file", str(token), "--json"]
+    assert main([*argv, "--deadline", " 9 s", "--memory", "1GiB"]) == 0
+    assert '"deadline_s": 9.0' in capsys.readouterr().out
+    assert main([*argv, "--deadline", "soon"]) == 2  # refused here, before the placer
+    assert capsys.readouterr().err == (
+        "gpuguard nodes: --deadline: invalid duration 'soon': use a number with ms, s, m or h "
+        "(e.g. 9s)\n"
+    )
