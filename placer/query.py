@@ -69,18 +69,18 @@ def parse_query(
         raise BadRequest(f"missing parameter {missing[0]} (e.g. deadline=9s&memory=2GiB)")
     request = Request(
         deadline_s=(
-            parse_duration("deadline", params["deadline"], MIN_DEADLINE_S)
+            query_duration("deadline", params["deadline"], MIN_DEADLINE_S)
             if "deadline" in params
             else 0.0
         ),
         memory_bytes=parse_memory(params["memory"]) if "memory" in params else 0,
-        runtime_s=parse_duration("runtime", params["runtime"]) if "runtime" in params else None,
+        runtime_s=query_duration("runtime", params["runtime"]) if "runtime" in params else None,
         gpu_model=_model(params["gpu_model"]) if "gpu_model" in params else None,
     )
     return Query(request, _policy(params["policy"]) if "policy" in params else None)
 
 
-def parse_duration(name: str, text: str, minimum: float = 0.0) -> float:
+def query_duration(name: str, text: str, minimum: float = 0.0) -> float:
     """Seconds from ``9s``, ``1500ms``, ``0.5s``, ``2m`` or ``1h`` (the one spelling), more than
     0 and at least ``minimum``, at most a day; BadRequest naming ``name`` otherwise."""
     match = _DURATION.fullmatch(text)
