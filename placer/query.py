@@ -89,7 +89,7 @@ def parse_duration(name: str, text: str) -> float:
     except labels.LabelError as exc:
         raise BadRequest(f"{name}: {exc}") from None
     if seconds > MAX_DURATION_S:
-        raise BadRequest(f"{name} {text!r}: at most {MAX_DURATION_S:g}s")
+        raise BadRequest(f"{name}: at most {MAX_DURATION_S:g}s")
     return seconds
 
 
