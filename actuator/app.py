@@ -7,21 +7,23 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from gpuguard import flags
-from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.fastpath import FastPath
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
-from gpuguard.actuator.containerd_engine import engine_api
 from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.engine import open_engine
+from gpuguard.actuator.engine.base import ContainerEngine
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.swarm import SwarmMarker
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodemarks.nodelist import NodeMarker, SwarmMarker
+from gpuguard.actuator.nodemarks.nodelist import NodeMarker
 from gpuguard.actuator.nodemarks.taints import TaintMarker, kubernetes_api
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import (
@@ -92,12 +94,16 @@ def open_journal(
     return journal, journal.lost
 
 
-def node_marker(config: Config, local_api: Any, manager_api: Any) -> NodeMarker:
-    """This node's mark: a Swarm node label, or a Kubernetes taint and label."""
+def node_marker(config: Config, engine: ContainerEngine) -> NodeMarker | None:
+    """This node's mark: a Swarm node label, or a Kubernetes taint and label; None where
+    neither can be set (containerd and no Kubernetes: the node list alone)."""
     if config.node_marker == "kubernetes":
         server = config.kubernetes_api_server
         return TaintMarker(config.node_name, lambda: kubernetes_api(server))
-    return SwarmMarker(local_api, manager_api)
+    if not isinstance(engine, DockerEngine):
+        return None  # no Swarm without Docker
+    manager = DockerEngine(config.swarm_manager) if config.swarm_manager else engine
+    return SwarmMarker(engine, manager)
 
 
 def run(config: Config) -> int:
@@ -113,15 +119,12 @@ def run(config: Config) -> int:
     audit = AuditLog(config.state_dir / AUDIT_FILE, writes)
     if journal_lost:
         audit.write("journal_unreadable", detail=journal_lost)
-    local_api = engine_api(
-        config.docker_host, config.containerd_address, config.containerd_namespace
-    )
-    manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
+    engine = open_engine(config.docker_host, config.containerd_address, config.containerd_namespace)
     metrics = ActuatorMetrics(config.node_name, writes=writes)
     freezer = (
         None if config.pause_method == "docker" else ContainerFreezer(config.procfs, config.sysfs)
     )
-    executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run, freezer=freezer)
+    executor = PauseExecutor(engine, journal, audit, dry_run=config.dry_run, freezer=freezer)
     controller = Controller(
         config,
         lambda: ExporterClient(
@@ -131,7 +134,7 @@ def run(config: Config) -> int:
         journal,
         audit,
         metrics,
-        node_marker(config, local_api, manager_api),
+        node_marker(config, engine),
         journal_lost,
     )
     _warn_without_guard(config.state_dir)
@@ -150,7 +153,7 @@ def run(config: Config) -> int:
         lock.release()
         return 1
     server.serve_in_thread()
-    # Listening first: Docker may hang for its whole timeout, and /healthz should say so
+    # Listening first: the engine may hang for its whole timeout, and /healthz should say so
     # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
     _start_up_reconcile(controller)
     lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
@@ -202,7 +205,7 @@ def _warn_without_guard(state_dir: Path) -> None:
 
 
 def _start_up_reconcile(controller: Controller) -> None:
-    """Settle what a previous run left: journal vs Docker vs state, and the node label."""
+    """Settle what a previous run left: journal vs engine vs state, and the node label."""
     try:
         state = controller.fetch_state()
     except (ExporterUnavailable, StateError) as exc:

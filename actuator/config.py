@@ -32,6 +32,15 @@ ACTIONS = tuple(AlertAction)
 MODES = ("webhook", "fast", "both")
 PAUSE_METHODS = ("cgroup", "docker")
 
+#: the engine to act through: the actuator's and the guard's alike (``engine.open_engine``)
+ENGINE_FLAGS: tuple[Flag, ...] = (
+    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
+    Flag("containerd.address", None,
+         "act through containerd at this socket instead of Docker (a Kubernetes node)",
+         metavar="URL"),
+    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
+         metavar="NAMESPACE"),
+)  # fmt: skip
 
 FLAGS: tuple[Flag, ...] = (
     Flag("web.listen-address", "127.0.0.1:10836", "host:port of the actuator's HTTP server"),
@@ -43,12 +52,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
     Flag("exporter.http-config-file", None, client.flag_help("--exporter.url"), metavar="PATH"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
-    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
-    Flag("containerd.address", None,
-         "act through containerd at this socket instead of Docker (a Kubernetes node)",
-         metavar="URL"),
-    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
-         metavar="NAMESPACE"),
+    *ENGINE_FLAGS,
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
     Flag("node.marker", "swarm",
          "how this node is marked: swarm (a Swarm node label) or kubernetes (a taint and a "

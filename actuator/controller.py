@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.types import Decision, Trigger
@@ -64,7 +64,7 @@ class Controller:
         self,
         config: Config,
         exporter_factory: Callable[[], ExporterClient],
-        executor: DockerExecutor,
+        executor: PauseExecutor,
         journal: Journal,
         audit: AuditLog,
         metrics: ActuatorMetrics,
@@ -135,8 +135,8 @@ class Controller:
     def health(self) -> str:
         """``ok``, or ``degraded: <why>`` (the /healthz body)."""
         problems = []
-        if self.reconciler.docker_error:
-            problems.append(f"docker engine unreachable, retrying ({self.reconciler.docker_error})")
+        if self.reconciler.engine_error:
+            problems.append(f"docker engine unreachable, retrying ({self.reconciler.engine_error})")
         if self.reconciler.journal_lost:
             problems.append(
                 f"journal unreadable, pauses not yet undone ({self.reconciler.journal_lost})"
@@ -242,8 +242,8 @@ class Controller:
             decision, [(s, o.result) for s, o in zip(steps, outcomes, strict=True)], time.time()
         )
         for outcome in outcomes:
-            if outcome.docker_down:
-                self.reconciler.docker_failed(outcome.detail)
+            if outcome.engine_down:
+                self.reconciler.engine_failed(outcome.detail)
         report = self.reporter.report(decision, outcomes, source)
         self.metrics.paused_containers.set(len(self.journal.paused))
         return report

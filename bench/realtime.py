@@ -5,8 +5,10 @@ actuator (fast path), as in ``colocation.py``; every scenario runs unmanaged and
 the same invocation, with the same arrivals, and is judged from the workloads' own JSON-lines
 logs (the ground truth) and the actuator's audit log (why managed differs):
 
-  (a) repeaters   the README walkthrough: rt-1 and rt-2, deadline 9s, each the oneshot matmul
-                  ``--size 13312 --repeat 3``, rt-2 released while rt-1's first kernel runs.
+  (a) repeaters   the README walkthrough without its gap: rt-1 and rt-2, deadline 9s, each the
+                  oneshot matmul ``--size 13312 --repeat 3`` back to back (no
+                  ``--sleep-between``: the hard case), rt-2 released while rt-1's first kernel
+                  runs.
                   ``overlap_s_*``: time both containers' kernels ran at once (the device's own
                   start and end of each kernel, as the workload logged them).
   (b) pair        two real-time servers on one GPU, bursty arrivals (a burst of 18-26 requests
@@ -349,7 +351,7 @@ def outcome_of(runs: list[Run], figures: dict[str, Any], text: str) -> Outcome:
 
 
 def measure_repeaters(bench: Bench, scenario: Scenario) -> Outcome:
-    """(a) The README walkthrough's rt-1 and rt-2, unmanaged then managed."""
+    """(a) The README walkthrough's rt-1 and rt-2 without its gap, unmanaged then managed."""
     sizes = bench.sizes
     runs: list[Run] = []
     lines = [

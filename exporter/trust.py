@@ -36,13 +36,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gpuguard import labels
+from gpuguard import flags, labels, loader
 from gpuguard.contract import PriorityClass
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.model import ContainerInfo
-from gpuguard.files import read_text
 
 #: Docker label that Kubernetes' container runtimes (cri-dockerd) set to the pod's namespace.
 NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
@@ -124,16 +121,13 @@ def apply(grant: Grant, info: ContainerInfo) -> ContainerInfo:
     )
 
 
+@flags.reraise_as(ConfigError)
 def load_policy(path: Path) -> TrustPolicy:
-    """The policy in ``path``; ConfigError (one line) when it cannot be used."""
+    """The policy in ``path``; ConfigError (one line) when it cannot be used. The file is read
+    by the one loader (size, depth, encoding and integer limits: ``gpuguard/loader.py``)."""
+    doc = loader.read_yaml(path, "--trust.policy-file", _MAX_FILE_BYTES)
     try:
-        text = read_text(path, _MAX_FILE_BYTES)
-    except OSError as exc:
-        raise ConfigError(f"--trust.policy-file {path}: {exc.strerror or exc}") from exc
-    try:
-        return parse_policy(yaml.safe_load(text))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--trust.policy-file {path}: not YAML ({exc})") from exc
+        return parse_policy(doc)
     except ValueError as exc:
         raise ConfigError(f"--trust.policy-file {path}: {exc}") from exc
 

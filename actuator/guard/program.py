@@ -30,6 +30,7 @@ guard never pauses anything, and never touches a container the journal does not 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import threading
@@ -39,19 +40,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
 from gpuguard import flags
-from gpuguard.actuator.admission.executor import (
-    docker_call,
-    resume_container,
-    resume_managed_paused,
-)
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import containerd_address, engine_url, host_path, private_state_dir
-from gpuguard.actuator.containerd_engine import engine_api
-from gpuguard.actuator.errors import ConfigError, DockerUnavailable
+from gpuguard.actuator.config import (
+    ENGINE_FLAGS,
+    containerd_address,
+    engine_url,
+    host_path,
+    private_state_dir,
+)
+from gpuguard.actuator.engine import open_engine
+from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt
+from gpuguard.actuator.errors import ConfigError, EngineDown
 from gpuguard.actuator.guard.metrics import Seen, guard_server
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import (
@@ -65,6 +66,8 @@ from gpuguard.actuator.safety.journal import (
     set_aside,
 )
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
+from gpuguard.actuator.safety.resume import resume_container, resume_managed_paused
+from gpuguard.contract import Result, SkipReason
 from gpuguard.flags import Flag
 from gpuguard.web import webconfig
 from gpuguard.web.webconfig import WebConfig, WebConfigWatcher
@@ -75,12 +78,7 @@ CHECK_PERIOD_S = 0.5
 
 FLAGS: tuple[Flag, ...] = (
     Flag("state.dir", "/var/lib/gpuguard/actuator", "the actuator's --state.dir (shared)"),
-    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
-    Flag("containerd.address", None,
-         "act through containerd at this socket instead of Docker (a Kubernetes node)",
-         metavar="URL"),
-    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
-         metavar="NAMESPACE"),
+    *ENGINE_FLAGS,
     Flag("max-pause", "120s", "resume any container the journal says is paused this long",
          "duration"),
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
@@ -148,18 +146,22 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
 
 
 class Guard:
-    """One ``check()`` per period; every Docker or journal failure is retried next time."""
+    """One ``check()`` per period; every engine or journal failure is retried next time."""
 
     def __init__(
-        self, config: GuardConfig, api: Any, audit: AuditLog, clock: PauseClock | None = None
+        self,
+        config: GuardConfig,
+        engine: ContainerEngine,
+        audit: AuditLog,
+        clock: PauseClock | None = None,
     ) -> None:
         self.config = config
         #: --max-pause is judged on the boot clock (``pauseclock``), never on wall time
         self.clock = clock or host_clock()
-        self.api = api
+        self.engine = engine
         self.audit = audit
-        # A pause is a cgroup freeze before Docker hears of it: a crash in between leaves
-        # one only the cgroup shows, and the guard thaws that too.
+        # A pause is a cgroup freeze before the engine hears of it: a crash in between
+        # leaves one only the cgroup shows, and the guard thaws that too.
         self.freezer = ContainerFreezer(config.procfs, config.sysfs)
         #: the state directory's failed writes, shared with the audit log (guard metrics)
         self.writes = audit.writes
@@ -169,7 +171,7 @@ class Guard:
         # (container id, paused_at) resumed while the journal was not ours to write: done
         # once, not on every check, for as long as the journal keeps naming it.
         self._resumed: set[tuple[str, float]] = set()
-        self._docker_down = False
+        self._engine_down = False
         self._lockless = False  # journal.lock could not even be opened at the last check
         self.seen = Seen()
 
@@ -184,8 +186,8 @@ class Guard:
             try:
                 left = self._read_left_behind()
             finally:
-                # Docker may take seconds per call (or hang until its timeout): never keep
-                # a restarted actuator waiting for the lock that long.
+                # The engine may take seconds per call (or hang until its timeout): never
+                # keep a restarted actuator waiting for the lock that long.
                 self.lock.release()
             self._take_over(left)
         else:
@@ -266,7 +268,7 @@ class Guard:
                 continue
             settled = self._resume(entry, "actuator gone")
             if settled is None:
-                break  # Docker is down or hung: the next check tries again
+                break  # the engine is down or hung: the next check tries again
             if settled:
                 done.append(entry)
         recorded = False
@@ -323,46 +325,48 @@ class Guard:
 
     def _resume(self, entry: PausedEntry, why: str) -> bool | None:
         """Unpause one journalled container; True when it is settled (resumed or gone),
-        False when Docker refused (retried next check), None when Docker is unreachable."""
+        False when the engine refused (retried next check), None when it is unreachable."""
         cid = entry.container_id
-        try:
-            unpaused = docker_call(lambda: resume_container(self.api, self.freezer, cid))
-        except docker.errors.NotFound:
-            result = "vanished"
-        except DockerUnavailable as exc:
-            self._docker_failing(str(exc))
+        resume = functools.partial(resume_container, self.engine, self.freezer)
+        tried = attempt(self.engine, resume, cid, look_again=False)
+        if tried.answer is Answer.DOWN:
+            self._engine_failing(tried.detail)
             return None
-        except docker.errors.APIError as exc:
-            log.warning("guard: unpause %s failed, retrying: %s", entry.name, exc)
+        if tried.answer is Answer.REFUSED:
+            log.warning("guard: unpause %s failed, retrying: %s", entry.name, tried.detail)
             return False
+        self._engine_failing(None)
+        skip_reason = SkipReason.VANISHED if tried.answer is Answer.GONE else None
+        if skip_reason is not None:
+            result = Result.SKIPPED
         else:
-            result = "ok" if unpaused else "already"
-        self._docker_failing(None)
-        if result == "ok":
+            result = Result.OK if tried.value else Result.ALREADY
+        if result == Result.OK:
             self.seen.resumed += 1
             log.warning("guard resumed %s (%s): %s", entry.name, cid[:12], why)
         self.audit.write(
-            "guard_resume", container_id=cid, container=entry.name, result=result, why=why
-        )
+            "guard_resume", container_id=cid, container=entry.name, result=result,
+            skip_reason=skip_reason, why=why,
+        )  # fmt: skip
         return True
 
     def _undo_managed_pauses(self, why: str) -> bool:
-        """Resume every paused managed container; False when Docker could not be asked."""
+        """Resume every paused managed container; False when the engine could not be asked."""
         try:
-            resumed = resume_managed_paused(self.api, self.audit, why, self.freezer)
-        except DockerUnavailable as exc:
-            self._docker_failing(str(exc))
+            resumed = resume_managed_paused(self.engine, self.audit, why, self.freezer)
+        except EngineDown as exc:
+            self._engine_failing(str(exc))
             return False
-        self._docker_failing(None)
+        self._engine_failing(None)
         log.error("guard: %s: resumed %d paused managed container(s)", why, len(resumed))
         return True
 
-    def _docker_failing(self, error: str | None) -> None:
-        if error is not None and not self._docker_down:
-            log.warning("docker engine unreachable, retrying: %s", error)
-        elif error is None and self._docker_down:
-            log.info("docker engine answers again")
-        self._docker_down = self.seen.docker_down = error is not None
+    def _engine_failing(self, error: str | None) -> None:
+        if error is not None and not self._engine_down:
+            log.warning("%s engine unreachable, retrying: %s", self.engine.name, error)
+        elif error is None and self._engine_down:
+            log.info("%s engine answers again", self.engine.name)
+        self._engine_down = self.seen.docker_down = error is not None
 
 
 def _max_pause(recorded: float | None, own: float) -> float:
@@ -374,7 +378,7 @@ def run(config: GuardConfig) -> int:
     """Check every period until SIGTERM/SIGINT, then once more, and exit."""
     flags.start_logging(config.log_level, config.warnings, "gpuguard.guard")
     audit = AuditLog(config.state_dir / AUDIT_FILE)
-    engine = engine_api(config.docker_host, config.containerd_address, config.containerd_namespace)
+    engine = open_engine(config.docker_host, config.containerd_address, config.containerd_namespace)
     guard = Guard(config, engine, audit)
     web = WebConfigWatcher(config.web) if config.web is not None else None
     server = guard_server(guard, config.listen_host, config.listen_port, web)

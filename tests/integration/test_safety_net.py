@@ -19,8 +19,8 @@ import docker.errors
 import pytest
 import requests
 
-from gpuguard.actuator.admission.executor import docker_api
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
@@ -82,7 +82,7 @@ def paused_entry(cid: str, name: str, at: float) -> dict[str, Any]:
 def make_guard(state_dir: Path, docker_url: str, max_pause_s: float = 120.0) -> Guard:
     state_dir.mkdir(parents=True, exist_ok=True)
     config = GuardConfig(state_dir, docker_url, max_pause_s, lease_timeout_s=2.0, log_level="info")
-    return Guard(config, docker_api(docker_url), AuditLog(state_dir / AUDIT_FILE))
+    return Guard(config, DockerEngine(docker_url), AuditLog(state_dir / AUDIT_FILE))
 
 
 def test_guard_takes_over_from_a_gone_actuator(
@@ -99,9 +99,9 @@ def test_guard_takes_over_from_a_gone_actuator(
     assert is_paused(docker_client, someone_elses)
     assert json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"] == {}
     assert JournalLock(tmp_path).try_acquire(), "the guard gave the lock back"
-    results = {r["container_id"]: r["result"] for r in read_audit(tmp_path / AUDIT_FILE)
-               if r["event"] == "guard_resume"}  # fmt: skip
-    assert results == {ours.id: "ok", gone.id: "vanished"}
+    records = [r for r in read_audit(tmp_path / AUDIT_FILE) if r["event"] == "guard_resume"]
+    results = {r["container_id"]: (r["result"], r.get("skip_reason")) for r in records}
+    assert results == {ours.id: ("ok", None), gone.id: ("skipped", "vanished")}
 
 
 def test_guard_never_writes_the_journal_of_a_live_actuator(

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from gpuguard import files
 from gpuguard.actuator.admission.policy.types import PAUSE, Decision, Step
 from gpuguard.actuator.audit import AUDIT_FILE, BACKLOG, AuditLog, read_audit
+from gpuguard.actuator.engine.base import ContainerState
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.failopen import JOURNAL_RETRY_S, FailOpen
@@ -194,23 +196,26 @@ def test_failing_open_while_the_journal_cannot_be_written() -> None:
 
 
 class Engine:
-    """A Docker engine's verbs over managed, running containers (paused or not)."""
+    """A container engine's verbs over managed, running containers (paused or not)."""
+
+    name = "docker"
 
     def __init__(self, *ids: str) -> None:
         self.paused = dict.fromkeys(ids, False)
 
-    def ping(self) -> bool:
-        return True
+    def ping(self) -> None:
+        pass
 
-    def inspect_container(self, cid: str) -> dict[str, Any]:
-        return {
-            "Id": cid,
-            "State": {"Paused": self.paused[cid], "Running": True, "Pid": 0},
-            "Config": {"Labels": {"gpuguard.managed": "true"}},
-        }
+    def inspect(self, cid: str) -> ContainerState:
+        paused = self.paused[cid]
+        labels = {"gpuguard.managed": "true"}
+        return ContainerState(cid, cid[:4], labels, "paused" if paused else "running", True, paused)
 
-    def containers(self, **_: Any) -> list[dict[str, Any]]:
-        return [{"Id": c, "State": "paused" if p else "running"} for c, p in self.paused.items()]
+    def containers(
+        self, statuses: Collection[str] | None = None, label: str | None = None
+    ) -> list[ContainerState]:
+        listed = [self.inspect(cid) for cid in self.paused]
+        return [c for c in listed if statuses is None or c.status in statuses]
 
     def pause(self, cid: str) -> None:
         self.paused[cid] = True
@@ -226,7 +231,7 @@ def test_an_actuator_that_cannot_write_its_journal_pauses_nothing_and_resumes(
     a, b, held = policy.cid("a"), policy.cid("b"), "c" * 64
     controller = make_controller(tmp_path)
     engine = Engine(a, b, held)
-    controller.executor.api = engine
+    controller.executor.engine = engine
     controller.journal.will_pause(entry(held))
     engine.pause(held)
     block(controller.journal.path)
