@@ -35,6 +35,7 @@ from typing import Any
 from gpuguard import kube
 from gpuguard.contract import EventType
 from gpuguard.ctr import Ctr, CtrError
+from gpuguard.exporter import trust
 from gpuguard.exporter.containers import EventFollower, container_info
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
@@ -136,14 +137,16 @@ def containerd_container_info(
             "State": {"Status": state},
             "Path": args[0] if args else "",
             "Args": args[1:],
-        },
-        policy,
+        }
     )
-    if identity is None:
-        return info
-    return dataclasses.replace(
-        info, pod_namespace=identity.namespace, pod_name=identity.pod, pod_uid=identity.pod_uid
-    )
+    if identity is not None:
+        info = dataclasses.replace(
+            info, pod_namespace=identity.namespace, pod_name=identity.pod, pod_uid=identity.pod_uid
+        )
+    # The trust policy's namespace is the one the pod's sandbox records (the CRI made it for
+    # the pod the API server admitted), never one a container claims for itself.
+    namespace = (sandbox_labels or {}).get(kube.POD_NAMESPACE) if identity is not None else None
+    return trust.enforce(policy, info, namespace)
 
 
 def containers_from_docs(

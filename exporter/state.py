@@ -44,6 +44,8 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         "pod_uid": info.pod_uid,
         # the operator's trust policy replaced these claims (exporter/trust.py)
         "claims_rejected": [{"label": lbl, "why": why} for lbl, why in info.claims_rejected],
+        # whether its deadline counts toward the node record and node marks
+        "deadline_vouched": info.deadline_vouched,
     }
 
 
