@@ -20,6 +20,7 @@ actuator restarted since the resolution is still stale.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,6 +64,14 @@ class AlertOrder:
         if len(self._episodes) > self._limit:
             self._forget(now)
         return True
+
+    def split(self, alerts: Iterable[Alert], now: float) -> tuple[list[Alert], list[Alert]]:
+        """One webhook's deliveries that may be acted on (``fresh``), and the stale ones."""
+        fresh: list[Alert] = []
+        stale: list[Alert] = []
+        for alert in alerts:
+            (fresh if self.fresh(alert, now) else stale).append(alert)
+        return fresh, stale
 
     def _forget(self, now: float) -> None:
         kept = {fp: e for fp, e in self._episodes.items() if now - e.seen <= self._keep_s}

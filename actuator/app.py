@@ -10,18 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import flags
-from gpuguard.actuator import lease
+from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.fastpath import FastPath
+from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.containerd_engine import engine_api
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
-from gpuguard.actuator.executor import DockerExecutor, docker_api
 from gpuguard.actuator.exporter_client import ExporterClient
-from gpuguard.actuator.fastpath import FastPath
-from gpuguard.actuator.freezer import ContainerFreezer
 from gpuguard.actuator.http import ActuatorServer
-from gpuguard.actuator.journal import (
+from gpuguard.actuator.metrics import ActuatorMetrics
+from gpuguard.actuator.nodemarks.nodelist import NodeMarker, SwarmMarker
+from gpuguard.actuator.nodemarks.taints import TaintMarker, kubernetes_api
+from gpuguard.actuator.safety import lease
+from gpuguard.actuator.safety.journal import (
     JOURNAL_FILE,
     Journal,
     JournalContent,
@@ -29,9 +32,6 @@ from gpuguard.actuator.journal import (
     JournalLock,
     set_aside,
 )
-from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import NodeMarker, SwarmMarker
-from gpuguard.actuator.taints import TaintMarker, kubernetes_api
 from gpuguard.contract import TriggerSource
 from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
 

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from gpuguard import flags
-from gpuguard.actuator import guard
 from gpuguard.actuator.config import add_flags, load_config
+from gpuguard.actuator.guard import program as guard
 
 
 def register(subparsers: Any) -> None:

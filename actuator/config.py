@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gpuguard import files, flags, resources
+from gpuguard.actuator.admission.policy.types import ORDERS, PolicyConfig
 from gpuguard.actuator.errors import ConfigError
-from gpuguard.actuator.policy import ORDERS, PolicyConfig
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
 from gpuguard.web import client, webconfig
@@ -122,7 +122,7 @@ class Config:
     max_pause_s: float
     node_mark_ttl_s: float
     state_dir: Path
-    actions: Mapping[str, str]
+    actions: Mapping[str, AlertAction]  # alert name -> what it makes the actuator do
     dry_run: bool
     log_level: str
     warnings: tuple[str, ...] = field(default=())
@@ -136,7 +136,7 @@ class Config:
     web: WebConfig | None = None  # --web.config.file, as read at start-up
     exporter_client: ClientConfig = client.NONE
 
-    def alerts_for(self, action: str) -> frozenset[str]:
+    def alerts_for(self, action: AlertAction) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
 
 
@@ -241,21 +241,21 @@ def validate(values: Mapping[str, Any]) -> Config:
 
 
 @flags.reraise_as(ConfigError)
-def load_actions(actions_path: Path, rules_glob: str) -> dict[str, str]:
+def load_actions(actions_path: Path, rules_glob: str) -> dict[str, AlertAction]:
     """Read ``rules/actions.yml`` and check it against the alerts of the rule files."""
     doc = flags.read_yaml(actions_path, "--rules.actions")
     if not isinstance(doc, dict) or not isinstance(doc.get("actions"), dict):
         raise ConfigError(
             f"--rules.actions {actions_path}: needs a mapping 'actions: {{ALERT: ACTION}}'"
         )
-    actions: dict[str, str] = {}
+    actions: dict[str, AlertAction] = {}
     for alert, action in doc["actions"].items():
         if action not in ACTIONS:
             raise ConfigError(
                 f"--rules.actions {actions_path}: unknown action {action!r} for {alert} "
                 f"(known: {', '.join(ACTIONS)})"
             )
-        actions[str(alert)] = str(action)
+        actions[str(alert)] = AlertAction(action)
     known = rule_alert_names(rules_glob)
     unknown = sorted(set(actions) - known)
     if unknown:

@@ -8,7 +8,7 @@ containerd unreachable is a ``requests.ConnectionError`` (retried, then "engine 
 container that is gone is ``docker.errors.NotFound``, a task not in the state an operation
 needs is a 409 ``APIError`` (decided from the task's state, never from ``ctr``'s words).
 
-So the freeze is the same runtime-agnostic cgroup freeze (``actuator/freezer.py``, by
+So the freeze is the same runtime-agnostic cgroup freeze (``actuator/admission/freezer.py``, by
 container id and task PID, under either kubelet cgroup driver), handed over to containerd's
 own task pause so ``ctr tasks list`` and the kubelet's view agree; the journal, the guard and
 the maximum pause work unchanged. On a Kubernetes node ``gpuguard.managed`` (and the other
@@ -175,6 +175,6 @@ def engine_api(docker_host: str | None, containerd_address: str | None, namespac
     given (``--containerd.address``), else Docker."""
     if containerd_address:
         return ContainerdEngine(Ctr(containerd_address, namespace))
-    from gpuguard.actuator.executor import docker_api
+    from gpuguard.actuator.admission.executor import docker_api
 
     return docker_api(docker_host)

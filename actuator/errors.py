@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from gpuguard import flags
 
+# The exporter's documents are read by the shared reader, whose error this is (also
+# ``gpuguard ps``'s); the actuator catches it as its own.
+from gpuguard.statedoc import StateError as StateError
+
 
 class ActuatorError(Exception):
-    """Base class of every error the actuator raises on purpose."""
+    """Base class of every error the actuator raises on purpose (but ``StateError``)."""
 
 
 class ConfigError(ActuatorError, flags.ConfigError):
@@ -15,10 +19,6 @@ class ConfigError(ActuatorError, flags.ConfigError):
 
 class PayloadError(ActuatorError):
     """An Alertmanager webhook payload that does not follow the contract (HTTP 400)."""
-
-
-class StateError(ActuatorError):
-    """The exporter's state document does not follow docs/interfaces.md section 3."""
 
 
 class ExporterUnavailable(ActuatorError):

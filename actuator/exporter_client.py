@@ -1,7 +1,8 @@
 """The actuator's HTTP client of the exporter's ``/api/v1/state`` and ``/api/v1/events``.
 
 The only place that talks HTTP to the exporter: it translates ``requests`` errors into
-``ExporterUnavailable`` and hands the documents to ``state.py``'s parsers.
+``ExporterUnavailable`` and hands the documents to the shared reader,
+``gpuguard/statedoc.py``.
 """
 
 from __future__ import annotations

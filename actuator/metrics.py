@@ -15,9 +15,9 @@ import math
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from gpuguard.contract import ActionKind, Result, SkipReason, TriggerSource
+from gpuguard.contract import Result, SkipReason, TriggerSource, Verb
 
-ACTION_KINDS = tuple(ActionKind)
+VERBS = tuple(Verb)
 RESULTS = tuple(Result)
 SKIP_REASONS = tuple(SkipReason)
 TRIGGERS = tuple(TriggerSource)
@@ -76,7 +76,7 @@ class ActuatorMetrics:
         self.webhooks = Counter(
             "gpuguard_actuator_webhooks", "Webhook requests by HTTP status.", ["code"], registry=r
         )
-        for kind in ACTION_KINDS:
+        for kind in VERBS:
             for result in RESULTS:
                 self.actions.labels(kind, result)
         for reason in SKIP_REASONS:

@@ -1,9 +1,23 @@
-"""What one trigger led to: the actions and skips a webhook caller gets back as JSON."""
+"""What one trigger led to: the actions and skips a webhook caller gets back as JSON.
+
+``Reporter`` makes it from a decision and what the executor did with each step, and counts
+and audits it on the way.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpuguard.actuator.admission.executor import Outcome
+from gpuguard.actuator.admission.policy.types import Decision, Skip, Step
+from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.metrics import ActuatorMetrics
+from gpuguard.contract import Result, TriggerSource
+
+SKIP_AUDIT_EVERY_S = 30.0
 
 
 @dataclass
@@ -23,3 +37,67 @@ class Report:
 
     def to_doc(self) -> dict[str, Any]:
         return {"actions": self.actions, "skips": self.skips}
+
+
+class Reporter:
+    """Counts each step's outcome and each skip, audits the skips, and says it all as a
+    ``Report``. Not thread-safe: the controller calls it under its lock."""
+
+    def __init__(self, audit: AuditLog, metrics: ActuatorMetrics) -> None:
+        self.audit = audit
+        self.metrics = metrics
+        self._skip_audited: dict[tuple[str, str], float] = {}
+
+    def report(
+        self, decision: Decision, outcomes: Sequence[Outcome], source: TriggerSource
+    ) -> Report:
+        """The report of ``decision`` whose steps ended as ``outcomes``."""
+        report = Report()
+        for step, outcome in zip(decision.steps, outcomes, strict=True):
+            self._count(outcome)
+            report.docker_down |= outcome.docker_down
+            report.actions.append(_step_doc(step, outcome))
+        for skip in decision.skips:
+            self._audit_skip(skip, source)  # counts it too, once per audit interval
+            report.skips.append(
+                {"reason": skip.reason, "detail": skip.detail, "task_id": skip.task_id}
+            )
+        return report
+
+    def _count(self, outcome: Outcome) -> None:
+        self.metrics.actions.labels(outcome.action, outcome.result).inc()
+        if outcome.result == Result.SKIPPED:
+            self.metrics.skip(outcome.skip_reason)
+
+    def _audit_skip(self, skip: Skip, source: TriggerSource) -> None:
+        # The same skip recurs on every event while a task runs: audit it once a while.
+        key = (skip.reason, skip.task_id or skip.container_id or skip.detail)
+        now = time.monotonic()
+        if now - self._skip_audited.get(key, -1e9) < SKIP_AUDIT_EVERY_S:
+            return
+        self._skip_audited[key] = now
+        # Counted when audited: a skip recurs on every event while its task runs, and the
+        # counter should say how often the policy held back, not how often it was asked.
+        self.metrics.skip(skip.reason)
+        if len(self._skip_audited) > 4096:
+            self._skip_audited = {k: v for k, v in self._skip_audited.items() if now - v < 60}
+        self.audit.write(
+            "skip",
+            trigger=source,
+            reason=skip.reason,
+            detail=skip.detail,
+            container_id=skip.container_id,
+            task_id=skip.task_id,
+            gpu=skip.gpu,
+        )
+
+
+def _step_doc(step: Step, outcome: Outcome) -> dict[str, Any]:
+    return {
+        "action": step.verb,
+        "container": step.container,
+        "container_id": step.container_id,
+        "reason": step.reason,
+        "result": outcome.result,
+        "skip_reason": outcome.skip_reason,
+    }

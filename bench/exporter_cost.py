@@ -41,6 +41,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
+from gpuguard.demo.stack.reference_collector import GpuguardCollector  # noqa: E402
 from gpuguard.exporter.cgroup import ProcReader  # noqa: E402
 from gpuguard.exporter.collector import TextRenderer  # noqa: E402
 from gpuguard.exporter.events import EventLog  # noqa: E402
@@ -53,7 +54,6 @@ from gpuguard.exporter.model import (  # noqa: E402
 )
 from gpuguard.exporter.poller import Poller  # noqa: E402
 from gpuguard.exporter.tracker import Tracker  # noqa: E402
-from tests.support.reference_collector import GpuguardCollector  # noqa: E402
 
 GIB = 2**30
 

@@ -45,9 +45,9 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuguard.demo.stack.dockerd import PrivateDockerd
+from gpuguard.demo.stack.hung_engine import HungEngine
 from gpuguard.demo.stack.images import ensure_base_image
 from gpuguard.demo.stack.process import ManagedProcess, free_port
-from tests.support.hung_engine import HungEngine
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = "bench"

@@ -2,7 +2,7 @@
 
 Real processes on 127.0.0.1: a private dockerd, gpusim, the exporter and the actuator
 (``NodeStack``); the clients are raw asyncio connections in this process
-(``tests/support/httpload.py``), with this process's file limit raised to hold them all.
+(``gpuguard/demo/stack/httpload.py``), with this process's file limit raised to hold them all.
 
 1. burst: 300 clients connect at the same moment and GET /metrics, from the exporter and
    then the actuator; each latency runs from connect to the last byte of the reply.
@@ -37,9 +37,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpuguard.demo.stack import httpload
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import NodeStack
-from tests.support import httpload
 
 NODE = "bench"
 MIB = 1024 * 1024

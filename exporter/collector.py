@@ -4,7 +4,7 @@ It never calls NVML or Docker: it reads the newest ``PollSnapshot``. ``build_row
 the series of one scrape afresh, so a removed container leaves no series; ``TextRenderer``
 writes them in Prometheus' text format. prometheus_client's custom-collector way of doing
 the same (``GpuguardCollector``: ``describe()`` and fresh metric families in ``collect()``)
-is the tests' reference for the exposition, in ``tests/support/reference_collector.py``.
+is the tests' reference for the exposition, in ``gpuguard/demo/stack/reference_collector.py``.
 
 Sample exposition (names and labels: docs/interfaces.md §5; the render below writes labels
 in this order)::
@@ -457,7 +457,7 @@ class TextRenderer:
     prometheus_client's ``generate_latest`` takes about 200 ms for 1,000 containers here
     (20,000 series; ``bench/exporter_cost.py``), mostly building a dict per sample; this
     writes the same exposition (checked in tests against prometheus_client's, from
-    ``tests/support/reference_collector.py``) from label text made once per container, and
+    ``gpuguard/demo/stack/reference_collector.py``) from label text made once per container, and
     keeps the text of ``_IDENTITY_FAMILIES`` while the container index stays the same.
     """
 

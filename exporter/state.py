@@ -1,4 +1,8 @@
-"""``/api/v1/state`` (docs/interfaces.md §3): a PollSnapshot as a JSON-ready dict (pure)."""
+"""``/api/v1/state`` (docs/interfaces.md §3): a PollSnapshot as a JSON-ready dict (pure).
+
+The field names are ``gpuguard/statedoc.py``'s, where the actuator's and ``gpuguard ps``'s
+one reader of this document parses them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,14 @@ from typing import Any
 from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import PollSnapshot
 from gpuguard.exporter.tracker import TaskView
+from gpuguard.statedoc import (
+    ClaimField,
+    ContainerField,
+    GpuField,
+    SloField,
+    StateField,
+    TaskField,
+)
 
 
 def program_name(command: str) -> str:
@@ -20,32 +32,34 @@ def program_name(command: str) -> str:
 
 def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
     return {
-        "id": info.id,
-        "name": info.name,
-        "image": info.image,
-        "command": program_name(info.command),
-        "state": info.state,
-        "paused": info.paused,
-        "managed": info.managed,
-        "deadline_s": info.deadline_s,
-        "deadline_error": info.deadline_error,
-        "gpus": list(info.gpus),
-        "role": info.role,
-        "task_mode": info.task_mode or snap.default_task_mode,
-        "task_mode_error": info.task_mode_error,
-        "class": info.priority_class,
-        "class_error": info.class_error,
-        "demand_sm_ratio": snap.demand.get(info.id),
-        "typical_run_s": snap.typical_run.get(info.id),
-        "slo": _slo_json(info),
+        ContainerField.ID: info.id,
+        ContainerField.NAME: info.name,
+        ContainerField.IMAGE: info.image,
+        ContainerField.COMMAND: program_name(info.command),
+        ContainerField.STATE: info.state,
+        ContainerField.PAUSED: info.paused,
+        ContainerField.MANAGED: info.managed,
+        ContainerField.DEADLINE_S: info.deadline_s,
+        ContainerField.DEADLINE_ERROR: info.deadline_error,
+        ContainerField.GPUS: list(info.gpus),
+        ContainerField.ROLE: info.role,
+        ContainerField.TASK_MODE: info.task_mode or snap.default_task_mode,
+        ContainerField.TASK_MODE_ERROR: info.task_mode_error,
+        ContainerField.CLASS: info.priority_class,
+        ContainerField.CLASS_ERROR: info.class_error,
+        ContainerField.DEMAND_SM_RATIO: snap.demand.get(info.id),
+        ContainerField.TYPICAL_RUN_S: snap.typical_run.get(info.id),
+        ContainerField.SLO: _slo_json(info),
         # Kubernetes identity (containerd source); null on a Docker host
-        "namespace": info.pod_namespace,
-        "pod": info.pod_name,
-        "pod_uid": info.pod_uid,
+        ContainerField.NAMESPACE: info.pod_namespace,
+        ContainerField.POD: info.pod_name,
+        ContainerField.POD_UID: info.pod_uid,
         # the operator's trust policy replaced these claims (exporter/trust.py)
-        "claims_rejected": [{"label": lbl, "why": why} for lbl, why in info.claims_rejected],
+        ContainerField.CLAIMS_REJECTED: [
+            {ClaimField.LABEL: label, ClaimField.WHY: why} for label, why in info.claims_rejected
+        ],
         # whether its deadline counts toward the node record and node marks
-        "deadline_vouched": info.deadline_vouched,
+        ContainerField.DEADLINE_VOUCHED: info.deadline_vouched,
     }
 
 
@@ -53,10 +67,10 @@ def _slo_json(info: ContainerInfo) -> dict[str, Any] | None:
     if info.slo is None:
         return None
     return {
-        "metric": info.slo.metric,
-        "target_s": info.slo.target_s,
-        "objective": info.slo.objective,
-        "port": info.slo.port,
+        SloField.METRIC: info.slo.metric,
+        SloField.TARGET_S: info.slo.target_s,
+        SloField.OBJECTIVE: info.slo.objective,
+        SloField.PORT: info.slo.port,
     }
 
 
@@ -66,28 +80,30 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
     """
     info = snap.containers.get(task.container_id) if task.container_id else None
     doc: dict[str, Any] = {
-        "task_id": task.task_id,
-        "container_id": task.container_id,
-        "container": info.name if info is not None else task.container_name,
-        "pid": task.pid,
-        "gpu": task.gpu_index,
-        "mig_index": task.mig_index,
-        "mode": task.mode,
-        "phase": task.phase,
-        "started_at": task.started_at,
-        "proc_start_ticks": task.proc_start_ticks,
-        "elapsed_s": task.elapsed_s(snap.timestamp),
-        "memory_bytes": task.memory_bytes,
-        "sm_ratio": task.sm_ratio,
-        "deadline_s": task.deadline_s,
-        "absolute_deadline": task.absolute_deadline,
-        "slack_s": task.slack_s(snap.timestamp),
-        "overrun": task.overrun,
-        "boundary": task.boundary,
-        "paused": bool(info is not None and info.paused),
+        TaskField.TASK_ID: task.task_id,
+        TaskField.CONTAINER_ID: task.container_id,
+        TaskField.CONTAINER: info.name if info is not None else task.container_name,
+        TaskField.PID: task.pid,
+        TaskField.GPU: task.gpu_index,
+        TaskField.MIG_INDEX: task.mig_index,
+        TaskField.MODE: task.mode,
+        TaskField.PHASE: task.phase,
+        TaskField.STARTED_AT: task.started_at,
+        TaskField.PROC_START_TICKS: task.proc_start_ticks,
+        TaskField.ELAPSED_S: task.elapsed_s(snap.timestamp),
+        TaskField.MEMORY_BYTES: task.memory_bytes,
+        TaskField.SM_RATIO: task.sm_ratio,
+        TaskField.DEADLINE_S: task.deadline_s,
+        TaskField.ABSOLUTE_DEADLINE: task.absolute_deadline,
+        TaskField.SLACK_S: task.slack_s(snap.timestamp),
+        TaskField.OVERRUN: task.overrun,
+        TaskField.BOUNDARY: task.boundary,
+        TaskField.PAUSED: bool(info is not None and info.paused),
     }
     if task.ended_at is not None:
-        doc.update(ended_at=task.ended_at, run_s=task.run_s, met_deadline=task.met_deadline)
+        doc[TaskField.ENDED_AT] = task.ended_at
+        doc[TaskField.RUN_S] = task.run_s
+        doc[TaskField.MET_DEADLINE] = task.met_deadline
     return doc
 
 
@@ -99,25 +115,25 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
         for device in snap.sample.devices:
             gpus.append(
                 {
-                    "index": device.index,
-                    "mig_index": device.mig_index,
-                    "uuid": device.uuid,
-                    "name": device.name,
-                    "memory_total_bytes": device.memory_total_bytes,
-                    "memory_used_bytes": device.memory_used_bytes,
-                    "utilization_ratio": device.utilization_ratio,
-                    "sm_ratio": device_sm.get(device.key, 0.0),
+                    GpuField.INDEX: device.index,
+                    GpuField.MIG_INDEX: device.mig_index,
+                    GpuField.UUID: device.uuid,
+                    GpuField.NAME: device.name,
+                    GpuField.MEMORY_TOTAL_BYTES: device.memory_total_bytes,
+                    GpuField.MEMORY_USED_BYTES: device.memory_used_bytes,
+                    GpuField.UTILIZATION_RATIO: device.utilization_ratio,
+                    GpuField.SM_RATIO: device_sm.get(device.key, 0.0),
                 }
             )
     return {
-        "node": snap.node,
-        "seq": snap.seq,
-        "timestamp": snap.timestamp,
-        "poll_interval_s": snap.poll_interval_s,
-        "sources": {name: status.success for name, status in snap.sources.items()},
-        "gpus": gpus,
-        "containers": [_container_json(c, snap) for c in snap.containers.values()],
-        "tasks": [task_json(t, snap) for t in snap.tasks],
-        "recent": [task_json(t, snap) for t in snap.recent],
-        "node_record": snap.record.to_json() if snap.record is not None else None,
+        StateField.NODE: snap.node,
+        StateField.SEQ: snap.seq,
+        StateField.TIMESTAMP: snap.timestamp,
+        StateField.POLL_INTERVAL_S: snap.poll_interval_s,
+        StateField.SOURCES: {name: status.success for name, status in snap.sources.items()},
+        StateField.GPUS: gpus,
+        StateField.CONTAINERS: [_container_json(c, snap) for c in snap.containers.values()],
+        StateField.TASKS: [task_json(t, snap) for t in snap.tasks],
+        StateField.RECENT: [task_json(t, snap) for t in snap.recent],
+        StateField.NODE_RECORD: snap.record.to_json() if snap.record is not None else None,
     }

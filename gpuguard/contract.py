@@ -86,7 +86,12 @@ COMPONENT_ROLES: frozenset[str] = frozenset(Role)
 
 
 class AlertAction(StrEnum):
-    """What an alert makes the actuator do (``rules/actions.yml``)."""
+    """What an alert makes the actuator do (``rules/actions.yml``).
+
+    In code, "action" means this alone: what the actuator does to a container or a node is
+    a ``Verb``, and one container the policy pauses or unpauses is a ``Step`` (its reason a
+    ``StepReason``). The wire keeps its names (the metric label and audit field ``action``).
+    """
 
     ADMISSION = "admission"  # run admission control for the alert's node/gpu
     MARK_NODE = "mark_node"  # node unprovisionable while the alert fires
@@ -97,8 +102,9 @@ class AlertAction(StrEnum):
     PROTECT_SLO = "protect_slo"
 
 
-class ActionKind(StrEnum):
-    """Things the actuator does (``gpuguard_actuator_actions_total{action}``)."""
+class Verb(StrEnum):
+    """What the actuator does to a container or a node (``gpuguard_actuator_actions_total``'s
+    and the audit's ``action``)."""
 
     PAUSE = "pause"
     UNPAUSE = "unpause"
@@ -106,8 +112,9 @@ class ActionKind(StrEnum):
     UNMARK_NODE = "unmark_node"
 
 
-class ActionReason(StrEnum):
-    """Why the policy pauses or unpauses a container (audit log, webhook reply)."""
+class StepReason(StrEnum):
+    """Why a step pauses or unpauses a container: the policy's, or the safety net's (audit
+    log and webhook reply ``reason``)."""
 
     NEWCOMER = "newcomer"  # a task arrived while the GPU is occupied
     ADMIT = "admit"  # its turn in the queue
@@ -129,8 +136,8 @@ class ActionReason(StrEnum):
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
-ADMITTING_REASONS: frozenset[ActionReason] = frozenset(
-    {ActionReason.ADMIT, ActionReason.BEST_EFFORT_SHARE}
+ADMITTING_REASONS: frozenset[StepReason] = frozenset(
+    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE}
 )
 
 

@@ -23,6 +23,14 @@ SLO_TARGET = "gpuguard.slo.target"
 SLO_OBJECTIVE = "gpuguard.slo.objective"
 SLO_PORT = "gpuguard.slo.port"
 SLO_LABELS = (SLO_METRIC, SLO_TARGET, SLO_OBJECTIVE, SLO_PORT)
+#: Pod labels or annotations only the placer's kube-scheduler extender reads (with
+#: ``gpuguard.deadline``): the GPU memory a pod needs and one task's run time alone, as the
+#: placer's ``memory`` and ``runtime`` parameters are written (``4GiB``, ``1500ms``).
+PLACEMENT_MEMORY = "gpuguard.memory"
+PLACEMENT_RUNTIME = "gpuguard.runtime"
+#: pod label (Kubernetes): the one container of the pod that the pod's other gpuguard labels
+#: are for; absent, every container of the pod has them (gpuguard/kube.py)
+CONTAINER = "gpuguard.container"
 
 #: Swarm node label: ``false`` while the node's actuator marks it unprovisionable; a
 #: real-time service carries the constraint ``node.labels.gpuguard.provisionable!=false``.
@@ -125,8 +133,10 @@ def parse_gpu(text: str) -> int:
 
 
 def parse_slo_metric(text: str) -> str:
-    """The name of a tenant's latency histogram (``vllm:e2e_request_latency_seconds``): a
-    Prometheus metric name, given without the ``_bucket``/``_count``/``_sum`` suffix."""
+    """The name of a tenant's latency histogram: a Prometheus metric name without the
+    ``_bucket``/``_count``/``_sum`` suffix, documented with ``_`` for ``:``
+    (``vllm_e2e_request_latency_seconds``, valid as a Kubernetes label value) and accepted
+    with its ``:`` too (``vllm:e2e_request_latency_seconds``): the same series either way."""
     if not isinstance(text, str) or not _METRIC_NAME.fullmatch(text.strip()):
         raise LabelError(
             f"invalid {SLO_METRIC} {str(text)[:40]!r}: not a Prometheus metric name "

@@ -4,10 +4,14 @@ A tenant that already exports request latency as a Prometheus histogram (vLLM's
 ``vllm:e2e_request_latency_seconds``, TGI's ``tgi_request_duration``, Triton's opt-in
 ``nv_inference_first_response_histogram_ms``) declares which one and what it promises::
 
-    gpuguard.slo.metric=vllm:e2e_request_latency_seconds
+    gpuguard.slo.metric=vllm_e2e_request_latency_seconds
     gpuguard.slo.target=500ms          # a request meets the SLO when it takes <= 500 ms
     gpuguard.slo.objective=0.99        # of the requests in a window (default 0.99)
     gpuguard.slo.port=8000             # where it serves /metrics (for Prometheus' discovery)
+
+The metric is named with ``_`` for ``:``, the form every series and rule uses (see
+``series_name``) and the only one a Kubernetes label value allows (no ``:``); the name with
+its colon is accepted too and declares the same SLO.
 
 The exporter publishes the declaration; Prometheus rules count the requests in the bucket
 whose upper bound is the target (``rules/gpuguard-recording.rules.yml``). A histogram only

@@ -44,11 +44,13 @@ def run_placer(config: PlacerConfig) -> int:
     try:
         web = None
         if config.web is not None:
-            # without a token, the web config's authentication is all that guards reservations
-            web = WebConfigWatcher(config.web, require_auth=config.token is None)
+            # without a token, the web config's authentication is all that guards reservations;
+            # kube-scheduler's client certificate all that guards the extender
+            require = config.token is None or config.extender_needs_certificates
+            web = WebConfigWatcher(config.web, require_auth=require)
             placer.metrics.registry.register(WebConfigCollector(web))
         address = (config.listen_host, config.listen_port)
-        server = placer_server(address, placer, config.token, web)
+        server = placer_server(address, placer, config.token, web, with_extender=config.extender)
     except OSError as exc:
         print(
             f"gpuguard placer: cannot listen on {config.listen_host}:{config.listen_port}: "
@@ -63,9 +65,9 @@ def run_placer(config: PlacerConfig) -> int:
     server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
-        "listening on %s://%s:%s (policy %s, records from %s)",
+        "listening on %s://%s:%s (policy %s, records from %s%s)",
         config.web.scheme if config.web else "http", host, port, config.policy,
-        config.prometheus_url,
+        config.prometheus_url, "; kube-scheduler extender on" if config.extender else "",
     )  # fmt: skip
     stop.wait()
     log.info("stopping")

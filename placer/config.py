@@ -43,6 +43,10 @@ FLAGS: tuple[Flag, ...] = (
          "reservations (POST /api/v1/placement) per second each client may make", "float"),
     Flag("placement.client-burst", DEFAULT_CLIENT_BURST,
          "reservations a client may make at once before its rate applies", "int"),
+    Flag("extender.enabled", False,
+         "serve kube-scheduler's extender verbs (POST /api/v1/extender/filter, /prioritize); "
+         "beyond loopback it needs --web.config.file with client_auth_type "
+         "RequireAndVerifyClientCert", "bool"),
     Flag("log.level", "info", "debug, info, warning or error"),
 )  # fmt: skip
 
@@ -64,6 +68,13 @@ class PlacerConfig:
     client_burst: int = DEFAULT_CLIENT_BURST
     web: WebConfig | None = None  # --web.config.file, as read at start-up
     prometheus_client: ClientConfig = client.NONE
+    extender: bool = False  # --extender.enabled
+
+    @property
+    def extender_needs_certificates(self) -> bool:
+        """kube-scheduler reaches the extender from beyond loopback, where only its client
+        certificate can authenticate it: a web config reload must keep requiring one."""
+        return self.extender and not flags.is_loopback(self.listen_host)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +94,9 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
             "(or --web.config.file with basic_auth_users or verified client certificates)"
         )
     headroom = flags.share(values, "placement.headroom")
+    extender = flags.boolean(values, "extender.enabled")
+    if extender:
+        _check_extender_auth(host, web)
     return PlacerConfig(
         listen_host=host,
         listen_port=port,
@@ -101,4 +115,27 @@ def load_config(args: argparse.Namespace) -> PlacerConfig:
         prometheus_client=client.load_client_config(
             values["prometheus.http-config-file"], "prometheus.http-config-file"
         ),
+        extender=extender,
     )
+
+
+def _check_extender_auth(host: str, web: WebConfig | None) -> None:
+    """kube-scheduler's extender client sends no Authorization header (no token, no basic
+    auth): only a client certificate (its ``tlsConfig``) can say who it is."""
+    if web is not None and web.users:
+        raise ConfigError(
+            "--extender.enabled: kube-scheduler sends no Authorization header, so the "
+            "basic_auth_users of --web.config.file would refuse it; authenticate it by client "
+            "certificate (client_auth_type RequireAndVerifyClientCert) instead"
+        )
+    verified = (
+        web is not None
+        and web.tls is not None
+        and web.tls.client_auth == "RequireAndVerifyClientCert"
+    )
+    if not flags.is_loopback(host) and not verified:
+        raise ConfigError(
+            f"--extender.enabled on {host}: beyond loopback kube-scheduler must be "
+            "authenticated by its client certificate: --web.config.file with client_auth_type "
+            "RequireAndVerifyClientCert (it cannot send --web.token-file's token)"
+        )

@@ -62,15 +62,17 @@ def parse_query(
     if missing:
         raise BadRequest(f"missing parameter {missing[0]} (e.g. deadline=9s&memory=2GiB)")
     request = Request(
-        deadline_s=_duration("deadline", params["deadline"]) if "deadline" in params else 0.0,
+        deadline_s=parse_duration("deadline", params["deadline"]) if "deadline" in params else 0.0,
         memory_bytes=parse_memory(params["memory"]) if "memory" in params else 0,
-        runtime_s=_duration("runtime", params["runtime"]) if "runtime" in params else None,
+        runtime_s=parse_duration("runtime", params["runtime"]) if "runtime" in params else None,
         gpu_model=_model(params["gpu_model"]) if "gpu_model" in params else None,
     )
     return Query(request, _policy(params["policy"]) if "policy" in params else None)
 
 
-def _duration(name: str, text: str) -> float:
+def parse_duration(name: str, text: str) -> float:
+    """Seconds from a duration as container deadlines are written, at most a day; BadRequest
+    naming ``name`` when invalid."""
     try:
         seconds = labels.parse_duration(text)
     except labels.LabelError as exc:

@@ -29,13 +29,14 @@ from gpuguard.placer.ranking import (
     NodeView,
     Policy,
     Ranking,
+    Request,
     rank,
 )
 from gpuguard.placer.ratelimit import RateLimit
 from gpuguard.placer.reservations import Reservations
 
 RANKED_IN_REPLY = 10
-ENDPOINTS = ("placement", "reservation", "nodes")
+ENDPOINTS = ("placement", "reservation", "nodes", "extender_filter", "extender_prioritize")
 CODES = ("200", "400", "401", "403", "409", "429", "503")
 DEFAULT_CLIENT_RATE = 1.0  # reservations per second and client, after the burst
 DEFAULT_CLIENT_BURST = 10
@@ -157,6 +158,16 @@ class Placer:
         self.metrics.requests.labels("nodes", str(reply.code)).inc()
         return reply
 
+    def ranking(self, request: Request) -> Ranking:
+        """The ranked list for ``request`` under the placer's policy, reserving nothing (for
+        adapters that build the request themselves: the kube-scheduler extender).
+        RecordsUnavailable when Prometheus cannot answer."""
+        return self._rank(request, None, reserve=False)
+
+    def count(self, endpoint: str, code: int) -> None:
+        """Count one answer of an adapter's endpoint (``gpuguard_placer_requests_total``)."""
+        self.metrics.requests.labels(endpoint, str(code)).inc()
+
     def _placement(self, query: str, reserve: bool) -> Reply:
         try:
             parsed = parse_query(query)
@@ -171,7 +182,7 @@ class Placer:
             return Reply(409, {"error": "no node can take this container now", **doc})
         return Reply(200, {"node": choice.node, "gpu": choice.gpu, "why": explain(ranking), **doc})
 
-    def _rank(self, request: Any, policy: Policy | None, reserve: bool) -> Ranking:
+    def _rank(self, request: Request, policy: Policy | None, reserve: bool) -> Ranking:
         try:
             views = self.source.views()
         except RecordsUnavailable:

@@ -34,8 +34,7 @@ from typing import Any
 import bcrypt
 import yaml
 
-from gpuguard.demo.stack.alertmanager import render_alertmanager_config
-from gpuguard.demo.stack.prometheus import render_prometheus_config
+from gpuguard.deployconfig import render_alertmanager_config, render_prometheus_config
 
 HERE = Path(__file__).resolve().parent
 CONTAINER_DIR = "/etc/gpuguard/tls"

@@ -11,7 +11,6 @@ hence a generated file (tests/unit/test_deploy_files.py checks it is current).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -20,9 +19,9 @@ from typing import Any
 
 import yaml
 
-# the sibling generator: the same namespace, release label and block-style YAML
+# the sibling generator: the same namespace, release label, block-style YAML and --check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_prometheusrule import NAMESPACE, RELEASE, BlockDumper
+from gen_prometheusrule import NAMESPACE, RELEASE, BlockDumper, check_flag, write_or_check
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -60,17 +59,8 @@ def render(dashboards: Path = DASHBOARDS) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the dashboard ConfigMaps.")
-    parser.add_argument("--check", action="store_true", help="fail if the file is stale")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not OUTPUT.is_file() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale: run {Path(__file__).relative_to(ROOT)}")
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    check = check_flag("Generate the dashboard ConfigMaps.", argv)
+    return write_or_check(OUTPUT, render(), check, Path(__file__))
 
 
 if __name__ == "__main__":

@@ -89,21 +89,30 @@ def render(rules_dir: Path = ROOT / "rules") -> str:
     return HEADER + body
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the PrometheusRule object.")
+def check_flag(description: str, argv: Sequence[str] | None) -> bool:
+    """A generator's command line (this one's and gen_dashboards.py's): ``--check`` or not."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="fail if the file is stale")
-    args = parser.parse_args(argv)
+    return bool(parser.parse_args(argv).check)
+
+
+def write_or_check(output: Path, text: str, check: bool, script: Path) -> int:
+    """Write the generated ``output``, or with ``check`` say (exit 1) that it is stale."""
+    if check:
+        if not output.is_file() or output.read_text() != text:
+            print(f"{output.relative_to(ROOT)} is stale: run {script.relative_to(ROOT)}")
+            return 1
+        return 0
+    output.write_text(text)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    check = check_flag("Generate the PrometheusRule object.", argv)
     if not rule_files(ROOT / "rules"):
         print("no rules/*.rules.yml to generate from", file=sys.stderr)
         return 1
-    text = render()
-    if args.check:
-        if not OUTPUT.is_file() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale: run {Path(__file__).relative_to(ROOT)}")
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(OUTPUT, render(), check, Path(__file__))
 
 
 if __name__ == "__main__":

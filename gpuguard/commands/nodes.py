@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -16,6 +15,7 @@ from gpuguard.commands.service import (
     ACTUATOR,
     PLACER,
     add_http_config_flag,
+    add_service_flags,
     get_json,
     http_config,
     service_url,
@@ -38,15 +38,7 @@ def register(subparsers: Any) -> None:
         "by alerts), or with --placer.url the placer's ranked list of nodes and GPUs with the "
         "reasons each was passed over.",
     )
-    nodes_parser.add_argument(
-        "--actuator.url",
-        dest="actuator_url",
-        type=service_url,
-        metavar="URL",
-        default=os.environ.get("GPUGUARD_ACTUATOR_URL", DEFAULT_ACTUATOR_URL),
-        help="the actuator (default: $GPUGUARD_ACTUATOR_URL or %(default)s)",
-    )
-    add_http_config_flag(nodes_parser, "actuator")
+    add_service_flags(nodes_parser, ACTUATOR, DEFAULT_ACTUATOR_URL)
     nodes_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     add_ranked_flags(nodes_parser)
     nodes_parser.set_defaults(func=show_nodes)

@@ -1,27 +1,21 @@
 """``gpuguard ps``: paper A's DEADLINES view of ``docker ps`` (and more).
 
-Read from the exporter's /api/v1/state: one row per running GPU task, or per container
-without one.
+Read from the exporter's /api/v1/state (by the reader the actuator uses too,
+``gpuguard/statedoc.py``): one row per running GPU task, or per container without one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from gpuguard import labels
 from gpuguard.commands.errors import ServiceUnreachable
-from gpuguard.commands.service import (
-    EXPORTER,
-    add_http_config_flag,
-    get_json,
-    http_config,
-    service_url,
-)
+from gpuguard.commands.service import EXPORTER, add_service_flags, get_json, http_config
 from gpuguard.flags import ConfigError
+from gpuguard.statedoc import Container, ExporterState, StateError, Task, parse_state
 
 DEFAULT_EXPORTER_URL = "http://127.0.0.1:10835"
 PS_COLUMNS = (
@@ -38,15 +32,7 @@ def register(sub: Any) -> None:
         "deadline, phase, elapsed time, slack and whether the actuator paused it, read from "
         "the exporter's /api/v1/state.",
     )
-    ps.add_argument(
-        "--exporter.url",
-        dest="exporter_url",
-        type=service_url,
-        metavar="URL",
-        default=os.environ.get("GPUGUARD_EXPORTER_URL", DEFAULT_EXPORTER_URL),
-        help="the exporter (default: $GPUGUARD_EXPORTER_URL or %(default)s)",
-    )
-    add_http_config_flag(ps, "exporter")
+    add_service_flags(ps, EXPORTER, DEFAULT_EXPORTER_URL)
     ps.add_argument("--json", action="store_true", help="print the rows as JSON")
     ps.add_argument("--all", "-a", action="store_true", help="also stopped containers")
     ps.set_defaults(func=cmd_ps)
@@ -66,7 +52,14 @@ def cmd_ps(args: argparse.Namespace) -> int:
     if reply.status != 200:
         print(f"gpuguard ps: the exporter answered {reply.error()}", file=sys.stderr)
         return 1
-    rows = ps_rows(reply.doc, show_all=args.all)
+    try:
+        state = parse_state(reply.doc)
+    except StateError as exc:
+        print(
+            f"gpuguard ps: the exporter's state is not what gpuguard reads: {exc}", file=sys.stderr
+        )
+        return 1
+    rows = ps_rows(state, show_all=args.all)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -80,54 +73,54 @@ def _seconds(value: float | None, signed: bool = False) -> str:
     return f"{value:+.1f}s" if signed else f"{value:.1f}s"
 
 
-def ps_rows(state: dict[str, Any], show_all: bool = False) -> list[dict[str, str]]:
+def ps_rows(state: ExporterState, show_all: bool = False) -> list[dict[str, str]]:
     """One row per running task, or per container without one (pure)."""
-    tasks_by_container: dict[str | None, list[dict[str, Any]]] = {}
-    for task in state.get("tasks", []):
-        tasks_by_container.setdefault(task.get("container_id"), []).append(task)
+    tasks_by_container: dict[str | None, list[Task]] = {}
+    for task in state.tasks:
+        tasks_by_container.setdefault(task.container_id, []).append(task)
     rows = []
-    for container in state.get("containers", []):
-        if not show_all and container["state"] not in ("running", "paused"):
+    for container in state.containers:
+        if not show_all and container.state not in ("running", "paused"):
             continue
-        if container.get("deadline_s") is not None:
-            deadline = labels.format_duration(container["deadline_s"])
+        if container.deadline_s is not None:
+            deadline = labels.format_duration(container.deadline_s)
         else:
-            deadline = "invalid" if container.get("deadline_error") else "-"
+            deadline = "invalid" if container.deadline_error else "-"
         base = {
-            "CONTAINER ID": container["id"][:12],
+            "CONTAINER ID": container.id[:12],
             "NAME": _name(container),
-            "COMMAND": _shorten(container.get("command", ""), 22),
+            "COMMAND": _shorten(container.command, 22),
             "DEADLINE": deadline,
-            "PAUSED": "yes" if container.get("paused") else "no",
+            "PAUSED": "yes" if container.paused else "no",
         }
-        tasks = tasks_by_container.get(container["id"], [])
+        tasks = tasks_by_container.get(container.id, [])
         if not tasks:
-            gpus = ",".join(container.get("gpus", [])) or "-"
+            gpus = ",".join(container.gpus) or "-"
             rows.append({**base, "GPU": gpus, "PHASE": "-", "ELAPSED": "-", "SLACK": "-"})
         for task in tasks:
             rows.append({**base, **_task_cells(task)})
     if show_all:
         for task in tasks_by_container.get(None, []):
-            base = {"CONTAINER ID": "-", "NAME": f"(pid {task['pid']})", "COMMAND": "-",
+            base = {"CONTAINER ID": "-", "NAME": f"(pid {task.pid})", "COMMAND": "-",
                     "DEADLINE": "-", "PAUSED": "no"}  # fmt: skip
             rows.append({**base, **_task_cells(task)})
     return rows
 
 
-def _name(container: dict[str, Any]) -> str:
+def _name(container: Container) -> str:
     """A pod's container as ``namespace/pod/container`` (as kubectl names it), else its name."""
-    if container.get("pod"):
-        return f"{container.get('namespace') or '-'}/{container['pod']}/{container['name']}"
-    return str(container["name"])
+    if container.pod:
+        return f"{container.namespace or '-'}/{container.pod}/{container.name}"
+    return container.name
 
 
-def _task_cells(task: dict[str, Any]) -> dict[str, str]:
-    phase = task["phase"] + (" OVERRUN" if task.get("overrun") else "")
+def _task_cells(task: Task) -> dict[str, str]:
+    phase = task.phase.value + (" OVERRUN" if task.overrun else "")
     return {
-        "GPU": str(task["gpu"]),
+        "GPU": str(task.gpu),
         "PHASE": phase,
-        "ELAPSED": _seconds(task.get("elapsed_s")),
-        "SLACK": _seconds(task.get("slack_s"), signed=True),
+        "ELAPSED": _seconds(task.elapsed_s),
+        "SLACK": _seconds(task.slack_s, signed=True),
     }
 
 

@@ -1,9 +1,10 @@
-"""What the commands that talk to a gpuguard service share: its URL flag's type, and one
-GET that turns every way of not reaching the service into one line saying what to do."""
+"""What the commands that talk to a gpuguard service share: its URL flags, and one GET that
+turns every way of not reaching the service into one line saying what to do."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,22 @@ def service_url(text: str) -> str:
         return flags.http_url({"url": text}, "url", ("http", "https"))
     except flags.ConfigError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL") from None
+
+
+def add_service_flags(parser: argparse.ArgumentParser, service: Service, default: str) -> None:
+    """``--NAME.url`` (default: ``$ENV``, else ``default``) and ``--NAME.http-config-file``
+    for a service a command always asks (one with an environment variable)."""
+    if service.env is None:
+        raise ValueError(f"the {service.name} has no environment variable for its URL")
+    parser.add_argument(
+        service.flag,
+        dest=f"{service.name}_url",
+        type=service_url,
+        metavar="URL",
+        default=os.environ.get(service.env, default),
+        help=f"the {service.name} (default: ${service.env} or %(default)s)",
+    )
+    add_http_config_flag(parser, service.name)
 
 
 def add_http_config_flag(parser: argparse.ArgumentParser, name: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuguard.contract import ActionKind
+from gpuguard.contract import Verb
 from gpuguard.demo.compare import wrap
 from gpuguard.resources import RULE_FILES_GLOB
 
@@ -41,14 +41,14 @@ def node_marks(audit: Iterable[Mapping[str, Any]], still: Sequence[str] = ()) ->
     open_mark: Mark | None = None
     actions = [r for r in audit if r.get("event") == "action"]
     for record in sorted(actions, key=lambda r: float(r["ts"])):
-        if record.get("action") == ActionKind.MARK_NODE:
+        if record.get("action") == Verb.MARK_NODE:
             reasons = tuple(record.get("reasons") or ())
             if open_mark is None:
                 open_mark = Mark(float(record["ts"]), None, reasons, record.get("detail"))
             else:  # marked again while marked (a retry): the first holds, reasons join
                 both = open_mark.reasons + tuple(r for r in reasons if r not in open_mark.reasons)
                 open_mark = Mark(open_mark.set_at, None, both, open_mark.detail)
-        elif record.get("action") == ActionKind.UNMARK_NODE and open_mark is not None:
+        elif record.get("action") == Verb.UNMARK_NODE and open_mark is not None:
             marks.append(Mark(open_mark.set_at, float(record["ts"]), open_mark.reasons,
                               open_mark.detail))  # fmt: skip
             open_mark = None

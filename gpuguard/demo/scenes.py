@@ -182,7 +182,7 @@ def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[Work
         "--metrics-port", str(port),
     )  # fmt: skip
     slo = (
-        (labels.SLO_METRIC, "vllm:e2e_request_latency_seconds"),
+        (labels.SLO_METRIC, "vllm_e2e_request_latency_seconds"),  # vllm:..., `:` as `_`
         (labels.SLO_TARGET, "2500ms"),
         (labels.SLO_OBJECTIVE, "0.9"),
         (labels.SLO_PORT, str(port)),

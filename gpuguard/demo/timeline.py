@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuguard.contract import ActionKind, Result
+from gpuguard.contract import Result, Verb
 from gpuguard.demo.stack.scenario import RequestResult, ScenarioResult, StepResult
 
 Span = tuple[float, float]
@@ -95,9 +95,9 @@ def frozen_spans(audit: Iterable[Mapping[str, Any]], until: float) -> dict[str, 
         name = str(record["container"])
         if record.get("result") != Result.OK:
             continue
-        if record.get("action") == ActionKind.PAUSE:
+        if record.get("action") == Verb.PAUSE:
             since.setdefault(name, float(record.get("frozen") or record["ts"]))
-        elif record.get("action") == ActionKind.UNPAUSE and name in since:
+        elif record.get("action") == Verb.UNPAUSE and name in since:
             thawed = float(record.get("started") or record["ts"])
             spans.setdefault(name, []).append((since.pop(name), thawed))
     for name, start in since.items():

@@ -7,23 +7,35 @@ containerd's namespace ``k8s.io``: a sandbox container labelled
 cgroup driver gives it. runc here uses the cgroupfs driver (no systemd), so the systemd
 driver's form is given as the path it makes on disk
 (``/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/cri-containerd-<id>.scope``).
+
+A container runs from the shared root filesystem, or from an image imported with
+``import_image`` (``ctr images import`` of an OCI archive whose config carries labels): then
+containerd's client merges the image config's labels beneath the ones given, as the CRI's
+``buildLabels`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import json
 import os
 import secrets
 import sys
+import tarfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+from exporter_support import ExporterProcess
 
 from gpuguard.demo.stack.containerd import PrivateContainerd
-from gpuguard.demo.stack.images import REPO_ROOT, python_mounts
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.images import REPO_ROOT, _rootfs_tar, python_mounts
 from gpuguard.demo.stack.process import ServiceError
 from tests.prereq import require_binary, unavailable
 
@@ -72,6 +84,8 @@ class Pod:
         argv: list[str],
         mounts: Sequence[tuple[str, str]] = (),  # (path, "ro" or "rw"), at the same path
         env: dict[str, str] | None = None,
+        image: str | None = None,  # else the shared root filesystem
+        host_network: bool = False,
     ) -> None:
         args = ["run", "--detach"]
         for key, value in labels.items():
@@ -80,8 +94,11 @@ class Pod:
             args += ["--env", f"{key}={value}"]
         for path, mode in mounts:
             args += ["--mount", f"type=bind,src={path},dst={path},options=rbind:{mode}"]
+        if host_network:
+            args.append("--net-host")
         args += ["--cgroup", cgroup_path(self.driver, self.qos, self.uid, container_id)]
-        args += ["--rootfs", str(self.engine.rootfs()), container_id, *argv]
+        source = [image] if image is not None else ["--rootfs", str(self.engine.rootfs())]
+        args += [*source, container_id, *argv]
         self.engine.check(*args)
         with contextlib.suppress(OSError, LookupError, ValueError):
             self.cgroups += cgroup_dirs(self._pid(container_id))
@@ -91,32 +108,41 @@ class Pod:
         self._run(self.sandbox_id, labels, ["/bin/sleep", "3600"])
         return self
 
-    def run_python(self, container: str, module_args: list[str], mounts: list[str]) -> str:
-        """Start ``python -m <module_args>`` as the pod's container ``container``."""
-        container_id = secrets.token_hex(32)
-        labels = {
+    def _container_labels(self, container: str) -> dict[str, str]:
+        """The kubelet's four labels (``newContainerLabels``) and the CRI's kind."""
+        return {
             "io.cri-containerd.kind": "container",
             **self._identity(),
             "io.kubernetes.container.name": container,
         }
+
+    def run_python(
+        self,
+        container: str,
+        module_args: list[str],
+        mounts: list[str],
+        host_network: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> str:
+        """Start ``python -m <module_args>`` as the pod's container ``container``; ``env`` as
+        the kubelet's device plugin adds it (``NVIDIA_VISIBLE_DEVICES``)."""
+        container_id = secrets.token_hex(32)
         env = {"PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1",
-               "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+               "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}  # fmt: skip
         self.containers[container] = container_id
         argv = [sys.executable, "-m", *module_args]
         ro = [(path, "ro") for path in python_mounts()]
-        self._run(container_id, labels, argv, [*ro, *((path, "rw") for path in mounts)], env)
+        self._run(container_id, self._container_labels(container), argv,
+                  [*ro, *((path, "rw") for path in mounts)], env,
+                  host_network=host_network)  # fmt: skip
         return container_id
 
-    def run_command(self, container: str, argv: list[str]) -> str:
-        """A container running ``argv`` from the busybox root filesystem."""
+    def run_command(self, container: str, argv: list[str], image: str | None = None) -> str:
+        """A container running ``argv`` from the busybox root filesystem, or from ``image``
+        (whose config's labels containerd merges beneath the kubelet's)."""
         container_id = secrets.token_hex(32)
-        labels = {
-            "io.cri-containerd.kind": "container",
-            **self._identity(),
-            "io.kubernetes.container.name": container,
-        }
         self.containers[container] = container_id
-        self._run(container_id, labels, argv)
+        self._run(container_id, self._container_labels(container), argv, image=image)
         return container_id
 
     def run_sleeper(self, container: str) -> str:
@@ -137,6 +163,48 @@ class Pod:
         for container_id in [*self.containers.values(), self.sandbox_id]:
             self.engine.remove(container_id)
         remove_cgroups(self.cgroups)
+
+
+def import_image(engine: PrivateContainerd, ref: str, labels: dict[str, str]) -> str:
+    """Import an image of the shared root filesystem whose config carries ``labels`` (an OCI
+    archive through ``ctr images import``: nothing can be pulled here); returns ``ref``."""
+    blobs: dict[str, bytes] = {}
+
+    def blob(data: bytes) -> dict[str, Any]:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return {"digest": digest, "size": len(data)}
+
+    layer = blob(_rootfs_tar())
+    config = blob(json.dumps({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Labels": labels, "Cmd": ["/bin/sleep", "3600"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
+    }).encode())  # fmt: skip
+    manifest = blob(json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", **layer}],
+    }).encode())  # fmt: skip
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest,
+        "annotations": {"io.containerd.image.name": ref,
+                        "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[-1]},
+    }]}  # fmt: skip
+    files = {"oci-layout": b'{"imageLayoutVersion": "1.0.0"}',
+             "index.json": json.dumps(index).encode(),
+             **{f"blobs/sha256/{d.split(':')[1]}": data for d, data in blobs.items()}}  # fmt: skip
+    archive = engine.base_dir / f"image-{secrets.token_hex(4)}.tar"
+    with tarfile.open(archive, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    try:
+        engine.check("images", "import", str(archive))
+    finally:
+        archive.unlink()
+    return ref
 
 
 def exited(containerd: PrivateContainerd, container_id: str) -> bool:
@@ -200,3 +268,30 @@ def pods(containerd: PrivateContainerd) -> Iterator[Callable[..., Pod]]:
     yield make
     for pod in made:
         pod.remove()
+
+
+@pytest.fixture
+def k8s_exporter_flags() -> tuple[str, ...]:
+    """More flags for ``k8s_exporter`` (a module's trust policy, say)."""
+    return ()
+
+
+@pytest.fixture
+def k8s_exporter(
+    containerd: PrivateContainerd,
+    sim: GpusimService,
+    tmp_path: Path,
+    k8s_exporter_flags: tuple[str, ...],
+) -> Iterator[ExporterProcess]:
+    """The exporter following the private containerd's ``k8s.io`` namespace (no Docker)."""
+    process = ExporterProcess(
+        tmp_path,
+        f"unix://{tmp_path}/no-docker.sock",
+        sim.socket,
+        "--container.source=containerd",
+        f"--containerd.address={containerd.address}",
+        "--containerd.namespace=k8s.io",
+        *k8s_exporter_flags,
+    ).start()
+    yield process
+    process.stop()

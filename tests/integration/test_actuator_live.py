@@ -28,11 +28,11 @@ from exporter_support import (
     workload_log,
 )
 
+from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.policy.types import PAUSE, Step
 from gpuguard.actuator.audit import AuditLog, read_audit
-from gpuguard.actuator.executor import DockerExecutor
-from gpuguard.actuator.journal import Journal
-from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.process import ManagedProcess, free_port
@@ -362,11 +362,11 @@ def test_bad_requests_and_unknown_targets_change_nothing(
         journal = Journal(tmp_path / "direct")
         audit = AuditLog(tmp_path / "direct" / "audit.jsonl")
         executor = DockerExecutor(docker_client.api, journal, audit)
-        unknown = executor.execute(Action(PAUSE, "f" * 64, "ghost", "newcomer"), "webhook")
-        unmanaged = executor.execute(Action(PAUSE, idle[1].id, "idle-1", "newcomer"), "webhook")
+        unknown = executor.execute(Step(PAUSE, "f" * 64, "ghost", "newcomer"), "webhook")
+        unmanaged = executor.execute(Step(PAUSE, idle[1].id, "idle-1", "newcomer"), "webhook")
         audit.close()
         dry = DockerExecutor(docker_client.api, journal, AuditLog(tmp_path / "dry.jsonl"), True)
-        rehearsed = dry.execute(Action(PAUSE, idle[0].id, "idle-0", "newcomer"), "fast")
+        rehearsed = dry.execute(Step(PAUSE, idle[0].id, "idle-0", "newcomer"), "fast")
         dry.audit.close()
         assert rehearsed.result == "dry_run"
         assert (unknown.result, unknown.skip_reason) == ("skipped", "vanished")

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from containerd_support import Pod
 
+from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.freezer import FROZEN, THAWED, ContainerFreezer
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.freezer import FROZEN, THAWED, ContainerFreezer
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal
-from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.ctr import Ctr
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.process import ManagedProcess
@@ -94,7 +94,7 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
     pod = pods(f"rt-{driver}", driver, {"gpuguard.managed": "true"})
     cid = counting(pod, "server")
     executor = executor_on(tmp_path / "state", containerd)
-    outcome = executor.execute(Action(PAUSE, cid, "server", "newcomer", gpu=0), "fast")
+    outcome = executor.execute(Step(PAUSE, cid, "server", "newcomer", gpu=0), "fast")
     assert (outcome.result, outcome.method, outcome.detail) == ("ok", "cgroup", "")
     assert cid in executor.journal.paused
     assert not advancing(pod, "server")
@@ -107,7 +107,7 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
 
     assert executor.paused_states([cid, "f" * 64]) == {cid: True, "f" * 64: None}  # reconcile
 
-    outcome = executor.execute(Action(UNPAUSE, cid, "server", "admit", gpu=0), "fast")
+    outcome = executor.execute(Step(UNPAUSE, cid, "server", "admit", gpu=0), "fast")
     assert outcome.result == "ok" and executor.journal.paused == {}
     assert executor.paused_states([cid]) == {cid: False}
     assert advancing(pod, "server") and cgroup.state() == THAWED
@@ -120,10 +120,10 @@ def test_an_unmanaged_pod_and_a_vanished_container_are_skipped(
     pod = pods("batch", "cgroupfs", {})
     cid = counting(pod, "train")
     executor = executor_on(tmp_path / "state", containerd)
-    outcome = executor.execute(Action(PAUSE, cid, "train", "newcomer"), "fast")
+    outcome = executor.execute(Step(PAUSE, cid, "train", "newcomer"), "fast")
     assert (outcome.result, outcome.skip_reason) == ("skipped", "unmanaged")
     assert advancing(pod, "train")
-    outcome = executor.execute(Action(PAUSE, "f" * 64, "gone", "newcomer"), "fast")
+    outcome = executor.execute(Step(PAUSE, "f" * 64, "gone", "newcomer"), "fast")
     assert (outcome.result, outcome.skip_reason) == ("skipped", "vanished")
     assert executor.journal.paused == {}
 
@@ -149,13 +149,13 @@ def test_a_lost_journal_resumes_every_managed_pod_container_and_nothing_else(
 CRASHING_ACTUATOR = """
 import sys, time
 from pathlib import Path
-from gpuguard.actuator import lease
+from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.journal import Journal, JournalLock
-from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal, JournalLock
+from gpuguard.actuator.admission.policy.types import PAUSE, Step
 from gpuguard.ctr import Ctr
 
 state, address, cid = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -171,7 +171,7 @@ freezer = ContainerFreezer()
 freezer.handover = hang  # frozen in its cgroup; containerd never told
 engine = ContainerdEngine(Ctr(address, "k8s.io"))
 executor = DockerExecutor(engine, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
-executor.execute(Action(PAUSE, cid, "tenant", "newcomer"), "fast")
+executor.execute(Step(PAUSE, cid, "tenant", "newcomer"), "fast")
 time.sleep(3600)
 """
 

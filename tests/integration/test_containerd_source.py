@@ -2,18 +2,19 @@
 kubelet makes them (``containerd_support``), gpusim workloads in them.
 
 Attribution through both kubelet cgroup drivers' paths, the pod's identity and its labels
-(deadline, managed) read from the sandbox, in /api/v1/state and /metrics; pause, resume and
-removal followed from containerd's events.
+(deadline, managed) read from the sandbox, in /api/v1/state and /metrics, and never the
+gpuguard.* labels an image's config brings; pause, resume and removal followed from
+containerd's events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from containerd_support import Pod
+from containerd_support import Pod, import_image
 from exporter_support import ExporterProcess, sample_value, workload_args, workload_log
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,22 +23,6 @@ from gpuguard.demo.stack.gpusim import GpusimService
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def k8s_exporter(
-    containerd: PrivateContainerd, sim: GpusimService, tmp_path: Path
-) -> Iterator[ExporterProcess]:
-    process = ExporterProcess(
-        tmp_path,
-        f"unix://{tmp_path}/no-docker.sock",
-        sim.socket,
-        "--container.source=containerd",
-        f"--containerd.address={containerd.address}",
-        "--containerd.namespace=k8s.io",
-    ).start()
-    yield process
-    process.stop()
 
 
 def container_doc(state: dict[str, Any], container_id: str) -> dict[str, Any] | None:
@@ -104,6 +89,35 @@ def test_pod_tasks_attributed_with_pod_identity_and_pod_labels(
     ]
     assert len(labels) >= 10
     assert all({k: v for k, v in ls.items() if k in ident} == ident for ls in labels), labels
+
+
+def test_gpuguard_labels_from_the_image_are_not_believed(
+    k8s_exporter: ExporterProcess, pods: Callable[..., Pod], containerd: PrivateContainerd
+) -> None:
+    """containerd merges an image config's labels into its container's, beneath the caller's
+    (the CRI's buildLabels; ctr's client the same way, as here): an image can carry
+    gpuguard.* claims that no pod spec made. Only the pod's (its sandbox's) count."""
+    claims = {"gpuguard.class": "real-time", "gpuguard.role": "exporter",
+              "gpuguard.deadline": "1ms", "gpuguard.managed": "false",
+              "gpuguard.slo.metric": "vllm_e2e_request_latency_seconds",
+              "gpuguard.slo.target": "500ms", "gpuguard.container": "app"}  # fmt: skip
+    image = import_image(containerd, "docker.io/tenant/claims:1", claims)
+    pod = pods("claims", "cgroupfs", {"gpuguard.class": "best-effort",
+                                      "gpuguard.managed": "true"})  # fmt: skip
+    cid = pod.run_command("app", ["/bin/sleep", "3600"], image=image)
+    # the claims did reach the container's labels, under the kubelet's four
+    own = json.loads(containerd.check("containers", "info", cid))["Labels"]
+    assert {k: own[k] for k in claims} == claims
+    assert own["io.kubernetes.container.name"] == "app"
+
+    doc = wait_for(lambda: container_doc(k8s_exporter.state(), cid), 10, "the image's container")
+    assert (doc["class"], doc["managed"], doc["role"]) == ("best-effort", True, None)
+    assert (doc["deadline_s"], doc["slo"], doc["claims_rejected"]) == (None, None, [])
+    text = k8s_exporter.metrics_text()
+    ident = {"namespace": "team-a", "pod": pod.name, "container": "app"}
+    assert sample_value(text, "gpuguard_container_managed", **ident) == 1
+    assert sample_value(text, "gpuguard_container_deadline_seconds", **ident) is None
+    assert sample_value(text, "gpuguard_container_slo_info", **ident) is None
 
 
 def test_pause_resume_and_removal_followed_from_events(

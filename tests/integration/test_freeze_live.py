@@ -23,12 +23,18 @@ from typing import Any
 import docker.errors
 import pytest
 
+from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.freezer import (
+    FROZEN,
+    THAWED,
+    Cgroup,
+    ContainerFreezer,
+    process_state,
+)
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.executor import DockerExecutor
-from gpuguard.actuator.freezer import FROZEN, THAWED, Cgroup, ContainerFreezer, process_state
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal, PausedEntry
-from gpuguard.actuator.lease import GUARD_LEASE
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess
 from tests.prereq import require_cgroup_freezer
@@ -114,12 +120,12 @@ def executor_on(tmp_path: Path, client: Any, freezer: ContainerFreezer | None) -
     return DockerExecutor(client.api, Journal(state), AuditLog(state / AUDIT_FILE), freezer=freezer)
 
 
-def pause(container: Any) -> Action:
-    return Action(PAUSE, container.id, container.name, "newcomer", gpu=0)
+def pause(container: Any) -> Step:
+    return Step(PAUSE, container.id, container.name, "newcomer", gpu=0)
 
 
-def unpause(container: Any) -> Action:
-    return Action(UNPAUSE, container.id, container.name, "admit", gpu=0)
+def unpause(container: Any) -> Step:
+    return Step(UNPAUSE, container.id, container.name, "admit", gpu=0)
 
 
 def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
@@ -270,19 +276,19 @@ READ_ONLY_CGROUPS = """
 import json, sys
 from pathlib import Path
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.executor import DockerExecutor, docker_api
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.journal import Journal
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 executor = DockerExecutor(
     docker_api(url), Journal(state), AuditLog(state / "audit.jsonl"), freezer=ContainerFreezer()
 )
-done = [executor.execute(Action(PAUSE, cid, cid[:12], "newcomer"), "fast") for cid in ids]
+done = [executor.execute(Step(PAUSE, cid, cid[:12], "newcomer"), "fast") for cid in ids]
 print(json.dumps([[o.result, o.method] for o in done]), flush=True)
 input()  # the test looks at the containers meanwhile
-done = [executor.execute(Action(UNPAUSE, cid, cid[:12], "admit"), "fast") for cid in ids]
+done = [executor.execute(Step(UNPAUSE, cid, cid[:12], "admit"), "fast") for cid in ids]
 print(json.dumps([o.result for o in done]), flush=True)
 """
 
@@ -343,12 +349,12 @@ def test_reconcile_resumes_a_container_frozen_only_in_its_cgroup(
 CRASHING_ACTUATOR = """
 import sys, time
 from pathlib import Path
-from gpuguard.actuator import lease
+from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.executor import DockerExecutor, docker_api
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.journal import Journal, JournalLock
-from gpuguard.actuator.policy import PAUSE, Action
+from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal, JournalLock
+from gpuguard.actuator.admission.policy.types import PAUSE, Step
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 lock = JournalLock(state)
@@ -365,7 +371,7 @@ if crash_at == "before_handover":
 else:
     api.pause = hang  # inside the hand-over: processes stopped, cgroup thawed, no runc yet
 executor = DockerExecutor(api, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
-executor.execute(Action(PAUSE, cid, "tenant", "newcomer"), "fast")
+executor.execute(Step(PAUSE, cid, "tenant", "newcomer"), "fast")
 time.sleep(3600)  # the hand-over to Docker hangs in its own thread
 """
 

@@ -23,11 +23,11 @@ import requests
 from exporter_support import sample_value
 
 from gpuguard.actuator.exporter_client import ExporterClient
+from gpuguard.demo.stack import httpload
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.localstack import NodeStack
 from gpuguard.demo.stack.process import ServiceError
 from tests.prereq import require_binary, unavailable
-from tests.support import httpload
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration

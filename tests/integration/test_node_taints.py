@@ -1,5 +1,5 @@
-"""The Kubernetes node mark (``actuator/taints.py``) through the official client, against a
-loopback stand-in that checks every request against the API's schema
+"""The Kubernetes node mark (``actuator/nodemarks/taints.py``) through the official client,
+against a loopback stand-in that checks every request against the API's schema
 (``tests/support/kube_stand_in.py``): no API server can run here."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from exporter_support import ExporterProcess
 from test_actuator_live import ActuatorProcess
 
-from gpuguard.actuator.taints import LABEL_KEY, TAINT_KEY, TaintMarker, kubernetes_api
+from gpuguard.actuator.nodemarks.taints import LABEL_KEY, TAINT_KEY, TaintMarker, kubernetes_api
 from gpuguard.contract import Result
 from gpuguard.demo.stack.gpusim import GpusimService
 from tests.support.kube_stand_in import KubeStandIn, node, schema_problem

@@ -19,11 +19,11 @@ import docker.errors
 import pytest
 import requests
 
-from gpuguard.actuator import lease
+from gpuguard.actuator.admission.executor import docker_api
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.executor import docker_api
-from gpuguard.actuator.guard import Guard, GuardConfig
-from gpuguard.actuator.journal import JOURNAL_FILE, JournalLock, atomic_write_json
+from gpuguard.actuator.guard.program import Guard, GuardConfig
+from gpuguard.actuator.safety import lease
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.waiting import wait_for
@@ -238,7 +238,7 @@ def test_a_restarted_actuator_listens_at_once_beside_a_hung_docker(tmp_path: Pat
     """Issue 20, item 4: the guard held the journal's lock through its Docker calls (3
     retries x 5 s per entry against a hung dockerd) and the restarted actuator reconciled
     before it listened: 66 s with 3 journalled pauses. Neither waits on Docker now."""
-    from tests.support.hung_engine import HungEngine
+    from gpuguard.demo.stack.hung_engine import HungEngine
 
     state_dir = tmp_path / "state"
     state_dir.mkdir(mode=0o700)

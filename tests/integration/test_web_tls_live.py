@@ -26,7 +26,8 @@ from gpuguard.demo.stack.alertmanager import AlertmanagerService
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.process import ManagedProcess, free_port
-from gpuguard.demo.stack.prometheus import ACTUATOR_JOB, EXPORTER_JOB, PrometheusService
+from gpuguard.demo.stack.prometheus import PrometheusService
+from gpuguard.deployconfig import ACTUATOR_JOB, EXPORTER_JOB
 from tests.support.tlscerts import Pki, make_pki, write_web_config
 from tests.waiting import wait_for
 

@@ -14,8 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuguard.demo.stack.alertmanager import ALERTMANAGER_CONFIG, render_alertmanager_config
-from gpuguard.demo.stack.prometheus import PROFILES, PROMETHEUS_DEPLOY_DIR, render_prometheus_config
+from gpuguard.deployconfig import (
+    ALERTMANAGER_CONFIG,
+    PROFILES,
+    PROMETHEUS_DEPLOY_DIR,
+    render_alertmanager_config,
+    render_prometheus_config,
+)
 from tests.prereq import require_binary
 
 ACTIONS = Path(__file__).resolve().parents[2] / "rules" / "actions.yml"

@@ -1,2 +1,4 @@
-"""Code the tests and the benchmarks share that the runtime never needs (reference
-implementations, load generators); never imported by ``gpuguard``."""
+"""Code only the tests need (certificates, a Kubernetes API stand-in, script loaders, readers
+of what gpuguard writes); never imported by ``gpuguard``, ``bench/`` or ``deploy/``
+(tests/unit/test_architecture.py). What the benchmarks share with the tests lives in the
+harness, ``gpuguard/demo/stack/``."""

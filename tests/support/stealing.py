@@ -30,11 +30,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuguard import labels
-from gpuguard.actuator.policy import Ledger, PolicyConfig, Trigger, decide
-from gpuguard.actuator.slo import SloPressure
-from gpuguard.actuator.state import ExporterState, parse_state
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.types import Ledger, PolicyConfig, Trigger
+from gpuguard.actuator.admission.slo import SloPressure
 from gpuguard.actuator.webhook import Alert
-from gpuguard.contract import ActionKind, Phase, TaskBoundary, TaskMode, TriggerSource
+from gpuguard.contract import Phase, TaskBoundary, TaskMode, TriggerSource, Verb
+from gpuguard.statedoc import ExporterState, parse_state
 
 NOW = 1_800_000_000.0
 NODE = "fuzz"
@@ -158,8 +159,8 @@ def held_back(
         state, Trigger(TriggerSource.FAST, NOW), PolicyConfig(order=order), ledger,
         slo_pressure=pressure.devices(state),
     )  # fmt: skip
-    paused = {act.container for act in decision.actions if act.kind == ActionKind.PAUSE}
-    admitted = {act.container for act in decision.actions if act.kind == ActionKind.UNPAUSE}
+    paused = {step.container for step in decision.steps if step.verb == Verb.PAUSE}
+    admitted = {step.container for step in decision.steps if step.verb == Verb.UNPAUSE}
     out = {name for name in honest if name in paused}
     if scene == "free" and "honest-c" not in admitted and HOSTILE not in paused:
         out.add("honest-c")  # its turn, but it waits while the hostile tenant keeps the GPU

@@ -11,14 +11,14 @@ from typing import Any
 
 import docker
 
+from gpuguard.actuator.admission.executor import DockerExecutor
 from gpuguard.actuator.app import open_journal
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import FLAGS, Config, validate
 from gpuguard.actuator.controller import Controller
-from gpuguard.actuator.executor import DockerExecutor
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import SwarmMarker
+from gpuguard.actuator.nodemarks.nodelist import SwarmMarker
 from gpuguard.demo.stack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -234,7 +234,7 @@ def test_state_dir_audit_log_and_token_permissions(tmp_path: Path) -> None:
 
 
 def test_guard_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gpuguard.actuator import guard
+    from gpuguard.actuator.guard import program as guard
     from gpuguard.cli import build_parser
 
     def config(*argv: str) -> guard.GuardConfig:

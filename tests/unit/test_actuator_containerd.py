@@ -11,11 +11,11 @@ import docker.errors
 import pytest
 import requests
 
+from gpuguard.actuator.admission.executor import _refuse_pause
 from gpuguard.actuator.config import containerd_address
 from gpuguard.actuator.containerd_engine import ContainerdEngine, _inspect_doc, engine_api
 from gpuguard.actuator.errors import ConfigError
-from gpuguard.actuator.executor import _refuse_pause
-from gpuguard.actuator.guard import validate
+from gpuguard.actuator.guard.program import validate
 from gpuguard.ctr import Ctr, CtrError, trim_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
@@ -92,7 +92,7 @@ def test_containerd_address_chooses_the_engine() -> None:
 
 
 def test_the_guard_takes_the_containerd_flags(tmp_path: Path) -> None:
-    from gpuguard.actuator.guard import FLAGS
+    from gpuguard.actuator.guard.program import FLAGS
 
     values = {f.name: f.default for f in FLAGS}
     values.update({"state.dir": str(tmp_path), "containerd.address": "/run/c.sock"})

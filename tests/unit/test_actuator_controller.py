@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.audit import read_audit
-from gpuguard.actuator.controller import Controller, _without_pauses
-from gpuguard.actuator.journal import PausedEntry
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, Skip
+from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.safety.failopen import without_pauses
+from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import parse_message
-from gpuguard.contract import ActionReason, SkipReason, TriggerSource
+from gpuguard.contract import SkipReason, StepReason, TriggerSource
 from tests.unit.actuator_support import make_controller
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
@@ -125,10 +126,10 @@ def test_pauses_are_held_back_while_failing_open(tmp_path: Path) -> None:
     controller = make_controller(tmp_path)
     controller.handle_webhook(webhook("GpuguardExporterDown", node=None))  # no node: ours
     assert controller.fail_open.holding_open
-    pause = Action(PAUSE, "c" * 64, "rt-1", ActionReason.NEWCOMER, 0, "t1")
-    unpause = Action(UNPAUSE, "d" * 64, "rt-2", ActionReason.ADMIT, 0, "t2")
-    held = _without_pauses(Decision((pause, unpause)))
-    assert held.actions == (unpause,)
+    pause = Step(PAUSE, "c" * 64, "rt-1", StepReason.NEWCOMER, 0, "t1")
+    unpause = Step(UNPAUSE, "d" * 64, "rt-2", StepReason.ADMIT, 0, "t2")
+    held = without_pauses(Decision((pause, unpause)))
+    assert held.steps == (unpause,)
     assert [(s.reason, s.container_id) for s in held.skips] == [("fail_open", "c" * 64)]
     controller.audit.close()
 
@@ -237,8 +238,8 @@ def test_failing_open_survives_a_restart(tmp_path: Path) -> None:
     second = make_controller(tmp_path, **{"node.mark-ttl": "60s"})
     assert second.fail_open.holding_open
     assert "failing open" in second.health()
-    pause = Action(PAUSE, "c" * 64, "rt-1", ActionReason.NEWCOMER, 0, "t1")
-    assert _without_pauses(Decision((pause,))).actions == ()
+    pause = Step(PAUSE, "c" * 64, "rt-1", StepReason.NEWCOMER, 0, "t1")
+    assert without_pauses(Decision((pause,))).steps == ()
     second.fail_open.expire(time.time() + 61)  # the TTL still counts from the last delivery
     assert not second.fail_open.holding_open
     second.save_alerts()  # as maintain() does after expiring

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.freezer import (
+from gpuguard.actuator.admission.freezer import (
     FREEZING,
     FROZEN,
     THAWED,

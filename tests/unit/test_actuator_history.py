@@ -1,27 +1,27 @@
-"""The actuator's memory for holds and windows (actuator/history.py) and its due timer."""
+"""The actuator's memory for holds and windows (actuator/admission/history.py) and its due timer."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from gpuguard.actuator.history import RecentHistory
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action, Decision, PolicyConfig
+from gpuguard.actuator.admission.history import RecentHistory
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, PolicyConfig, Step
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
-from gpuguard.contract import ActionReason, Phase, Result
+from gpuguard.contract import Phase, Result, StepReason
 
 CONFIG = PolicyConfig(best_effort_hold_s=0.5, best_effort_hold_max_s=2.0)
 T = "t" * 64
 
 
 def freeze(history: RecentHistory, now: float, result: Result = Result.OK) -> None:
-    action = Action(PAUSE, T, "t", ActionReason.BEST_EFFORT)
+    action = Step(PAUSE, T, "t", StepReason.BEST_EFFORT)
     history.observe(Decision((action,)), [(action, result)], now)
 
 
-def thaw(history: RecentHistory, now: float, reason: ActionReason) -> None:
-    action = Action(UNPAUSE, T, "t", reason)
+def thaw(history: RecentHistory, now: float, reason: StepReason) -> None:
+    action = Step(UNPAUSE, T, "t", reason)
     history.observe(Decision((action,)), [(action, Result.OK)], now)
 
 
@@ -35,9 +35,9 @@ def test_real_time_devices_are_remembered_with_the_decision_time() -> None:
 def test_freezes_become_spans_and_leave_with_the_window() -> None:
     history = RecentHistory(CONFIG)  # window 10 s
     freeze(history, 100.0)
-    thaw(history, 103.0, ActionReason.BEST_EFFORT_SHARE)
+    thaw(history, 103.0, StepReason.BEST_EFFORT_SHARE)
     freeze(history, 105.0, Result.FAILED)  # never happened: no span
-    thaw(history, 106.0, ActionReason.REALTIME_IDLE)
+    thaw(history, 106.0, StepReason.REALTIME_IDLE)
     assert history.snapshot(104.0).frozen_spans == {T: ((100.0, 103.0),)}
     assert history.snapshot(113.5).frozen_spans == {}
 
@@ -48,16 +48,16 @@ def test_the_hold_doubles_on_quick_refreezes_and_halves_when_calm() -> None:
     holds = []
     for _ in range(4):  # thawed, frozen again 0.3 s later: the real-time work only paused
         freeze(history, t)
-        thaw(history, t + 1, ActionReason.REALTIME_IDLE)
+        thaw(history, t + 1, StepReason.REALTIME_IDLE)
         t += 1.3
         holds.append(history.snapshot(t).hold_s.get(T, CONFIG.best_effort_hold_s))
     freeze(history, t)
     assert holds == [0.5, 1.0, 2.0, 2.0]  # capped at --policy.best-effort-hold-max
-    thaw(history, t + 1, ActionReason.REALTIME_IDLE)
+    thaw(history, t + 1, StepReason.REALTIME_IDLE)
     freeze(history, t + 60)
     assert history.snapshot(t + 60).hold_s[T] == 1.0
     # a thaw that gave it more than a hold of running leaves the hold as it is
-    thaw(history, t + 61, ActionReason.REALTIME_IDLE)
+    thaw(history, t + 61, StepReason.REALTIME_IDLE)
     freeze(history, t + 62.5)
     assert history.snapshot(t + 62.5).hold_s[T] == 1.0
 
@@ -65,7 +65,7 @@ def test_the_hold_doubles_on_quick_refreezes_and_halves_when_calm() -> None:
 def test_gone_containers_are_forgotten() -> None:
     history = RecentHistory(CONFIG)
     freeze(history, 100.0)
-    thaw(history, 101.0, ActionReason.REALTIME_IDLE)
+    thaw(history, 101.0, StepReason.REALTIME_IDLE)
     history.forget(set())
     snap = history.snapshot(101.0)
     assert snap.frozen_spans == {} and snap.hold_s == {}

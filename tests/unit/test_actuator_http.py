@@ -17,7 +17,7 @@ import requests
 
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.http import ActuatorServer
-from gpuguard.actuator.journal import PausedEntry
+from gpuguard.actuator.safety.journal import PausedEntry
 from tests.unit.actuator_support import make_controller
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"

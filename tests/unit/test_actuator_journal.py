@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator import lease
 from gpuguard.actuator.app import open_journal
-from gpuguard.actuator.journal import (
+from gpuguard.actuator.safety import lease
+from gpuguard.actuator.safety.journal import (
     JOURNAL_FILE,
     Journal,
     JournalCorrupt,
@@ -183,7 +183,7 @@ def test_the_journal_lock_has_one_holder(tmp_path: Path) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from gpuguard.actuator.journal import JournalLock
+from gpuguard.actuator.safety.journal import JournalLock
 lock = JournalLock(Path(sys.argv[1]))
 lock.acquire()
 print("held", flush=True)

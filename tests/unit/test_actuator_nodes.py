@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.nodes import NodeList
+from gpuguard.actuator.nodemarks.nodelist import NodeList
 from gpuguard.actuator.webhook import parse_message
 from gpuguard.commands.nodes import format_nodes
 
@@ -142,7 +142,7 @@ def test_format_nodes_table() -> None:
 
 
 def test_a_mark_no_webhook_renews_expires() -> None:
-    from gpuguard.actuator.nodes import NodeList, Reason
+    from gpuguard.actuator.nodemarks.nodelist import NodeList, Reason
 
     nodes = NodeList("node-a")
     nodes.groups["g"] = {

@@ -1,4 +1,4 @@
-"""Table tests of the admission policy (actuator.policy.decide): one case per branch."""
+"""Table tests of the admission policy (actuator.admission.policy.decide): one case per branch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuator.policy import (
+from gpuguard.actuator.admission.policy.besteffort import frozen_in_window
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.order import queue_order
+from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -15,9 +18,6 @@ from gpuguard.actuator.policy import (
     PolicyConfig,
     Recent,
     Trigger,
-    decide,
-    frozen_in_window,
-    queue_order,
 )
 from gpuguard.actuator.state import EndedTask, parse_state
 
@@ -152,7 +152,7 @@ def ours(*names: str, at: float = NOW - 1) -> Ledger:
 def acts(decision: Decision) -> list[tuple[str, str]]:
     names = {cid(n): n for n in "abcdefghijklmnopqrstuvwxyz"}
     names.update({cid(f"c{i}"): f"c{i}" for i in range(20)})
-    return [(a.kind, names.get(a.container_id, a.container_id)) for a in decision.actions]
+    return [(a.verb, names.get(a.container_id, a.container_id)) for a in decision.steps]
 
 
 def reasons(decision: Decision) -> list[str]:
@@ -207,7 +207,7 @@ def test_a_later_task_first_seen_computing_is_preempted() -> None:
     cs = [container("a"), container("b")]
     ts = [task("a", "computing", 1), task("b", "computing", 2)]
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "b")] and d.actions[0].reason == "preempt"
+    assert acts(d) == [(PAUSE, "b")] and d.steps[0].reason == "preempt"
     assert "kernel_running" not in reasons(d)
 
 
@@ -216,13 +216,13 @@ def test_a_holder_that_started_later_is_frozen_and_the_waiter_admitted() -> None
     cs = [container("a"), container("b", paused=True)]
     ts = [task("a", "computing", 2), task("b", "input", 1, paused=True)]
     d = run(state(cs, ts, util=1.0), ours("b"))
-    assert acts(d) == [(PAUSE, "a")] and d.actions[0].reason == "preempt"
+    assert acts(d) == [(PAUSE, "a")] and d.steps[0].reason == "preempt"
     # what a launched already drains frozen; b goes once it has (one after another)
     ts[0] = task("a", "computing", 2, paused=True)
     assert acts(run(state(cs, ts, util=1.0), ours("a", "b"))) == []
     ts[0] = task("a", "draining", 2, paused=True)
     d = run(state(cs, ts, util=0.0), ours("a", "b"))
-    assert acts(d) == [(UNPAUSE, "b")] and d.actions[0].reason == "admit"
+    assert acts(d) == [(UNPAUSE, "b")] and d.steps[0].reason == "admit"
 
 
 def test_a_holder_admitted_within_its_quantum_is_not_preempted() -> None:
@@ -248,7 +248,7 @@ def test_real_time_preempts_normal_work_whatever_the_order() -> None:
     cs = [container("n"), container("r", deadline=5)]
     ts = [task("n", "computing", 1), task("r", "computing", 2, deadline=5)]
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "n")] and d.actions[0].reason == "preempt"
+    assert acts(d) == [(PAUSE, "n")] and d.steps[0].reason == "preempt"
 
 
 def test_no_preemption_that_only_trades_one_miss_for_another() -> None:
@@ -268,7 +268,7 @@ def test_no_preemption_that_only_trades_one_miss_for_another() -> None:
     ts[0]["absolute_deadline"] = NOW + 8.0
     d = run(state(cs, ts, util=1.0), order="edf")
     assert acts(d) == [(PAUSE, "b"), (PAUSE, "a")]  # b waits for a's launched kernel
-    assert [a.reason for a in d.actions] == ["newcomer", "preempt"]
+    assert [a.reason for a in d.steps] == ["newcomer", "preempt"]
 
 
 def with_recent(st: Any, name: str, ended_ago: float) -> Any:
@@ -287,7 +287,7 @@ def test_a_draining_holder_that_goes_straight_on_yields_to_the_waiter() -> None:
     ts = [task("a", "draining", 1, age=1.0), task("b", "input", 2, paused=True)]
     d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("b"), STRAIGHT_ON_A)
     assert sorted(acts(d)) == [(PAUSE, "a"), (UNPAUSE, "b")]
-    assert {a.reason for a in d.actions} == {"yield", "admit"}
+    assert {a.reason for a in d.steps} == {"yield", "admit"}
     # a one-shot, or a program whose next input shows, drains in peace
     assert acts(run(state(cs, ts), ours("b"))) == [(UNPAUSE, "b")]
     # as does one whose next task fits beside the waiter's
@@ -311,7 +311,7 @@ def test_a_container_between_two_tasks_yields_too() -> None:
     assert acts(run(state(cs, ts, util=1.0), yielded)) == []
     ts = [task("b", "draining", 2)]
     d = run(state(cs, ts), yielded)
-    assert acts(d) == [(UNPAUSE, "a")] and d.actions[0].reason == "admit"
+    assert acts(d) == [(UNPAUSE, "a")] and d.steps[0].reason == "admit"
 
 
 def test_a_yielded_container_waits_as_its_next_task_would() -> None:
@@ -327,7 +327,7 @@ def test_a_yielded_container_waits_as_its_next_task_would() -> None:
     both = Recent(straight_on=frozenset({cid("a"), cid("b")}))
     d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ledger, both)
     assert acts(d) == [(PAUSE, "b"), (UNPAUSE, "a")]  # b yields in turn: they alternate
-    assert [a.reason for a in d.actions] == ["yield", "admit"]
+    assert [a.reason for a in d.steps] == ["yield", "admit"]
 
 
 def test_under_edf_a_tight_repeater_does_not_yield_to_a_looser_waiter() -> None:
@@ -525,7 +525,7 @@ def test_memory_above_threshold_pauses_the_last_admitted_before_its_kernel() -> 
     ledger = Ledger(admitted={cid("b"): NOW - 0.3})
     d = run(state(cs, ts, mem_used=int(23.5 * GIB)), ledger)
     assert acts(d) == [(PAUSE, "b")]
-    assert d.actions[0].reason == "memory_pressure"
+    assert d.steps[0].reason == "memory_pressure"
 
 
 def test_memory_rule_leaves_a_last_admitted_task_that_computes() -> None:
@@ -543,7 +543,7 @@ def test_cap_limits_containers_touched_per_decision() -> None:
     cs = [container(n) for n in names]
     ts = [task(n, "starting", i + 1) for i, n in enumerate(names)]
     d = run(state(cs, ts), max_actions=10)
-    assert len(d.actions) == 10
+    assert len(d.steps) == 10
     assert reasons(d).count("cap") == 3  # 13 newcomers, 10 paused, 3 capped
 
 
@@ -579,7 +579,7 @@ def test_trigger_for_one_gpu_decides_that_gpu_only() -> None:
 def test_container_we_paused_whose_task_is_gone_is_released() -> None:
     d = run(state([container("a", paused=True)], []), ours("a"))
     assert acts(d) == [(UNPAUSE, "a")]
-    assert d.actions[0].reason == "task_gone"
+    assert d.steps[0].reason == "task_gone"
 
 
 # --- devices: MIG instances and gangs ------------------------------------------------------
@@ -607,7 +607,7 @@ def test_container_on_two_gpus_is_admitted_on_all_or_none() -> None:
     ts = [task("b", "computing", 1, gpu=0), task("a", "input", 2, gpu=0)]
     ts += [task("a", "computing", 3, gpu=1, pid=4242)]
     d = run(state(cs, ts, util=1.0, gpus=2))
-    assert acts(d) == [(PAUSE, "a")] and d.actions[0].reason == "gang"
+    assert acts(d) == [(PAUSE, "a")] and d.steps[0].reason == "gang"
     assert "runs_elsewhere" not in reasons(d)
 
 
@@ -706,7 +706,7 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs_whatever_its_phase() 
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "computing", 2, sm=0.3), task("t", "computing", 1, sm=0.7)]
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "best_effort"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
     assert "kernel_running" not in reasons(d)
 
 
@@ -719,7 +719,7 @@ def test_best_effort_is_frozen_while_a_real_time_task_waits() -> None:
     # with preemption the real-time task also goes before the normal one
     d = run(state(cs, ts, util=1.0), ours("r"))
     assert acts(d) == [(PAUSE, "n"), (PAUSE, "t")]
-    assert [a.reason for a in d.actions] == ["preempt", "best_effort"]
+    assert [a.reason for a in d.steps] == ["preempt", "best_effort"]
 
 
 def test_best_effort_does_not_hold_the_gpu_for_real_time_newcomers() -> None:
@@ -732,7 +732,7 @@ def test_best_effort_is_thawed_when_no_real_time_task_runs_or_waits() -> None:
     cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
     ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
     d = run(state(cs, ts, util=0.0), ours("t"))
-    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
 
 
 def test_draining_real_time_task_beside_running_best_effort_freezes_nothing() -> None:
@@ -765,7 +765,7 @@ def test_starvation_guard_thaws_best_effort_for_its_share_of_every_window() -> N
     d = run(state(cs, ts, util=1.0), frozen_for(8.9), **window)
     assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.1)  # the share's timer
     d = run(state(cs, ts, util=1.0), frozen_for(9.0), **window)
-    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "best_effort_share"
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "best_effort_share"
     off = {**window, "best_effort_min_share": 0.0}
     assert acts(run(state(cs, ts, util=1.0), frozen_for(60), **off)) == []
     # an earlier freeze in the window counts too: 6 s frozen before, 3 s now
@@ -802,7 +802,7 @@ def test_best_effort_stays_frozen_for_the_hold_after_real_time_activity() -> Non
     assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.3)
     longer = Recent(realtime_seen={(0, None): NOW - 0.2}, hold_s={cid("t"): 0.1})
     d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("t"), longer)
-    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
 
 
 def test_the_hold_never_freezes_a_running_best_effort_container() -> None:

@@ -1,5 +1,5 @@
 """protect_slo: the policy's SLO pressure (table tests, one per branch), the actuator's record
-of firing SLO alerts (actuator/slo.py), and the controller acting on them."""
+of firing SLO alerts (actuator/admission/slo.py), and the controller acting on them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.audit import read_audit
-from gpuguard.actuator.errors import ExporterUnavailable
-from gpuguard.actuator.policy import (
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -18,9 +17,10 @@ from gpuguard.actuator.policy import (
     PolicyConfig,
     Recent,
     Trigger,
-    decide,
 )
-from gpuguard.actuator.slo import SloPressure, device_of
+from gpuguard.actuator.admission.slo import SloPressure, device_of
+from gpuguard.actuator.audit import read_audit
+from gpuguard.actuator.errors import ExporterUnavailable
 from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.webhook import WebhookMessage, parse_message
 from tests.unit.actuator_support import make_controller
@@ -52,7 +52,7 @@ def test_best_effort_is_frozen_between_the_servers_requests_under_slo_pressure()
     ts = [task("t", "computing", 1)]
     assert acts(run(state(cs, ts, util=1.0), pressure=frozenset())) == []
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "slo_pressure"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "slo_pressure"
 
 
 def test_slo_pressure_on_another_gpu_leaves_best_effort_alone() -> None:
@@ -73,9 +73,9 @@ def test_under_pressure_the_reason_is_the_slo_even_while_a_real_time_task_runs()
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "computing", 2, sm=0.3), task("t", "computing", 1, sm=0.7)]
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "slo_pressure"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "slo_pressure"
     d = run(state(cs, ts, util=1.0), pressure=frozenset())
-    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "best_effort"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
 
 
 def test_the_starvation_share_is_smaller_under_slo_pressure() -> None:
@@ -86,13 +86,13 @@ def test_the_starvation_share_is_smaller_under_slo_pressure() -> None:
     # 10 s window: frozen 9.8 s of it, not 9 s
     assert acts(run(state(cs, ts), frozen_for(9.7), **window)) == []
     d = run(state(cs, ts), frozen_for(9.8), **window)
-    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "best_effort_share"
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "best_effort_share"
     # thawed for its 0.2 s, then frozen again as soon as a hold fits in the window
     cs, ts = [container("t", klass=BE)], [task("t", "computing", 1)]
     thawed_ago = lambda s: Recent(frozen_spans={cid("t"): ((NOW - 9.8 - s, NOW - s),)})  # noqa: E731
     assert acts(run(state(cs, ts), None, GPU0, thawed_ago(0.19), **window)) == []
     d = run(state(cs, ts), None, GPU0, thawed_ago(0.9), **window)
-    assert acts(d) == [(PAUSE, "t")] and d.actions[0].reason == "slo_pressure"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "slo_pressure"
 
 
 def test_best_effort_is_thawed_when_the_pressure_ends() -> None:
@@ -100,7 +100,7 @@ def test_best_effort_is_thawed_when_the_pressure_ends() -> None:
     ts = [task("t", "computing", 1, paused=True)]
     assert acts(run(state(cs, ts), ours("t"))) == []  # held while the alert fires
     d = run(state(cs, ts), ours("t"), pressure=frozenset())
-    assert acts(d) == [(UNPAUSE, "t")] and d.actions[0].reason == "realtime_idle"
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
 
 
 def test_unmanaged_best_effort_is_never_frozen_for_an_slo() -> None:
@@ -267,7 +267,7 @@ def test_protect_slo_marks_the_node_while_nothing_can_be_frozen(tmp_path: Path) 
     controller.handle_webhook(message(alert("f1", "s")))
     assert not controller.marks.nodes.provisionable
     controller.handle_webhook(message(alert("f1", "s", "resolved")))
-    assert controller.marks.nodes.provisionable and controller.slo.alerts == {}
+    assert controller.marks.nodes.provisionable and controller.slo.pressure.alerts == {}
     controller.audit.close()
 
 
@@ -291,7 +291,7 @@ def test_every_decision_sees_the_pressure_until_it_expires(tmp_path: Path) -> No
     controller.handle_webhook(message(alert("f1", "s")))
     report = controller.decide_now("fast")  # type: ignore[arg-type]
     assert [a["reason"] for a in report.actions] == ["slo_pressure"]
-    controller._expire_slo(time.time() + 10 * controller.config.node_mark_ttl_s, None)
-    assert controller.slo.alerts == {}
+    controller.slo.expire(time.time() + 10 * controller.config.node_mark_ttl_s, None)
+    assert controller.slo.pressure.alerts == {}
     assert controller.decide_now("fast").actions == []  # type: ignore[arg-type]
     controller.audit.close()

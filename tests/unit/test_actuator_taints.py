@@ -10,8 +10,14 @@ import pytest
 from gpuguard.actuator.app import node_marker
 from gpuguard.actuator.config import load_config
 from gpuguard.actuator.errors import ConfigError
-from gpuguard.actuator.nodes import SwarmMarker
-from gpuguard.actuator.taints import LABEL_KEY, TAINT_KEY, TaintMarker, is_marked, with_mark
+from gpuguard.actuator.nodemarks.nodelist import SwarmMarker
+from gpuguard.actuator.nodemarks.taints import (
+    LABEL_KEY,
+    TAINT_KEY,
+    TaintMarker,
+    is_marked,
+    with_mark,
+)
 from tests.unit.test_actuator_config import base, files, parse
 
 __all__ = ["files"]  # the fixture

@@ -7,6 +7,9 @@
   (``gpuguard/commands/``) import no service; only ``gpuguard/cli.py`` composes them all.
 - The harness is a folder, ``gpuguard/demo/``: only ``gpuguard demo``'s command opens it,
   and nothing in gpuguard imports the tests (their support code lives in ``tests/support/``).
+- The scripts beside the package import no tests either: ``bench/`` uses the harness (what
+  it shares with the tests lives there), ``deploy/`` not even that (what its generators
+  render comes from the shared layer).
 - No import cycle between modules, not even one hidden by an import inside a function.
 - Importing a service's entry point loads no other service (``sys.modules`` of a fresh
   interpreter): the placer runs without the exporter's internals and without the simulator.
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "gpuguard"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "gpuguard"
 SERVICES = ("exporter", "actuator", "placer", "gpusim")
 #: (importer, imported) pairs allowed across services
 ALLOWED = {
@@ -34,6 +38,8 @@ COMPOSERS = ("gpuguard.cli", "gpuguard.demo")
 HARNESS = "gpuguard.demo"
 #: the one door into the harness, opened only when ``gpuguard demo`` runs
 HARNESS_DOOR = ("gpuguard.commands.demo", "gpuguard.demo.main")
+#: the folders of scripts outside the package, and what each may not import
+SCRIPTS = {"bench": ("tests",), "deploy": ("tests", HARNESS)}
 
 
 def _modules() -> dict[str, Path]:
@@ -84,12 +90,14 @@ def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _all_imports(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, absolute module name) of each absolute import, gpuguard's or not."""
+    """(line, absolute module name) of each absolute import, gpuguard's or not; ``from a
+    import b`` gives ``a`` and ``a.b`` (``b`` may be a module)."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield node.lineno, node.module
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
 
 
 GRAPH = {module: sorted({t for _, t in _imports(module, path)}) for module, path in MODULES.items()}
@@ -161,6 +169,35 @@ def test_only_the_demo_command_opens_the_harness_and_nothing_imports_the_tests()
     assert not offenders, "; ".join(offenders)
 
 
+def _forbidden(root: Path, paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    """``path:line imports name`` (from ``root``) for each import within ``forbidden``."""
+    found: dict[tuple[str, int], str] = {}
+    for path in paths:
+        for line, name in _all_imports(path):
+            where = (str(path.relative_to(root)), line)
+            if _within(name, forbidden) and where not in found:  # ``a``, not also ``a.b``
+                found[where] = name
+    return [f"{path}:{line} imports {name}" for (path, line), name in sorted(found.items())]
+
+
+def test_the_script_check_finds_an_import_inside_a_function(tmp_path: Path) -> None:
+    script = tmp_path / "bench" / "x.py"
+    script.parent.mkdir()
+    script.write_text("def f():\n    from gpuguard import demo\n    import tests.support\n")
+    assert _forbidden(tmp_path, [script], ("tests", HARNESS)) == [
+        "bench/x.py:2 imports gpuguard.demo",
+        "bench/x.py:3 imports tests.support",
+    ]
+
+
+@pytest.mark.parametrize("folder", sorted(SCRIPTS))
+def test_scripts_beside_the_package_import_no_tests(folder: str) -> None:
+    paths = sorted((REPO / folder).rglob("*.py"))
+    assert paths, f"no scripts under {folder}/"
+    offenders = _forbidden(REPO, paths, SCRIPTS[folder])
+    assert not offenders, "; ".join(offenders)
+
+
 def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -218,7 +255,7 @@ def test_no_import_cycles() -> None:
     [
         ("gpuguard.placer.app", ("exporter", "gpusim", "actuator")),
         ("gpuguard.actuator.app", ("exporter", "gpusim", "placer")),
-        ("gpuguard.actuator.guard", ("exporter", "gpusim", "placer")),
+        ("gpuguard.actuator.guard.program", ("exporter", "gpusim", "placer")),
         ("gpuguard.exporter.app", ("actuator", "placer")),
         ("gpuguard.gpusim.daemon", ("exporter", "actuator", "placer")),
     ],

@@ -83,7 +83,7 @@ def test_every_option_with_a_default_says_it(command: str) -> None:
 def _default(command: str, action: argparse.Action) -> object:
     """An option's default; a dotted flag's is its ``Flag``'s (argparse holds SUPPRESS)."""
     from gpuguard.actuator import config as actuator_config
-    from gpuguard.actuator import guard
+    from gpuguard.actuator.guard import program as guard
     from gpuguard.exporter import config as exporter_config
     from gpuguard.placer import config as placer_config
 

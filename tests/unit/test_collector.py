@@ -8,11 +8,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.contract import PriorityClass, TaskMode
+from gpuguard.demo.stack.reference_collector import GpuguardCollector
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.errors import BackendError
 from gpuguard.exporter.model import DeviceSample, GpuSample
 from gpuguard.exporter.state import state_json
-from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, NO_POD, cid, container, sample, three_container_poller
 
 # The fakes' GPU 0 on every per-GPU series, named as dcgm-exporter names it too

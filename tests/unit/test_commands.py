@@ -14,6 +14,7 @@ from gpuguard.commands.placed_run import service_argv, swarm_node_id, wants_plac
 from gpuguard.commands.ps import DEFAULT_EXPORTER_URL, format_table, ps_rows
 from gpuguard.commands.run import docker_run_argv
 from gpuguard.flags import ConfigError
+from gpuguard.statedoc import parse_state
 
 A = "a" * 64
 B = "b" * 64
@@ -52,32 +53,37 @@ def test_run_rejects(argv: list[str]) -> None:
 
 
 STATE = {
+    "node": "n", "seq": 1, "timestamp": 100.0, "sources": {"gpu": True}, "gpus": [],
     "containers": [
         {"id": A, "name": "rt-1", "command": "python3 -m gpusim.workload --size 4096",
-         "state": "running", "paused": False, "deadline_s": 9.0, "deadline_error": None,
-         "gpus": ["0"]},
+         "state": "running", "paused": False, "managed": True, "deadline_s": 9.0,
+         "deadline_error": None, "gpus": ["0"], "task_mode": "burst", "class": "real-time"},
         {"id": B, "name": "idle", "command": "sleep 60", "state": "paused", "paused": True,
-         "deadline_s": None, "deadline_error": "bad", "gpus": []},
+         "managed": True, "deadline_s": None, "deadline_error": "bad", "gpus": [],
+         "task_mode": "burst", "class": "normal"},
         {"id": "c" * 64, "name": "old", "command": "", "state": "exited", "paused": False,
-         "deadline_s": 1.5, "deadline_error": None, "gpus": []},
+         "managed": False, "deadline_s": 1.5, "deadline_error": None, "gpus": [],
+         "task_mode": "burst", "class": "real-time"},
     ],
     "tasks": [
-        {"container_id": A, "pid": 1, "gpu": 0, "phase": "computing", "elapsed_s": 9.5,
-         "slack_s": -0.5, "overrun": True},
-        {"container_id": None, "pid": 77, "gpu": 0, "phase": "input", "elapsed_s": 0.1,
+        {"task_id": f"{A[:12]}:1:5:1", "container_id": A, "pid": 1, "gpu": 0,
+         "phase": "computing", "mode": "process", "started_at": 90.5, "proc_start_ticks": 5,
+         "elapsed_s": 9.5, "slack_s": -0.5, "overrun": True},
+        {"task_id": "-:77:6:2", "container_id": None, "pid": 77, "gpu": 0, "phase": "input",
+         "mode": "burst", "started_at": 99.9, "proc_start_ticks": 6, "elapsed_s": 0.1,
          "slack_s": None, "overrun": False},
     ],
 }  # fmt: skip
 
 
 def test_ps_rows() -> None:
-    rows = ps_rows(STATE)
+    rows = ps_rows(parse_state(STATE))
     assert [r["NAME"] for r in rows] == ["rt-1", "idle"]
     assert rows[0]["DEADLINE"] == "9s" and rows[0]["PHASE"] == "computing OVERRUN"
     assert rows[0]["SLACK"] == "-0.5s" and rows[0]["ELAPSED"] == "9.5s"
     assert rows[0]["COMMAND"].startswith('"python3') and len(rows[0]["COMMAND"]) <= 22
     assert rows[1]["DEADLINE"] == "invalid" and rows[1]["PAUSED"] == "yes"
-    all_rows = ps_rows(STATE, show_all=True)
+    all_rows = ps_rows(parse_state(STATE), show_all=True)
     assert [r["NAME"] for r in all_rows] == ["rt-1", "idle", "old", "(pid 77)"]
     assert all_rows[2]["DEADLINE"] == "1.5s"
     table = format_table(rows).splitlines()

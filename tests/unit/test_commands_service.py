@@ -102,3 +102,16 @@ def test_a_service_error_is_its_own_reason(
     status, err = _run(["ps", "--exporter.url", url], capsys)
     assert status == 1
     assert err == "gpuguard ps: the exporter answered 503 no poll finished yet\n"
+
+
+def test_a_state_ps_cannot_read_is_one_line(
+    server: tuple[str, type[_Handler]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, handler = server
+    handler.body = b'{"node": "n", "seq": "1"}'
+    status, err = _run(["ps", "--exporter.url", url], capsys)
+    assert status == 1
+    assert err == (
+        "gpuguard ps: the exporter's state is not what gpuguard reads: "
+        "state.seq has the wrong type (str)\n"
+    )

@@ -108,12 +108,13 @@ def test_pod_container_takes_identity_and_pod_labels_from_its_sandbox() -> None:
     assert info.paused and info.command == "/bin/sleep 1000"
 
 
-def test_container_label_wins_over_pod_label_and_other_pod_labels_stay_out() -> None:
+def test_a_pod_containers_own_gpuguard_labels_are_its_images_and_ignored() -> None:
+    # containerd's CRI merges the image's LABELs into the container's: not the pod spec's
     sandbox = fixture_doc("info_sandbox.json")
     container = fixture_doc("info_container.json")
-    container["Labels"]["gpuguard.deadline"] = "500ms"
+    container["Labels"].update({"gpuguard.deadline": "500ms", "gpuguard.class": "best-effort"})
     info = containers_from_docs({SANDBOX: sandbox, CONTAINER: container}, {})[CONTAINER]
-    assert info.deadline_s == 0.5 and info.state == "created"
+    assert info.deadline_s == 2.0 and info.class_label is None and info.state == "created"
 
 
 def test_container_of_another_pod_gets_no_pod_labels() -> None:

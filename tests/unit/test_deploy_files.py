@@ -567,7 +567,7 @@ def test_kubernetes_args_parse(name: str) -> None:
 
 
 def test_only_the_actuator_reaches_the_kubernetes_api_and_only_for_nodes() -> None:
-    # The node mark is a taint and a label on the actuator's Node (actuator/taints.py):
+    # The node mark is a taint and a label on the actuator's Node (actuator/nodemarks/taints.py):
     # get and update on nodes, for the actuator's ServiceAccount, and nothing else.
     assert by_kind("Role") == {} and by_kind("RoleBinding") == {}
     (role,) = by_kind("ClusterRole").values()
@@ -674,6 +674,18 @@ def test_prometheusrule_is_generated_from_the_rule_files() -> None:
     assert len(names) == len(set(names)), "the operator needs unique group names"
 
 
+@pytest.mark.parametrize("name", ["gen_prometheusrule", "gen_dashboards"])
+def test_a_generator_checks_its_file(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    generator = load_script(KUBERNETES / f"{name}.py")
+    assert generator.main(["--check"]) == 0  # the committed file is current: nothing said
+    output = generator.OUTPUT
+    assert generator.write_or_check(output, "stale\n", True, KUBERNETES / f"{name}.py") == 1
+    assert output.read_text() != "stale\n"  # --check writes nothing
+    assert capsys.readouterr().out == (
+        f"deploy/kubernetes/{output.name} is stale: run deploy/kubernetes/{name}.py\n"
+    )
+
+
 def test_alertmanagerconfig_is_the_shipped_actuator_routes() -> None:
     """deploy/kubernetes/alertmanagerconfig.yaml, merged as the operator merges it, routes
     like the actuator's part of deploy/alertmanager/alertmanager.yml."""
@@ -725,8 +737,57 @@ def test_dashboard_config_maps_are_generated_for_grafanas_sidecar() -> None:
         assert config_map["data"] == {path.name: path.read_text()}
 
 
+def tenants_job() -> dict[str, Any]:
+    """The docker_sd job for tenants' latency in deploy/prometheus/prometheus.yml."""
+    config = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gpuguard-tenants"]
+    return dict(job)
+
+
+def test_tenants_pod_monitor_stores_what_the_docker_sd_job_stores() -> None:
+    """The SLO rules join gpuguard_tenant_latency_bucket on (container_id, metric, le):
+    the PodMonitor must write the series exactly as the docker_sd job does, and find the
+    pods and the container by the labels gpuguard reads."""
+    from gpuguard import labels
+    from tests.support.podmonitor import relabel_configs, sanitize
+
+    monitor = by_kind("PodMonitor")["gpuguard-tenants"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    job = tenants_job()
+    assert relabel_configs(endpoint["metricRelabelings"]) == job["metric_relabel_configs"]
+    default_profile = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")["global"]
+    assert endpoint["interval"] == default_profile["scrape_interval"]
+    # every namespace's pods that declare an SLO and where to scrape it
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    assert monitor["spec"]["selector"] == {"matchExpressions": [
+        {"key": labels.SLO_METRIC, "operator": "Exists"},
+        {"key": labels.SLO_PORT, "operator": "Exists"},
+    ]}  # fmt: skip
+    relabel = endpoint["relabelings"]
+    sources = {source for rule in relabel for source in rule.get("sourceLabels", [])}
+    for label in (labels.CONTAINER, labels.SLO_PORT):
+        assert f"__meta_kubernetes_pod_label_{sanitize(label)}" in sources, label
+    assert {"__address__", "container_id"} <= {r.get("targetLabel") for r in relabel}
+    for rule in relabel:
+        if rule.get("action") in ("keepequal", "dropequal"):  # the operator refuses more
+            assert set(rule) == {"action", "sourceLabels", "targetLabel"}, rule
+
+
+def test_tenants_pod_monitor_renders_a_config_promtool_accepts(tmp_path: Path) -> None:
+    from tests.support.podmonitor import scrape_config
+
+    monitor = by_kind("PodMonitor")["gpuguard-tenants"]
+    job = scrape_config(monitor, 0, [str(tmp_path / "pods.json")])
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump({"scrape_configs": [job]}))
+    (tmp_path / "pods.json").write_text("[]")
+    done = subprocess.run([require_binary("promtool"), "check", "config", str(path)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_prometheus_operator_objects_carry_the_release_label() -> None:
-    kinds = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+    kinds = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "AlertmanagerConfig"}
     documents = [d for _, d in kubernetes_documents() if d["kind"] in kinds]
     assert {d["kind"] for d in documents} == kinds
     for document in documents:

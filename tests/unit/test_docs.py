@@ -100,15 +100,40 @@ def test_the_reference_names_every_flag_of_run() -> None:
 
 def test_the_reference_names_every_container_label() -> None:
     names = [labels.DEADLINE, labels.MANAGED, labels.ROLE, labels.TASK, labels.CLASS,
-             *labels.SLO_LABELS]  # fmt: skip
+             *labels.SLO_LABELS, labels.CONTAINER]  # fmt: skip
     missing = [n for n in names if f"`{n}`" not in _reference()]
     assert not missing, missing
+
+
+def test_the_kubernetes_pod_example_is_valid_and_gives_its_server_alone_an_slo() -> None:
+    """docs/kubernetes.md's pod: labels the API server accepts, and the one SLO it promises."""
+    from gpuguard import kube, slo
+    from tests.support.kubelabels import is_label_key, is_label_value
+
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    documents = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    (pod,) = [d for d in documents if isinstance(d, dict) and d.get("kind") == "Pod"]
+    pod_labels = pod["metadata"]["labels"]
+    known = {labels.DEADLINE, labels.MANAGED, labels.ROLE, labels.TASK, labels.CLASS,
+             *labels.SLO_LABELS, labels.CONTAINER}  # fmt: skip
+    for key, value in pod_labels.items():
+        assert is_label_key(key) and key in known, key
+        assert isinstance(value, str) and is_label_value(value), (key, value)
+    sandbox = {**pod_labels, kube.KIND: kube.KIND_SANDBOX, kube.POD_NAME: "chat",
+               kube.POD_UID: "u"}  # fmt: skip
+    declared = {}
+    for container in pod["spec"]["containers"]:
+        own = {kube.POD_NAME: "chat", kube.POD_UID: "u", kube.CONTAINER_NAME: container["name"]}
+        declaration, errors = slo.declaration(kube.effective_labels(own, sandbox))
+        assert errors == ()
+        declared[container["name"]] = declaration
+    assert [name for name, d in declared.items() if d is not None] == ["vllm"]
 
 
 def _families() -> set[str]:
     golden = (REPO / "tests" / "fixtures" / "exporter_metrics.prom").read_text()
     found = set(re.findall(r"^# TYPE (\S+) ", golden, re.M))
-    for source in ("actuator/metrics.py", "actuator/guardmetrics.py", "placer/service.py"):
+    for source in ("actuator/metrics.py", "actuator/guard/metrics.py", "placer/service.py"):
         found |= set(re.findall(r'"(gpuguard_[a-z_]+)"', (REPO / source).read_text()))
     # prometheus_client's Counter("x") exposes x_total
     counters = {"gpuguard_actuator_actions", "gpuguard_actuator_skipped",
@@ -146,3 +171,25 @@ def test_every_benchmark_is_described() -> None:
     scripts = [p.name for p in (REPO / "bench").glob("*.py")]
     missing = [s for s in scripts if not re.search(rf"`(bench/)?{re.escape(s)}`", text)]
     assert not missing, missing
+
+
+def _rule_severities() -> dict[str, str]:
+    found = {}
+    for path in (REPO / "rules").glob("*.rules.yml"):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    found[rule["alert"]] = rule["labels"]["severity"]
+    return found
+
+
+def test_each_runbook_states_its_alerts_severity() -> None:
+    """docs/runbooks.md opens every alert's section with the severity its rule sets (issue
+    25: seven said `info` where the rules say `none`, which pages nobody)."""
+    text = FENCE.sub("", (REPO / "docs" / "runbooks.md").read_text())
+    sections = dict(re.findall(r"^## (\w+)\n\n`(\w+)`", text, re.M))
+    severities = _rule_severities()
+    assert set(sections) == set(severities), set(sections) ^ set(severities)
+    wrong = {name: (said, severities[name]) for name, said in sections.items()
+             if said != severities[name]}  # fmt: skip
+    assert not wrong, f"runbook says, rule says: {wrong}"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator import lease
+from gpuguard.actuator.admission.executor import docker_api
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.executor import docker_api
-from gpuguard.actuator.guard import Guard, GuardConfig
-from gpuguard.actuator.journal import JOURNAL_FILE, Journal, JournalLock, PausedEntry
+from gpuguard.actuator.guard.program import Guard, GuardConfig
+from gpuguard.actuator.safety import lease
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, JournalLock, PausedEntry
 
 
 @pytest.fixture
@@ -153,8 +153,8 @@ def test_a_hung_engine_is_not_asked_three_times(tmp_path: Path) -> None:
     # only multiplied the wait (3 x 5 s per call). A refused connection is still retried.
     import requests
 
+    from gpuguard.actuator.admission.executor import docker_call
     from gpuguard.actuator.errors import DockerUnavailable
-    from gpuguard.actuator.executor import docker_call
 
     calls = []
 
@@ -182,7 +182,7 @@ def test_the_guard_publishes_what_it_sees(guard: Guard, tmp_path: Path) -> None:
     # itself now (job gpuguard-guard): its `up`, and what it knows of the actuator.
     from prometheus_client import CollectorRegistry
 
-    from gpuguard.actuator.guardmetrics import GuardCollector
+    from gpuguard.actuator.guard.metrics import GuardCollector
 
     registry = CollectorRegistry()
     registry.register(GuardCollector(guard))
@@ -203,8 +203,8 @@ def test_the_guard_publishes_what_it_sees(guard: Guard, tmp_path: Path) -> None:
 def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
     import requests
 
-    from gpuguard.actuator.guard import FLAGS, validate
-    from gpuguard.actuator.guardmetrics import guard_server
+    from gpuguard.actuator.guard.metrics import guard_server
+    from gpuguard.actuator.guard.program import FLAGS, validate
     from gpuguard.demo.stack.process import free_port
 
     port = free_port()
@@ -235,8 +235,8 @@ def test_the_guard_serves_its_metrics_over_tls_with_basic_auth(tmp_path: Path) -
     import requests
 
     from gpuguard.actuator.errors import ConfigError
-    from gpuguard.actuator.guard import FLAGS, validate
-    from gpuguard.actuator.guardmetrics import guard_server
+    from gpuguard.actuator.guard.metrics import guard_server
+    from gpuguard.actuator.guard.program import FLAGS, validate
     from gpuguard.demo.stack.process import free_port
     from gpuguard.web.webconfig import WebConfigWatcher
     from tests.support.tlscerts import make_pki, write_web_config

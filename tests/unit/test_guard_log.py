@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.guard import Guard, GuardConfig
-from gpuguard.actuator.journal import FORMAT_VERSION, JOURNAL_FILE, atomic_write_json
+from gpuguard.actuator.guard.program import Guard, GuardConfig
+from gpuguard.actuator.safety.journal import FORMAT_VERSION, JOURNAL_FILE, atomic_write_json
 
 
 class InspectOnly:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpuguard import kube
+from gpuguard import kube, labels
 from gpuguard.commands.ps import ps_rows
+from gpuguard.demo.stack.reference_collector import GpuguardCollector
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.collector import TextRenderer
 from gpuguard.exporter.config import add_flags, load_config, pick_container_source
@@ -23,7 +24,7 @@ from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.state import state_json
 from gpuguard.exporter.tracker import Tracker
-from tests.support.reference_collector import GpuguardCollector
+from gpuguard.statedoc import parse_state
 from tests.unit.exporter_fakes import GIB, FakeProcfs, ListBackend, StaticContainers, cid, sample
 from tests.unit.exporter_fakes import container as make_container
 
@@ -86,7 +87,7 @@ def test_pod_container_joins_and_shows_everywhere(tmp_path: Path, driver: str) -
         UID,
         2.0,
     )
-    assert [row["NAME"] for row in ps_rows(state)] == ["team-a/web-0/infer"]
+    assert [row["NAME"] for row in ps_rows(parse_state(state))] == ["team-a/web-0/infer"]
 
 
 def test_a_docker_container_has_no_pod(tmp_path: Path) -> None:
@@ -99,18 +100,60 @@ def test_a_docker_container_has_no_pod(tmp_path: Path) -> None:
     snap = poller.poll_once()
     state = state_json(snap)
     assert state["containers"][0]["pod"] is None
-    assert ps_rows(state)[0]["NAME"] == "rt-1"
+    assert ps_rows(parse_state(state))[0]["NAME"] == "rt-1"
     # the same label names, empty: Prometheus reads them as absent
     text = TextRenderer().render_snapshot(snap).decode()
     assert 'gpuguard_container_paused{node="n",namespace="",pod="",container="rt-1",' in text
     assert "gpuguard_container_pod_info{" not in text
 
 
-def test_pod_labels_only_gpuguard_ones_and_the_container_wins() -> None:
-    sandbox = {"gpuguard.deadline": "2s", "app": "web", kube.KIND: kube.KIND_SANDBOX}
-    merged = kube.effective_labels({"gpuguard.deadline": "1s", kube.POD_UID: "u"}, sandbox)
-    assert merged == {"gpuguard.deadline": "1s", kube.POD_UID: "u"}
-    assert kube.pod_identity({kube.POD_NAME: "p"}) is None  # no uid: not the CRI's
+def cri_labels(container: str, **extra: str) -> dict[str, str]:
+    """A container's labels as containerd's CRI writes them: the kubelet's four, the kind,
+    and whatever its image's config carries (``extra``)."""
+    return {**extra, kube.POD_NAME: "chat", kube.POD_NAMESPACE: "team-a", kube.POD_UID: UID,
+            kube.CONTAINER_NAME: container, kube.KIND: "container"}  # fmt: skip
+
+
+POD = {
+    kube.KIND: kube.KIND_SANDBOX, kube.POD_NAME: "chat", kube.POD_NAMESPACE: "team-a",
+    kube.POD_UID: UID, "app": "chat", labels.CLASS: "real-time", labels.DEADLINE: "2s",
+    labels.SLO_METRIC: "vllm_e2e_request_latency_seconds", labels.SLO_TARGET: "500ms",
+}  # fmt: skip
+CLAIMS = {key: value for key, value in POD.items() if key.startswith("gpuguard.")}
+
+
+def test_a_pods_gpuguard_labels_reach_each_of_its_containers() -> None:
+    merged = kube.effective_labels(cri_labels("infer"), POD)
+    assert merged == {**cri_labels("infer"), **CLAIMS}  # not the pod's `app`, nor its kind
+
+
+def test_a_pod_names_the_one_container_its_claims_are_for() -> None:
+    pod = {**POD, labels.CONTAINER: "vllm"}
+    assert kube.effective_labels(cri_labels("vllm"), pod) == {**cri_labels("vllm"), **CLAIMS}
+    # the sidecar inherits no class, deadline or SLO, and the scope itself reaches no one
+    assert kube.effective_labels(cri_labels("log-shipper"), pod) == cri_labels("log-shipper")
+    # a name no container has: the claims reach none (not all)
+    typo = {**POD, labels.CONTAINER: "vlm"}
+    assert kube.effective_labels(cri_labels("vllm"), typo) == cri_labels("vllm")
+
+
+def test_a_cri_containers_own_gpuguard_labels_came_from_its_image_and_are_ignored() -> None:
+    """containerd's CRI puts the image config's labels beneath the kubelet's four: a
+    gpuguard.* label there is the image builder's claim, never the pod spec's."""
+    title = {"org.opencontainers.image.title": "t"}
+    image = {labels.CLASS: "real-time", labels.ROLE: "exporter", labels.DEADLINE: "1ms",
+             labels.MANAGED: "false", labels.CONTAINER: "x", **title}  # fmt: skip
+    own = cri_labels("vllm", **image)
+    merged = kube.effective_labels(own, {**POD, labels.MANAGED: "true"})
+    assert merged == {**cri_labels("vllm", **title), **CLAIMS, labels.MANAGED: "true"}
+    # without a pod label of its own, the image's claim is not believed either
+    assert kube.effective_labels(own, None) == cri_labels("vllm", **title)
+
+
+def test_a_container_the_cri_did_not_make_keeps_its_own_labels() -> None:
+    own = {labels.DEADLINE: "1s", kube.POD_UID: "u"}  # no pod name: not the CRI's
+    assert kube.pod_identity(own) is None
+    assert kube.effective_labels(own, POD) == own
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuator import lease, pauseclock
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.guard import Guard, GuardConfig
-from gpuguard.actuator.journal import Journal, JournalLock, PausedEntry
+from gpuguard.actuator.guard.program import Guard, GuardConfig
+from gpuguard.actuator.safety import lease, pauseclock
+from gpuguard.actuator.safety.journal import Journal, JournalLock, PausedEntry
 from tests.unit.actuator_support import make_controller
 
 CID = "c" * 64

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard import labels
+from gpuguard.demo.stack.reference_collector import GpuguardCollector
 from gpuguard.exporter.collector import TextRenderer, build_rows
 from gpuguard.exporter.containers import container_info
 from gpuguard.exporter.state import state_json
@@ -19,7 +20,6 @@ from gpuguard.gpusim.workload.cli import parse_args
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY, LatencyMetrics
 from gpuguard.labels import LabelError
 from gpuguard.slo import SloDeclaration, declaration, le_spellings, unit_per_second
-from tests.support.reference_collector import GpuguardCollector
 from tests.unit.exporter_fakes import GIB, NO_POD, cid, sample, three_container_poller
 
 VLLM = "vllm:e2e_request_latency_seconds"
@@ -45,6 +45,26 @@ def test_slo_metric_names(name: str) -> None:
 def test_slo_metric_names_refused(name: str, why: str) -> None:
     with pytest.raises(LabelError, match=why):
         labels.parse_slo_metric(name)
+
+
+def test_the_documented_metric_form_is_a_kubernetes_label_value_and_the_same_slo() -> None:
+    """On a pod the histogram is named with `_` for `:` (a label value may hold no `:`):
+    the same declaration as the name with its colon, down to the series the rules match."""
+    from tests.support.kubelabels import is_label_key, is_label_value
+
+    documented = VLLM.replace(":", "_")
+    assert is_label_value(documented) and not is_label_value(VLLM)
+    declared = {}
+    for name in (VLLM, documented):
+        slo, errors = declaration({labels.SLO_METRIC: name, labels.SLO_TARGET: "500ms"})
+        assert errors == () and slo is not None
+        declared[name] = (slo.series_name, slo.per_second, slo.bucket_bounds)
+    assert declared[VLLM] == declared[documented] == (documented, 1.0, ("0.5",))
+    # every label gpuguard reads is a valid key, and the objective's valid value is 0.99
+    names = [labels.DEADLINE, labels.MANAGED, labels.ROLE, labels.TASK, labels.CLASS,
+             *labels.SLO_LABELS, labels.CONTAINER]  # fmt: skip
+    assert all(is_label_key(name) for name in names)
+    assert is_label_value("0.99") and not is_label_value("99%")
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.lease import GUARD_LEASE
+from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.alertmanager import AlertmanagerService
 from gpuguard.demo.stack.appimage import ensure_app_image
 from gpuguard.demo.stack.dockerd import PrivateDockerd, shutdown_engine

@@ -1,115 +1,19 @@
-"""Run Prometheus on 127.0.0.1 with a configuration rendered from ``deploy/prometheus/``.
-
-The files in ``deploy/prometheus/`` are the one source of gpuguard's Prometheus setup; the
-demo, the integration tests and the benchmarks render them with their own targets and ports
-instead of keeping copies.
-"""
+"""Run Prometheus on 127.0.0.1 with a configuration rendered from ``deploy/prometheus/``
+(``gpuguard/deployconfig.py`` renders it with the stack's own targets and ports)."""
 
 from __future__ import annotations
 
-import copy
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
-from gpuguard import resources
 from gpuguard.demo.stack.process import ConfiguredHttpService, ServiceError
+from gpuguard.deployconfig import Targets, render_prometheus_config
 
-PROMETHEUS_DEPLOY_DIR = resources.PROMETHEUS_DIR
-PROFILES = {"default": "prometheus.yml", "fast": "prometheus-fast.yml"}
-EXPORTER_JOB = "gpuguard-exporter"
-ACTUATOR_JOB = "gpuguard-actuator"
-GUARD_JOB = "gpuguard-guard"
-#: tenants' own latency histograms, discovered through Docker (their SLOs)
-TENANTS_JOB = "gpuguard-tenants"
 LISTEN_HOST = "127.0.0.1"
-
-# A list of "host:port" targets, or a mapping "host:port" -> node name; the node name becomes
-# the target label `node`, so the `up` series of an exporter says which node it serves.
-Targets = Sequence[str] | Mapping[str, str]
-
-
-def render_prometheus_config(
-    *,
-    profile: str = "fast",
-    exporters: Targets = ("127.0.0.1:10835",),
-    actuators: Targets = ("127.0.0.1:10836",),
-    alertmanagers: Sequence[str] = ("127.0.0.1:9093",),
-    rule_files: Sequence[Path] | None = None,
-    external_labels: Mapping[str, str] | None = None,
-    deploy_dir: Path = PROMETHEUS_DEPLOY_DIR,
-    guards: Targets = (),
-    tenant_engines: Sequence[str] = (),
-    scrape_http_config: Mapping[str, Any] | None = None,
-) -> str:
-    """The profile's config file with these targets; rule file paths made absolute.
-
-    An empty target list drops that job (or, for ``alertmanagers``, the alerting section);
-    the guards' job is dropped unless ``guards`` are given (a stack without guards would
-    otherwise raise ``GpuguardGuardMissing``).
-    ``external_labels`` (e.g. ``grafana_url``, which the alerts' links use) are added.
-    ``tenant_engines``: Docker engine URLs (``unix:///.../docker.sock``) whose containers
-    the tenants' job discovers, one ``docker_sd_configs`` entry each; none drops the job.
-    ``scrape_http_config`` (``scheme``, ``tls_config``, ``basic_auth``: the commented https
-    variant in the deploy file) goes into the exporters' and actuators' jobs, for gpuguard
-    servers behind ``--web.config.file`` (the guard, loopback only, has none).
-    """
-    try:
-        source = deploy_dir / PROFILES[profile]
-    except KeyError:
-        raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}") from None
-    config: dict[str, Any] = yaml.safe_load(source.read_text())
-    if external_labels:
-        config["global"]["external_labels"] = dict(external_labels)
-    if rule_files is None:
-        config["rule_files"] = [
-            str((source.parent / pattern).resolve()) for pattern in config.get("rule_files", [])
-        ]
-    else:
-        config["rule_files"] = [str(Path(path).resolve()) for path in rule_files]
-    jobs = {EXPORTER_JOB: exporters, ACTUATOR_JOB: actuators, GUARD_JOB: guards}
-    scrape_configs = []
-    for job in config.get("scrape_configs", []):
-        if job["job_name"] == TENANTS_JOB:
-            if tenant_engines:
-                template = job["docker_sd_configs"][0]
-                job["docker_sd_configs"] = [
-                    {**copy.deepcopy(template), "host": url} for url in tenant_engines
-                ]
-                scrape_configs.append(job)
-            continue
-        targets = jobs.get(job["job_name"])
-        if targets is not None:
-            if not targets:
-                continue
-            job["static_configs"] = _static_configs(targets)
-            if job["job_name"] != GUARD_JOB:  # the guard has no web config
-                job.update(copy.deepcopy(dict(scrape_http_config or {})))
-        scrape_configs.append(job)
-    wanted = set(jobs) | ({TENANTS_JOB} if tenant_engines else set())
-    missing = wanted - {job["job_name"] for job in config.get("scrape_configs", [])}
-    if missing:
-        raise ValueError(f"{source} lacks the scrape jobs {sorted(missing)}")
-    config["scrape_configs"] = scrape_configs
-    if alertmanagers:
-        manager = copy.deepcopy(config["alerting"]["alertmanagers"][0])
-        manager["static_configs"] = [{"targets": list(alertmanagers)}]
-        config["alerting"]["alertmanagers"] = [manager]
-    else:
-        config.pop("alerting", None)
-    return yaml.safe_dump(config, sort_keys=False)
-
-
-def _static_configs(targets: Targets) -> list[dict[str, Any]]:
-    if isinstance(targets, Mapping):
-        return [
-            {"targets": [address], "labels": {"node": node}} for address, node in targets.items()
-        ]
-    return [{"targets": list(targets)}]
 
 
 class PrometheusService(ConfiguredHttpService):

@@ -1,6 +1,6 @@
 """Carry pause/unpause out on Docker: idempotent, journalled first, audited, retried.
 
-* A pause freezes the container through its cgroup (``actuator.freezer``: about 1 ms) and is
+* A pause freezes the container through its cgroup (``freezer``: about 1 ms) and is
   done; then, in the background, the frozen container is handed to Docker (``docker pause``,
   through ``ContainerFreezer.handover``: runc refuses to pause a cgroup that is already
   frozen), so ``docker ps``/``inspect`` show it paused and an operator's ``docker unpause``
@@ -43,18 +43,24 @@ import docker.errors
 import requests
 
 from gpuguard import labels
+from gpuguard.actuator.admission.freezer import (
+    THAWED,
+    Cgroup,
+    CgroupGone,
+    ContainerFreezer,
+    FreezerError,
+)
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
-from gpuguard.actuator.freezer import THAWED, Cgroup, CgroupGone, ContainerFreezer, FreezerError
-from gpuguard.actuator.journal import Journal, PausedEntry
-from gpuguard.actuator.policy import PAUSE, UNPAUSE, Action
+from gpuguard.actuator.safety.journal import Journal, PausedEntry
 from gpuguard.contract import (
     ADMITTING_REASONS,
     COMPONENT_ROLES,
-    ActionKind,
-    ActionReason,
     Result,
     SkipReason,
+    StepReason,
+    Verb,
 )
 
 log = logging.getLogger("gpuguard.actuator")
@@ -90,7 +96,7 @@ def docker_api(url: str | None) -> Any:
 class Outcome:
     """What became of one action."""
 
-    action: ActionKind
+    action: Verb
     result: Result
     container_id: str
     skip_reason: SkipReason | None = None
@@ -161,7 +167,7 @@ class DockerExecutor:
         self._handover_pool: ThreadPoolExecutor | None = None
 
     def execute_many(
-        self, actions: Sequence[Action], trigger: str, pool: ThreadPoolExecutor
+        self, actions: Sequence[Step], trigger: str, pool: ThreadPoolExecutor
     ) -> list[Outcome]:
         """Several actions in parallel; the pauses' intents are journalled in one write first.
 
@@ -171,7 +177,7 @@ class DockerExecutor:
         entries = [
             PausedEntry(a.container_id, a.container, a.task_id, a.gpu, time.time(), a.reason)
             for a in actions
-            if a.kind == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
+            if a.verb == PAUSE and a.container_id not in self.journal.paused and not self.dry_run
         ]
         if entries:
             self.journal.will_pause_many(entries, durable=self.freezer is None)
@@ -191,7 +197,7 @@ class DockerExecutor:
         )
 
     def execute(
-        self, action: Action, trigger: str, journalled: bool = False, frozen: _Frozen | None = None
+        self, action: Step, trigger: str, journalled: bool = False, frozen: _Frozen | None = None
     ) -> Outcome:
         """Carry out one policy action; never raises for Docker errors.
 
@@ -200,14 +206,14 @@ class DockerExecutor:
         """
         # Whatever comes next for a container, its hand-over to Docker comes first (an
         # unpause drops one not yet begun: thawing the cgroup is then all there is to do).
-        self._settle(action.container_id, cancel=action.kind == UNPAUSE)
+        self._settle(action.container_id, cancel=action.verb == UNPAUSE)
         started = time.time() if frozen is None else frozen.asked_at
-        if action.kind == PAUSE:
+        if action.verb == PAUSE:
             outcome = self._pause(action, started, journalled, frozen)
-        elif action.kind == UNPAUSE:
+        elif action.verb == UNPAUSE:
             outcome = self._unpause(action, started)
         else:  # pragma: no cover - the policy only makes these two
-            raise ValueError(f"unknown action {action.kind!r}")
+            raise ValueError(f"unknown action {action.verb!r}")
         self.audit.write(
             "action",
             trigger=trigger,
@@ -229,7 +235,7 @@ class DockerExecutor:
         return outcome
 
     def _pause(
-        self, action: Action, started: float, journalled: bool, frozen: _Frozen | None
+        self, action: Step, started: float, journalled: bool, frozen: _Frozen | None
     ) -> Outcome:
         cid = action.container_id
         if frozen is None and not self.dry_run and self._vetted_cgroup(cid) is not None:
@@ -257,7 +263,7 @@ class DockerExecutor:
             self.journal.released(action.container_id)
         return outcome
 
-    def _try_pause(self, action: Action, started: float, journalled: bool) -> Outcome:
+    def _try_pause(self, action: Step, started: float, journalled: bool) -> Outcome:
         cid = action.container_id
         try:
             info = self._call(lambda: self.api.inspect_container(cid))
@@ -448,7 +454,7 @@ class DockerExecutor:
             frozen[cid] = _Frozen(cgroup, asked_at, time.time(), took_ms)
         return frozen
 
-    def _frozen(self, action: Action, started: float, frozen: _Frozen) -> Outcome:
+    def _frozen(self, action: Step, started: float, frozen: _Frozen) -> Outcome:
         """The pause is done (the container is frozen); Docker is told in the background.
 
         ``docker pause`` costs 13-100 ms of runc per container: the decision does not wait
@@ -494,7 +500,7 @@ class DockerExecutor:
             if not future.cancelled():
                 future.result()
 
-    def _hand_to_docker(self, action: Action, frozen: _Frozen) -> None:
+    def _hand_to_docker(self, action: Step, frozen: _Frozen) -> None:
         """The container is frozen: let Docker pause it too, so its state says so."""
         assert self.freezer is not None
         cid = action.container_id
@@ -557,7 +563,7 @@ class DockerExecutor:
         except (FreezerError, docker.errors.APIError):
             return False
 
-    def _unpause(self, action: Action, started: float) -> Outcome:
+    def _unpause(self, action: Step, started: float) -> Outcome:
         cid = action.container_id
         admitted = action.reason in ADMITTING_REASONS
         if self.dry_run:
@@ -629,7 +635,7 @@ class DockerExecutor:
 
     @staticmethod
     def _done(
-        action: Action,
+        action: Step,
         started: float,
         result: Result,
         skip_reason: SkipReason | None,
@@ -637,7 +643,7 @@ class DockerExecutor:
         docker_down: bool = False,
     ) -> Outcome:
         return Outcome(
-            action=action.kind,
+            action=action.verb,
             result=result,
             container_id=action.container_id,
             skip_reason=skip_reason,
@@ -738,10 +744,10 @@ def resume_managed_paused(
             continue  # running and nothing held: not one of the pauses undone here
         audit.write(
             "action",
-            action=ActionKind.UNPAUSE,
+            action=Verb.UNPAUSE,
             result=result,
             container_id=cid,
-            reason=ActionReason.JOURNAL_LOST,
+            reason=StepReason.JOURNAL_LOST,
             detail=detail,
         )
         if result == Result.OK:

@@ -2,8 +2,8 @@
 
 Bursts, idle and slow-loris connections, long-poll followers and unauthenticated senders of
 big bodies, each bounded in count and time; and what ``/proc`` says about a server process
-(threads, RSS, CPU time). Used by ``bench/http_load.py`` and the integration tests; never
-imported by gpuguard.
+(threads, RSS, CPU time). Used by ``bench/http_load.py`` and the integration tests; part of
+the harness, never imported by the runtime.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every change is written before the action it describes is taken (write a temporary file,
 fsync it, ``os.replace`` it over the journal, fsync the directory), so after a ``kill -9``
 the journal names every container the actuator may have frozen. The guard
-(``actuator.guard``) and the next start (``plan_reconcile``) read it to resume them.
+(``actuator.guard.program``) and the next start (``plan_reconcile``) read it to resume them.
 
 A pause intent is the one exception to the order, not to the record: it is replaced over the
 journal (``durable=False``: every other process, the guard included, reads it from then on)
@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import files
-from gpuguard.actuator.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
-from gpuguard.actuator.pauseclock import PauseClock, host_clock
-from gpuguard.actuator.policy import Ledger
-from gpuguard.contract import ActionReason
+from gpuguard.actuator.admission.policy.types import Ledger
+from gpuguard.actuator.safety.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
+from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
+from gpuguard.contract import StepReason
 
 __all__ = ["FORMAT_VERSION", "Journal", "JournalContent", "JournalCorrupt", "PausedEntry"]
 
@@ -126,7 +126,7 @@ class Journal:
                 # judged on the boot clock: a step of the wall clock moves no pause's start
                 paused={cid: self.clock.started_at(e) for cid, e in self.paused.items()},
                 yielded={
-                    cid: e.gpu for cid, e in self.paused.items() if e.reason == ActionReason.YIELD
+                    cid: e.gpu for cid, e in self.paused.items() if e.reason == StepReason.YIELD
                 },
                 admitted=dict(self.admitted),
                 exempt_tasks=frozenset(self.exempt_tasks),
@@ -339,7 +339,7 @@ def plan_reconcile(
             steps.append(ReconcileStep(cid, "unpause", "paused longer than --max-pause"))
         elif live_containers_with_tasks is None:
             steps.append(ReconcileStep(cid, "unpause", "exporter unavailable"))
-        elif cid not in live_containers_with_tasks and entry.reason == ActionReason.YIELD:
+        elif cid not in live_containers_with_tasks and entry.reason == StepReason.YIELD:
             # yielded between two tasks: the policy thaws it in its turn (or --max-yield)
             steps.append(ReconcileStep(cid, "keep", "yielded its GPU until its turn"))
         elif cid not in live_containers_with_tasks:

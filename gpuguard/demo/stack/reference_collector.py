@@ -4,7 +4,8 @@ reference for the exporter's own ``TextRenderer``.
 A custom collector whose ``collect()`` builds fresh metric families from the newest
 ``PollSnapshot`` on every scrape, and whose ``describe()`` lists them without reading
 anything. ``generate_latest`` over it must give the same exposition as ``TextRenderer``
-(tests/unit/test_collector.py); bench/exporter_cost.py times both.
+(tests/unit/test_collector.py); bench/exporter_cost.py times both. Part of the harness, never
+imported by the runtime.
 """
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ import logging
 import time
 from collections.abc import Callable
 
+from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.policy.types import UNPAUSE, Decision, Step
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.errors import DockerUnavailable
-from gpuguard.actuator.executor import DockerExecutor, resume_managed_paused
-from gpuguard.actuator.journal import Journal, plan_reconcile
-from gpuguard.actuator.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.safety.journal import Journal, plan_reconcile
 from gpuguard.actuator.state import ExporterState
-from gpuguard.contract import ActionReason, TriggerSource
+from gpuguard.contract import StepReason, TriggerSource
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -64,11 +64,11 @@ class Reconciler:
             log.warning("%s paused longer than --max-pause: resuming it for good", entry.name)
             if entry.task_id:
                 self.journal.exempt(entry.task_id, now)
-            action = Action(
+            action = Step(
                 UNPAUSE,
                 entry.container_id,
                 entry.name,
-                ActionReason.MAX_PAUSE,
+                StepReason.MAX_PAUSE,
                 entry.gpu,
                 entry.task_id,
             )
@@ -108,11 +108,11 @@ class Reconciler:
         for step in steps:
             if step.verdict == "unpause":
                 entry = self.journal.paused[step.container_id]
-                action = Action(
+                action = Step(
                     UNPAUSE,
                     entry.container_id,
                     entry.name,
-                    ActionReason.RECONCILE,
+                    StepReason.RECONCILE,
                     entry.gpu,
                     entry.task_id,
                 )

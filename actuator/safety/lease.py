@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuguard import files
 
-ACTUATOR_LEASE = "actuator.lease"
+ACTUATOR_LEASE = "actuator.safety.lease"
 GUARD_LEASE = "guard.lease"
 
 

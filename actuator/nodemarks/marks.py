@@ -17,12 +17,12 @@ from typing import Any
 
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.journal import Journal
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodes import NodeList, NodeMarker
+from gpuguard.actuator.nodemarks.nodelist import NodeList, NodeMarker
 from gpuguard.actuator.report import Report
+from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.webhook import WebhookMessage
-from gpuguard.contract import ActionKind, NodeListExecutor, Result
+from gpuguard.contract import NodeListExecutor, Result, Verb
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -97,7 +97,7 @@ class NodeMarks:
         if self._applied_provisionable is None and want and self.swarm_node_id() is None:
             self._applied_provisionable = want  # nothing to undo: no swarm, never marked
             return report
-        kind = ActionKind.UNMARK_NODE if want else ActionKind.MARK_NODE
+        kind = Verb.UNMARK_NODE if want else Verb.MARK_NODE
         result, detail = self._swarm_apply(want)
         if result == Result.FAILED:
             report.docker_down = True

@@ -36,19 +36,19 @@ from typing import Any
 import docker.errors
 
 from gpuguard import flags
-from gpuguard.actuator import lease
-from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import containerd_address, engine_url, host_path, private_state_dir
-from gpuguard.actuator.containerd_engine import engine_api
-from gpuguard.actuator.errors import ConfigError, DockerUnavailable
-from gpuguard.actuator.executor import (
+from gpuguard.actuator.admission.executor import (
     docker_call,
     resume_container,
     resume_managed_paused,
 )
-from gpuguard.actuator.freezer import ContainerFreezer
-from gpuguard.actuator.guardmetrics import Seen, guard_server
-from gpuguard.actuator.journal import (
+from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
+from gpuguard.actuator.config import containerd_address, engine_url, host_path, private_state_dir
+from gpuguard.actuator.containerd_engine import engine_api
+from gpuguard.actuator.errors import ConfigError, DockerUnavailable
+from gpuguard.actuator.guard.metrics import Seen, guard_server
+from gpuguard.actuator.safety import lease
+from gpuguard.actuator.safety.journal import (
     JOURNAL_FILE,
     Journal,
     JournalContent,
@@ -58,7 +58,7 @@ from gpuguard.actuator.journal import (
     load,
     set_aside,
 )
-from gpuguard.actuator.pauseclock import PauseClock, host_clock
+from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
 from gpuguard.flags import Flag
 from gpuguard.web import webconfig
 from gpuguard.web.webconfig import WebConfig, WebConfigWatcher

@@ -21,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuguard import files
-from gpuguard.actuator.journaldoc import PausedEntry
-from gpuguard.actuator.lease import boottime
+from gpuguard.actuator.safety.journaldoc import PausedEntry
+from gpuguard.actuator.safety.lease import boottime
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 

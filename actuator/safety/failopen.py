@@ -18,12 +18,12 @@ import logging
 import time
 from collections.abc import Mapping
 
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.journal import PausedEntry
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.policy import UNPAUSE, Action, Decision
+from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import Alert
-from gpuguard.contract import ActionReason
+from gpuguard.contract import SkipReason, StepReason
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -139,8 +139,19 @@ class FailOpen:
         if paused:
             log.warning("resuming %d container(s) this actuator paused: %s", len(paused), why)
         self.audit.write("resume_all", why=why, containers=[e.container_id for e in paused])
-        actions = [
-            Action(UNPAUSE, e.container_id, e.name, ActionReason.RESUME_ALL, e.gpu, e.task_id)
+        steps = [
+            Step(UNPAUSE, e.container_id, e.name, StepReason.RESUME_ALL, e.gpu, e.task_id)
             for e in paused
         ]
-        return Decision(tuple(actions))
+        return Decision(tuple(steps))
+
+
+def without_pauses(decision: Decision) -> Decision:
+    """While failing open: the decision's unpauses stand, its pauses become skips."""
+    held = tuple(
+        Skip(SkipReason.FAIL_OPEN, "failing open", s.container_id, s.task_id, s.gpu)
+        for s in decision.steps
+        if s.verb == PAUSE
+    )
+    kept = tuple(s for s in decision.steps if s.verb != PAUSE)
+    return Decision(kept, decision.skips + held)

@@ -2,7 +2,7 @@
 
 What a dockerd stuck on a dead storage driver or a wedged containerd looks like to a
 client: the connect succeeds, the request is sent, no reply ever comes. Used by the fault
-tests and ``bench/faults.py``; never imported by gpuguard.
+tests and ``bench/faults.py``; part of the harness, never imported by the runtime.
 """
 
 from __future__ import annotations

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuguard.actuator.policy import (
+from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     REPEAT_GAP_S,
     UNPAUSE,
-    Action,
     Decision,
     PolicyConfig,
     Recent,
+    Step,
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
-from gpuguard.contract import PRE_KERNEL, ActionReason, Phase, Result
+from gpuguard.contract import PRE_KERNEL, Phase, Result, StepReason
 
 _DONE = (Result.OK, Result.ALREADY)
 #: a freeze this soon after a ``realtime_idle`` thaw (in holds) lengthens the hold: the
@@ -129,19 +129,17 @@ class RecentHistory:
             straight_on=self._straight_on,
         )
 
-    def observe(
-        self, decision: Decision, done: Sequence[tuple[Action, Result]], now: float
-    ) -> None:
-        """Record a decision and what became of its actions."""
+    def observe(self, decision: Decision, done: Sequence[tuple[Step, Result]], now: float) -> None:
+        """Record a decision and what became of its steps."""
         for device in decision.realtime_devices:
             self._realtime_seen[device] = now
-        for action, result in done:
+        for step, result in done:
             if result not in _DONE:
                 continue
-            if action.kind == PAUSE and action.reason == ActionReason.BEST_EFFORT:
-                self._frozen(action.container_id, now)
-            elif action.kind == UNPAUSE:
-                self._thawed(action.container_id, action.reason, now)
+            if step.verb == PAUSE and step.reason == StepReason.BEST_EFFORT:
+                self._frozen(step.container_id, now)
+            elif step.verb == UNPAUSE:
+                self._thawed(step.container_id, step.reason, now)
 
     def forget(self, alive: set[str]) -> None:
         """Drop containers that are gone."""
@@ -166,9 +164,9 @@ class RecentHistory:
         elif thawed is not None and now - thawed > CALM_HOLDS * hold:
             self._hold[cid] = max(base, hold / 2)
 
-    def _thawed(self, cid: str, reason: ActionReason, now: float) -> None:
+    def _thawed(self, cid: str, reason: StepReason, now: float) -> None:
         since = self._frozen_since.pop(cid, None)
         if since is not None:
             self._spans.setdefault(cid, []).append((since, now))
-        if reason == ActionReason.REALTIME_IDLE:
+        if reason == StepReason.REALTIME_IDLE:
             self._thawed_idle_at[cid] = now

@@ -1,24 +1,38 @@
-"""The actuator's strict parser of /api/v1/state, against what the exporter really writes."""
+"""The one reader of /api/v1/state (the actuator's and ``gpuguard ps``'s), against what the
+exporter really writes: a consumer-driven contract test of docs/interfaces.md section 3."""
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuguard.actuator.errors import StateError
-from gpuguard.actuator.state import parse_state
+from gpuguard.commands.ps import ps_rows
 from gpuguard.contract import Phase, PriorityClass, TaskMode
 from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample
 from gpuguard.exporter.state import state_json
+from gpuguard.statedoc import (
+    ClaimField,
+    ContainerField,
+    GpuField,
+    SloField,
+    StateError,
+    StateField,
+    TaskField,
+    parse_state,
+)
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
 
+REPO = Path(__file__).resolve().parents[2]
 
-def exporter_doc(tmp_path: Path) -> dict[str, Any]:
-    """The state document of a real poller: three containers, one MIG device."""
+
+def exporter_doc(tmp_path: Path, ended: bool = False) -> dict[str, Any]:
+    """The state document of a real poller: three containers, one MIG device; with ``ended``
+    one poll later, when the tasks have ended (then in ``recent``)."""
     backend, containers, poller = three_container_poller(tmp_path / "proc")
     rt, _, bad = containers.snapshot().values()
     containers.set(rt, container(2, "train", class_label=PriorityClass.BEST_EFFORT), bad)
@@ -28,6 +42,9 @@ def exporter_doc(tmp_path: Path) -> dict[str, Any]:
                        mig_index=2)  # fmt: skip
     backend.next = GpuSample(1.1, (*sample(1.1, {100: GIB}).devices, mig))
     snap = poller.poll_once()
+    if ended:
+        backend.next = sample(1.5, {})
+        snap = poller.poll_once()
     doc: dict[str, Any] = json.loads(json.dumps(state_json(snap)))  # through JSON, as served
     return doc
 
@@ -85,3 +102,48 @@ def test_requires_the_fields_admission_relies_on(tmp_path: Path, section: str, k
     del doc[section][0][key]
     with pytest.raises(StateError, match=f"{section}\\[0\\].{key} is missing"):
         parse_state(doc)
+
+
+def test_ps_reads_what_the_exporter_writes(tmp_path: Path) -> None:
+    rows = ps_rows(parse_state(exporter_doc(tmp_path)))
+    cells = ("CONTAINER ID", "DEADLINE", "GPU", "PHASE", "SLACK", "PAUSED")
+    # rt-1 computes; train's task on the MIG device shows its parent GPU; bad, with an
+    # invalid deadline label and no task, shows the GPUs it was given
+    assert {row["NAME"]: tuple(row[c] for c in cells) for row in rows} == {
+        "rt-1": (cid(1)[:12], "9s", "0", "computing", "+9.0s", "no"),
+        "train": (cid(2)[:12], "-", "1", "starting", "-", "no"),
+        "bad": (cid(3)[:12], "invalid", "0", "-", "-", "no"),
+    }
+
+
+def test_the_exporter_writes_the_named_fields_and_no_other(tmp_path: Path) -> None:
+    doc = exporter_doc(tmp_path, ended=True)
+    assert list(doc) == list(StateField.names())
+    assert doc["recent"] and not doc["tasks"]
+    (gpu,) = doc["gpus"]
+    assert list(gpu) == list(GpuField.names())
+    for one in doc["containers"]:
+        assert list(one) == list(ContainerField.names())
+    finished = TaskField.names()
+    running = tuple(n for n in finished if n not in ("ended_at", "run_s", "met_deadline"))
+    for task in doc["recent"]:
+        assert list(task) == list(finished)
+    assert list(exporter_doc(tmp_path / "running")["tasks"][0]) == list(running)
+
+
+def test_the_field_names_are_distinct_strings() -> None:
+    for fields in (StateField, GpuField, ContainerField, SloField, ClaimField, TaskField):
+        names = fields.names()
+        assert names and len(set(names)) == len(names), fields.__name__
+        assert all(re.fullmatch(r"[a-z_]+", name) for name in names), fields.__name__
+
+
+@pytest.mark.parametrize(
+    "fields", [StateField, GpuField, ContainerField, SloField, ClaimField, TaskField]
+)
+def test_interfaces_doc_shows_every_field(fields: type[StateField]) -> None:
+    text = (REPO / "docs" / "interfaces.md").read_text()
+    section = re.search(r"^### `GET /api/v1/state`.*?(?=^### )", text, re.S | re.M)
+    assert section, "docs/interfaces.md has no /api/v1/state section"
+    missing = [name for name in fields.names() if f'"{name}"' not in section.group(0)]
+    assert not missing, f"docs/interfaces.md's /api/v1/state lacks {missing}"

@@ -1,0 +1,214 @@
+"""Devices and gangs: each device's plan, and containers on several devices admitted on all
+or none.
+
+Each device (a whole GPU, or a MIG instance: its own queue) is decided on its own
+(``_plan_device``); a container wanted on several devices but kept on only some is held
+back from all of them and the devices decided again, the latest in queue order first, so
+the earliest always progresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuguard.actuator.admission.policy.admit import (
+    admit,
+    last_admitted,
+    memory_above_threshold,
+    must_run,
+    newcomers,
+    occupies,
+    saturated,
+)
+from gpuguard.actuator.admission.policy.order import queue_of
+from gpuguard.actuator.admission.policy.types import (
+    PAUSE,
+    UNPAUSE,
+    Ledger,
+    PolicyConfig,
+    Skip,
+    Step,
+)
+from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
+from gpuguard.actuator.admission.policy.yields import yields, yields_between
+from gpuguard.actuator.state import Container, DeviceKey, Gpu
+from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass, SkipReason, StepReason
+
+
+@dataclass(frozen=True)
+class Gangs:
+    """Containers on several devices held back from all of them, and the global order.
+
+    A held-back gang keeps its place: on its other devices nothing later in the global
+    order is admitted past it, or it would starve behind tasks that came after it.
+    """
+
+    held_back: set[str]
+    rank: Mapping[str, int]  # container -> position of its first task in queue order
+
+    def not_behind(
+        self, reserving: Sequence[TaskView], views: Sequence[TaskView]
+    ) -> list[TaskView]:
+        """``views`` that may be admitted past the held-back gangs ``reserving`` a place."""
+        if not reserving:
+            return list(views)
+        barrier = min(self.rank.get(v.cid or "", 0) for v in reserving)
+        return [v for v in views if v.blocker or self.rank.get(v.cid or "", 0) < barrier]
+
+
+@dataclass
+class DevicePlan:
+    """One device's decision."""
+
+    steps: list[Step]
+    skips: list[Skip]
+    kept: set[str]  # containers that run on this device
+    wanted: set[str]  # containers whose task here runs or waits (needs admission)
+    realtime_busy: set[str]  # real-time containers whose tasks run or wait here
+    due: list[float] = field(default_factory=list)  # when a quantum here falls due
+
+
+def plan_devices(
+    gpus: Sequence[Gpu],
+    queued: Sequence[TaskView],
+    best_effort: Sequence[TaskView],
+    now: float,
+    config: PolicyConfig,
+    ledger: Ledger,
+    straight_on: frozenset[str] = frozenset(),
+    between: Mapping[DeviceKey, Sequence[Container]] | None = None,
+) -> dict[DeviceKey, DevicePlan]:
+    """Decide every device; then hold back, one at a time, gangs not admitted everywhere."""
+    queues = {
+        g.key: queue_of([v for v in queued if v.task.device == g.key], config.order, now)
+        for g in gpus
+    }
+    be_busy = {v.task.device for v in best_effort if not v.paused and (v.task.sm_ratio or 0) > 0}
+    rank: dict[str, int] = {}
+    for position, view in enumerate(queue_of(queued, config.order, now)):
+        if view.cid is not None:
+            rank.setdefault(view.cid, position)
+    held_back: set[str] = set()
+    while True:
+        plans = {
+            g.key: _plan_device(
+                g,
+                queues[g.key],
+                now,
+                config,
+                ledger,
+                Gangs(held_back, rank),
+                g.key in be_busy,
+                straight_on,
+                (between or {}).get(g.key, ()),
+            )
+            for g in gpus
+        }
+        split = _split_gangs(plans) - held_back
+        if not split:
+            return plans
+        held_back.add(max(split, key=lambda cid: rank.get(cid, 0)))
+
+
+def _split_gangs(plans: Mapping[DeviceKey, DevicePlan]) -> set[str]:
+    """Containers that need several devices and are kept on some of them only."""
+    devices: dict[str, set[DeviceKey]] = {}
+    for key, plan in plans.items():
+        for cid in plan.wanted:
+            devices.setdefault(cid, set()).add(key)
+    split = set()
+    for cid, keys in devices.items():
+        kept = {key for key in keys if cid in plans[key].kept}
+        if len(keys) > 1 and kept and kept != keys:
+            split.add(cid)
+    return split
+
+
+def _plan_device(
+    gpu: Gpu,
+    queue: list[TaskView],
+    now: float,
+    config: PolicyConfig,
+    ledger: Ledger,
+    gangs: Gangs,
+    be_busy: bool,
+    straight_on: frozenset[str] = frozenset(),
+    between: Sequence[Container] = (),
+) -> DevicePlan:
+    """One device: what runs (in queue order, while it fits), what waits, and why."""
+    steps: list[Step] = []
+    skips: list[Skip] = []
+    counting = [v for v in queue if not v.paused and occupies(v, now, config)]
+    for v in queue:
+        if not v.paused and v.task.phase in PRE_KERNEL and v not in counting:
+            skips.append(
+                skip_for(v, SkipReason.INPUT_TIMEOUT, "no SM activity past --policy.input-timeout")
+            )
+    gang = [v for v in counting if v.cid in gangs.held_back and v.blocker is None]
+    steps += [step_for(PAUSE, v, StepReason.GANG) for v in gang]
+    live = [v for v in counting if v not in gang]
+    frozen_kernels = [
+        v for v in queue if (v.paused or v in gang) and v.task.phase == Phase.COMPUTING
+    ]
+    memory_high = memory_above_threshold(gpu, config)
+    last = last_admitted(live, ledger)
+    if memory_high and last is not None and last.task.phase in PRE_KERNEL and not last.blocker:
+        steps.append(step_for(PAUSE, last, StepReason.MEMORY_PRESSURE))
+        live.remove(last)
+        last = None
+    waiting = [v for v in queue if v.ours and v.blocker is None and v.cid not in gangs.held_back]
+    # Tasks that run whatever we do: those we may not pause, and (unless preempting)
+    # launched kernels; with preemption, the first in the queue, those admitted within
+    # their quantum and those whose preemption would be futile.
+    must, due = must_run(queue, live, waiting, now, config, skips)
+    # Saturation keeps waiters out only while what fills the device stays: with
+    # preemption, a holder that yields to a waiter does not.
+    staying = (
+        [*must, *(v for v in queue if not v.paused and v not in live)]
+        if config.preempt
+        else [v for v in queue if not v.paused]
+    )
+    busy = saturated(gpu, queue, be_busy, config) and any(
+        v.task.phase != Phase.DRAINING for v in staying
+    )
+    if last is not None and last.task.phase not in PRE_KERNEL:
+        last = None  # computing: its run quantum, not its admission, protects it
+    reserving = [v for v in queue if v.cid in gangs.held_back and (v in gang or v.ours)]
+    admissible = gangs.not_behind(reserving, [*live, *waiting])
+    pressure = memory_high or busy
+    keep = admit(queue, admissible, must, frozen_kernels, last, pressure, config.one_at_a_time)
+    preempted = [v for v in live if v not in keep and v.task.phase == Phase.COMPUTING]
+    if preempted:
+        # What a preempted holder already launched drains frozen: it occupies like any
+        # frozen kernel, so the waiters queue behind it instead of time-slicing beside it
+        # (one after another finishes both sooner, paper B).
+        frozen_kernels += preempted
+        admissible = [v for v in admissible if v not in preempted]
+        keep = admit(queue, admissible, must, frozen_kernels, last, pressure, config.one_at_a_time)
+    admitted = [v for v in keep if v.paused]
+    steps += [step_for(UNPAUSE, v, StepReason.ADMIT) for v in admitted]
+    # The first task admitted now, or still waiting (behind a frozen kernel, say): the one a
+    # holder that goes straight on makes way for as it drains.
+    waiter = next((v for v in queue if v in admitted or (v in waiting and v not in keep)), None)
+    if config.preempt and waiter is not None:
+        used = sum(v.share for v in [*keep, *frozen_kernels])
+        used += 0.0 if waiter in keep else waiter.share
+        room = 0.0 if config.one_at_a_time else FULL - used
+        fresh = now - config.preempt_quantum_s
+        steps += yields(queue, keep, waiter, straight_on, room, now, fresh, config.order)
+        steps += yields_between(between, waiter, gpu.index, room, now, config.order)
+    if waiting and memory_high and not any(step.verb == UNPAUSE for step in steps):
+        skips.append(Skip(SkipReason.MEMORY_PRESSURE, "GPU memory above threshold", gpu=gpu.index))
+    occupied = bool(keep or frozen_kernels or reserving) or busy
+    skips += newcomers(live, keep, [v for v in frozen_kernels if v not in preempted],
+                       occupied, steps)  # fmt: skip
+    needing = [*counting, *waiting, *frozen_kernels, *reserving]
+    return DevicePlan(
+        steps,
+        skips,
+        kept={v.cid for v in keep if v.cid is not None},
+        wanted={v.cid for v in [*counting, *waiting] if v.cid is not None and v.blocker is None},
+        realtime_busy={v.cid or "" for v in needing if v.klass == PriorityClass.REAL_TIME},
+        due=due,
+    )

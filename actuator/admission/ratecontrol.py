@@ -1,0 +1,147 @@
+"""Best-effort under rate control: how much of the time a best-effort container may run beside
+real-time work on its device, set by feedback. Pure.
+
+Why rate control and not detection: NVML samples a process about every 1/6 s, so a request
+shorter than that is never seen on its own, and a server's requests merge into one busy
+period. Freezing the best-effort container on seen activity then freezes it for as long as
+the server lives (dense traffic) or thaws it in the middle of a request (sparse traffic with
+a starvation guard). Instead, while real-time work is active on a device, each best-effort
+container there runs a duty cycle through the cgroup freezer (about 1 ms a freeze): within
+every ``period_s`` it runs for ``run_fraction`` of the period and is frozen for the rest,
+every best-effort container of the device in the same phase, so the real-time side meets one
+interferer at a time. The fraction is what feedback sets (TGS, NSDI '23, does the same for
+opportunistic jobs, from inside the container):
+
+* The signal is the real-time side's own: its latency SLO attainment where it declares one
+  (the tenant's histogram, ``rules/``), as an error normalised to the objective's error
+  budget: ``(objective - attainment) / (1 - objective)`` (0 on target, -1 with every request
+  in time, +1 with twice the budget missed). Several real-time containers on a device: the
+  worst one governs.
+* The law is integral control with a dead band: ``run_fraction -= gain * error`` per control
+  step, slewed to ``max_step`` and clamped to ``[floor, 1]``. Why this law: the plant
+  (attainment as a function of the best-effort run fraction) is static and monotone, more
+  running never helps the real-time side, so an integral controller with ``gain`` below the
+  reciprocal of the plant's slope converges without overshoot (each correction is smaller
+  than the error that caused it), and ends at the largest run fraction that keeps the
+  objective: best-effort gets everything real-time can spare. The dead band keeps sampling
+  noise from moving it (no chatter); backing off is faster than probing (``gain_up`` <
+  ``gain``), since a miss costs a tenant and a lost step costs only throughput.
+* A signal older than ``stale_after_s`` (Prometheus down, the tenant stopped exporting) is
+  not believed: the fraction steps down to the floor, the side safe for real-time work.
+* The floor is the starvation guard: a best-effort container runs at least ``floor`` of
+  every period, whatever the signal says.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RateStep(StrEnum):
+    """What one control step did, and why (audit and metrics)."""
+
+    UP = "up"  # the real-time side has room: best-effort runs more
+    DOWN = "down"  # it suffers past its objective: best-effort runs less
+    HOLD = "hold"  # within the dead band
+    STALE = "stale"  # no fresh signal: towards the floor
+    #: no real-time signal is declared: the configured run fraction, unchanged
+    OPEN_LOOP = "open_loop"
+
+
+@dataclass(frozen=True)
+class RateLaw:
+    """The controller's knobs (``--besteffort.*``)."""
+
+    period_s: float = 1.0
+    #: least run fraction of a best-effort container beside active real-time work
+    floor: float = 0.1
+    #: run fraction without any real-time signal (open loop), and where control starts
+    initial: float = 0.1
+    #: run-fraction change per unit of normalised error, backing off ...
+    gain: float = 0.2
+    #: ... and probing upwards (smaller: a miss costs more than a lost step)
+    gain_up: float = 0.05
+    #: errors within this are noise
+    deadband: float = 0.1
+    max_step: float = 0.2
+    stale_after_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.floor <= self.initial <= 1:
+            raise ValueError("need 0 <= floor <= initial <= 1")
+        if self.period_s <= 0 or self.stale_after_s <= 0:
+            raise ValueError("period and staleness must be positive")
+        if min(self.gain, self.gain_up, self.deadband, self.max_step) < 0:
+            raise ValueError("gains, dead band and step must not be negative")
+
+
+@dataclass(frozen=True)
+class SloReading:
+    """One real-time container's SLO attainment on a device, as measured."""
+
+    attainment: float  # share of requests within the target, over the rule's window
+    objective: float  # the tenant's declared objective, e.g. 0.99
+    measured_at: float  # wall time of the evaluation
+
+    def error(self) -> float:
+        """Normalised to the error budget: 0 on target, -1 all in time, clipped at +5."""
+        budget = max(1 - self.objective, 1e-3)
+        return max(-1.0, min(5.0, (self.objective - self.attainment) / budget))
+
+
+def worst_error(readings: Iterable[SloReading], now: float, law: RateLaw) -> float | None:
+    """The governing error of a device's fresh readings, or None where none is fresh."""
+    fresh = [
+        r.error()
+        for r in readings
+        if now - r.measured_at <= law.stale_after_s and math.isfinite(r.attainment)
+    ]
+    return max(fresh) if fresh else None
+
+
+def next_run_fraction(
+    current: float, error: float | None, declared: bool, law: RateLaw
+) -> tuple[float, RateStep]:
+    """One control step: the next run fraction from the current one and the device's error.
+
+    ``declared``: some real-time container on the device declares an SLO; without one there
+    is nothing to control on, and the fraction is the configured one (open loop).
+    """
+    if not declared:
+        return law.initial, RateStep.OPEN_LOOP
+    if error is None:
+        return max(law.floor, current - law.max_step), RateStep.STALE
+    if abs(error) <= law.deadband:
+        return _clamp(current, law), RateStep.HOLD
+    gain = law.gain if error > 0 else law.gain_up
+    step = max(-law.max_step, min(law.max_step, -gain * error))
+    return _clamp(current + step, law), RateStep.DOWN if step < 0 else RateStep.UP
+
+
+def _clamp(fraction: float, law: RateLaw) -> float:
+    return max(law.floor, min(1.0, fraction))
+
+
+@dataclass(frozen=True)
+class DutyCycle:
+    """A device's duty cycle: periods start at ``phase`` (wall time), each running first."""
+
+    run_fraction: float
+    period_s: float
+    phase: float
+
+    def frozen_at(self, now: float) -> bool:
+        """Whether best-effort work on the device is to be frozen at ``now``."""
+        if self.run_fraction >= 1:
+            return False
+        into = (now - self.phase) % self.period_s
+        return into >= self.run_fraction * self.period_s
+
+    def next_switch(self, now: float) -> float:
+        """The next moment ``frozen_at`` changes (for the controller's timer)."""
+        start = now - (now - self.phase) % self.period_s
+        run_end = start + self.run_fraction * self.period_s
+        return run_end if now < run_end else start + self.period_s

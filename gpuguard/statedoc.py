@@ -1,0 +1,429 @@
+"""The exporter's ``/api/v1/state`` and ``/api/v1/events`` (docs/interfaces.md section 3).
+
+The field names are defined here once: the exporter writes them (``exporter/state.py``) and
+one typed reader parses them, for the actuator and for ``gpuguard ps``. Parsing is pure and
+strict on the fields its readers rely on; extra fields are ignored so the exporter may grow.
+The actuator fetches the documents with its ``ExporterClient``, ``gpuguard ps`` with a GET.
+
+The names are plain ``str`` class attributes, not ``StrEnum`` members: the exporter builds
+the document on every poll, and ``json`` writes exact ``str`` keys twice as fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from gpuguard.contract import RUNNING_PHASES, Phase, PriorityClass, TaskMode
+
+PHASES = RUNNING_PHASES
+_E = TypeVar("_E", Phase, TaskMode, PriorityClass)
+
+#: One admission queue: a whole GPU ``(index, None)`` or one MIG instance ``(index, mig)``.
+DeviceKey = tuple[int, int | None]
+
+
+class StateError(Exception):
+    """The exporter's document does not follow docs/interfaces.md section 3."""
+
+
+class _Fields:
+    """The field names of one object of the document, as class attributes."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every field name, in the order the exporter writes them."""
+        return tuple(v for k, v in vars(cls).items() if k.isupper() and isinstance(v, str))
+
+
+class StateField(_Fields):
+    """The state document itself."""
+
+    NODE: Final = "node"
+    SEQ: Final = "seq"  # sequence number of the newest event
+    TIMESTAMP: Final = "timestamp"
+    POLL_INTERVAL_S: Final = "poll_interval_s"
+    SOURCES: Final = "sources"
+    GPUS: Final = "gpus"
+    CONTAINERS: Final = "containers"
+    TASKS: Final = "tasks"  # running tasks, in queue order
+    RECENT: Final = "recent"  # the last finished tasks
+    NODE_RECORD: Final = "node_record"  # gpuguard/noderecord.py's own fields
+
+
+class GpuField(_Fields):
+    """One device of ``gpus``."""
+
+    INDEX: Final = "index"
+    MIG_INDEX: Final = "mig_index"
+    UUID: Final = "uuid"
+    NAME: Final = "name"
+    MEMORY_TOTAL_BYTES: Final = "memory_total_bytes"
+    MEMORY_USED_BYTES: Final = "memory_used_bytes"
+    UTILIZATION_RATIO: Final = "utilization_ratio"
+    SM_RATIO: Final = "sm_ratio"
+
+
+class ContainerField(_Fields):
+    """One container of ``containers``."""
+
+    ID: Final = "id"
+    NAME: Final = "name"
+    IMAGE: Final = "image"
+    COMMAND: Final = "command"  # the program alone, never its arguments
+    STATE: Final = "state"
+    PAUSED: Final = "paused"
+    MANAGED: Final = "managed"
+    DEADLINE_S: Final = "deadline_s"
+    DEADLINE_ERROR: Final = "deadline_error"
+    GPUS: Final = "gpus"
+    ROLE: Final = "role"
+    TASK_MODE: Final = "task_mode"
+    TASK_MODE_ERROR: Final = "task_mode_error"
+    CLASS: Final = "class"
+    CLASS_ERROR: Final = "class_error"
+    DEMAND_SM_RATIO: Final = "demand_sm_ratio"
+    TYPICAL_RUN_S: Final = "typical_run_s"
+    SLO: Final = "slo"
+    NAMESPACE: Final = "namespace"
+    POD: Final = "pod"
+    POD_UID: Final = "pod_uid"
+    CLAIMS_REJECTED: Final = "claims_rejected"
+    DEADLINE_VOUCHED: Final = "deadline_vouched"
+
+
+class SloField(_Fields):
+    """A container's ``slo``."""
+
+    METRIC: Final = "metric"
+    TARGET_S: Final = "target_s"
+    OBJECTIVE: Final = "objective"
+    PORT: Final = "port"
+
+
+class ClaimField(_Fields):
+    """One entry of a container's ``claims_rejected``."""
+
+    LABEL: Final = "label"
+    WHY: Final = "why"
+
+
+class TaskField(_Fields):
+    """One task of ``tasks`` or ``recent``."""
+
+    TASK_ID: Final = "task_id"
+    CONTAINER_ID: Final = "container_id"
+    CONTAINER: Final = "container"
+    PID: Final = "pid"
+    GPU: Final = "gpu"
+    MIG_INDEX: Final = "mig_index"
+    MODE: Final = "mode"
+    PHASE: Final = "phase"
+    STARTED_AT: Final = "started_at"
+    PROC_START_TICKS: Final = "proc_start_ticks"
+    ELAPSED_S: Final = "elapsed_s"
+    MEMORY_BYTES: Final = "memory_bytes"
+    SM_RATIO: Final = "sm_ratio"
+    DEADLINE_S: Final = "deadline_s"
+    ABSOLUTE_DEADLINE: Final = "absolute_deadline"
+    SLACK_S: Final = "slack_s"
+    OVERRUN: Final = "overrun"
+    BOUNDARY: Final = "boundary"
+    PAUSED: Final = "paused"
+    # finished tasks (``recent``) only
+    ENDED_AT: Final = "ended_at"
+    RUN_S: Final = "run_s"
+    MET_DEADLINE: Final = "met_deadline"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    utilization_ratio: float | None
+    mig_index: int | None = None
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.index, self.mig_index)
+
+
+@dataclass(frozen=True)
+class Container:
+    id: str
+    name: str
+    paused: bool
+    managed: bool
+    role: str | None
+    deadline_s: float | None
+    task_mode: TaskMode = TaskMode.BURST
+    priority_class: PriorityClass = PriorityClass.NORMAL
+    gpus: tuple[str, ...] = ()
+    #: expected SM share of its tasks while computing; None: not learnt yet
+    demand_sm_ratio: float | None = None
+    #: a task's typical run time (exact task boundaries only); None: not learnt yet
+    typical_run_s: float | None = None
+    image: str = ""
+    state: str = "running"
+    #: its program, never its arguments ("" when unknown)
+    command: str = ""
+    #: why its ``gpuguard.deadline`` label was ignored; None: no label, or a valid one
+    deadline_error: str | None = None
+    #: Kubernetes identity (containerd source); None on a Docker host
+    namespace: str | None = None
+    pod: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A running GPU task; ``container_id`` is None for a process in no container."""
+
+    task_id: str
+    container_id: str | None
+    container: str | None
+    pid: int
+    gpu: int
+    phase: Phase
+    started_at: float
+    elapsed_s: float
+    memory_bytes: int | None
+    sm_ratio: float | None
+    deadline_s: float | None
+    absolute_deadline: float | None
+    paused: bool
+    mig_index: int | None = None
+    mode: TaskMode = TaskMode.BURST
+    proc_start_ticks: int = 0
+    #: ``TaskBoundary``'s value (``merged``: a busy period holding several requests)
+    boundary: str = "exact"
+    #: seconds left before its deadline; None: no deadline
+    slack_s: float | None = None
+    #: a running task with exact boundaries past its deadline
+    overrun: bool = False
+
+    @property
+    def device(self) -> DeviceKey:
+        return (self.gpu, self.mig_index)
+
+
+@dataclass(frozen=True)
+class EndedTask:
+    """A finished task from the state's ``recent`` history (what the policy needs of it)."""
+
+    container_id: str | None
+    started_at: float
+    ended_at: float
+    gpu: int | None = None
+    mig_index: int | None = None
+    #: ``TaskBoundary``'s value: ``merged`` when the task may have held several requests
+    boundary: str = "exact"
+
+    @property
+    def device(self) -> DeviceKey | None:
+        return None if self.gpu is None else (self.gpu, self.mig_index)
+
+
+@dataclass(frozen=True)
+class ExporterState:
+    node: str
+    seq: int
+    timestamp: float
+    sources: dict[str, bool]
+    gpus: tuple[Gpu, ...]
+    containers: tuple[Container, ...]
+    tasks: tuple[Task, ...]
+    recent: tuple[EndedTask, ...] = ()
+
+    def container(self, container_id: str | None) -> Container | None:
+        if container_id is None:
+            return None
+        for container in self.containers:
+            if container.id == container_id:
+                return container
+        return None
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    ts: float
+    type: str
+    task_id: str | None = None
+    container_id: str | None = None
+    gpu: int | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    events: tuple[Event, ...]
+    next: int
+    truncated: bool
+
+
+def parse_state(doc: Any) -> ExporterState:
+    """Validate a decoded ``/api/v1/state`` document; ``StateError`` (one line) if bad."""
+    k = StateField
+    obj = _obj(doc, "state")
+    return ExporterState(
+        node=_get(obj, k.NODE, str, "state"),
+        seq=_get(obj, k.SEQ, int, "state"),
+        timestamp=float(_get(obj, k.TIMESTAMP, (int, float), "state")),
+        sources={str(k): bool(v) for k, v in _get(obj, k.SOURCES, dict, "state").items()},
+        gpus=tuple(_gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(obj, k.GPUS))),
+        containers=tuple(
+            _container(c, f"containers[{i}]") for i, c in enumerate(_list(obj, k.CONTAINERS))
+        ),
+        tasks=tuple(_task(t, f"tasks[{i}]") for i, t in enumerate(_list(obj, k.TASKS))),
+        recent=tuple(_ended(t, f"recent[{i}]") for i, t in enumerate(obj.get(k.RECENT) or [])),
+    )
+
+
+def parse_events(doc: Any) -> EventBatch:
+    """Validate a decoded ``/api/v1/events`` reply."""
+    obj = _obj(doc, "events reply")
+    events = []
+    for i, item in enumerate(_list(obj, "events")):
+        ev = _obj(item, f"events[{i}]")
+        events.append(
+            Event(
+                seq=_get(ev, "seq", int, f"events[{i}]"),
+                ts=float(_get(ev, "ts", (int, float), f"events[{i}]")),
+                type=_get(ev, "type", str, f"events[{i}]"),
+                task_id=_opt(ev, "task_id", str, f"events[{i}]"),
+                container_id=_opt(ev, "container_id", str, f"events[{i}]"),
+                gpu=_opt(ev, "gpu", int, f"events[{i}]"),
+                phase=_opt(ev, "phase", str, f"events[{i}]"),
+            )
+        )
+    return EventBatch(
+        events=tuple(events),
+        next=_get(obj, "next", int, "events reply"),
+        truncated=_get(obj, "truncated", bool, "events reply"),
+    )
+
+
+def _gpu(doc: Any, where: str) -> Gpu:
+    k = GpuField
+    obj = _obj(doc, where)
+    return Gpu(
+        index=_get(obj, k.INDEX, int, where),
+        uuid=_get(obj, k.UUID, str, where),
+        memory_total_bytes=_get(obj, k.MEMORY_TOTAL_BYTES, int, where),
+        memory_used_bytes=_get(obj, k.MEMORY_USED_BYTES, int, where),
+        utilization_ratio=_opt_float(obj, k.UTILIZATION_RATIO, where),
+        mig_index=_opt(obj, k.MIG_INDEX, int, where),
+    )
+
+
+def _container(doc: Any, where: str) -> Container:
+    k = ContainerField
+    obj = _obj(doc, where)
+    return Container(
+        id=_get(obj, k.ID, str, where),
+        name=_get(obj, k.NAME, str, where),
+        paused=_get(obj, k.PAUSED, bool, where),
+        managed=_get(obj, k.MANAGED, bool, where),
+        role=_opt(obj, k.ROLE, str, where),
+        deadline_s=_opt_float(obj, k.DEADLINE_S, where),
+        task_mode=_enum(obj, k.TASK_MODE, TaskMode, where),
+        priority_class=_enum(obj, k.CLASS, PriorityClass, where),
+        gpus=tuple(_check(g, str, f"gpus[{i}]", where) for i, g in enumerate(_list(obj, k.GPUS))),
+        demand_sm_ratio=_opt_float(obj, k.DEMAND_SM_RATIO, where),
+        typical_run_s=_opt_float(obj, k.TYPICAL_RUN_S, where),
+        image=_opt(obj, k.IMAGE, str, where) or "",
+        state=_opt(obj, k.STATE, str, where) or "running",
+        command=_opt(obj, k.COMMAND, str, where) or "",
+        deadline_error=_opt(obj, k.DEADLINE_ERROR, str, where),
+        namespace=_opt(obj, k.NAMESPACE, str, where),
+        pod=_opt(obj, k.POD, str, where),
+    )
+
+
+def _task(doc: Any, where: str) -> Task:
+    k = TaskField
+    obj = _obj(doc, where)
+    phase = _enum(obj, k.PHASE, Phase, where)
+    if phase not in PHASES:
+        raise StateError(f"{where}.phase {phase.value!r} is not one of {', '.join(PHASES)}")
+    return Task(
+        task_id=_get(obj, k.TASK_ID, str, where),
+        container_id=_opt(obj, k.CONTAINER_ID, str, where),
+        container=_opt(obj, k.CONTAINER, str, where),
+        pid=_get(obj, k.PID, int, where),
+        gpu=_get(obj, k.GPU, int, where),
+        phase=phase,
+        started_at=float(_get(obj, k.STARTED_AT, (int, float), where)),
+        elapsed_s=float(_get(obj, k.ELAPSED_S, (int, float), where)),
+        memory_bytes=_opt(obj, k.MEMORY_BYTES, int, where),
+        sm_ratio=_opt_float(obj, k.SM_RATIO, where),
+        deadline_s=_opt_float(obj, k.DEADLINE_S, where),
+        absolute_deadline=_opt_float(obj, k.ABSOLUTE_DEADLINE, where),
+        paused=bool(obj.get(k.PAUSED, False)),
+        mig_index=_opt(obj, k.MIG_INDEX, int, where),
+        mode=_enum(obj, k.MODE, TaskMode, where),
+        proc_start_ticks=_get(obj, k.PROC_START_TICKS, int, where),
+        boundary=_opt(obj, k.BOUNDARY, str, where) or "exact",
+        slack_s=_opt_float(obj, k.SLACK_S, where),
+        overrun=bool(obj.get(k.OVERRUN, False)),
+    )
+
+
+def _ended(doc: Any, where: str) -> EndedTask:
+    k = TaskField
+    obj = _obj(doc, where)
+    return EndedTask(
+        container_id=_opt(obj, k.CONTAINER_ID, str, where),
+        started_at=float(_get(obj, k.STARTED_AT, (int, float), where)),
+        ended_at=float(_get(obj, k.ENDED_AT, (int, float), where)),
+        gpu=_opt(obj, k.GPU, int, where),
+        mig_index=_opt(obj, k.MIG_INDEX, int, where),
+        boundary=_opt(obj, k.BOUNDARY, str, where) or "exact",
+    )
+
+
+def _obj(doc: Any, where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise StateError(f"{where} must be a JSON object")
+    return doc
+
+
+def _list(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key)
+    if not isinstance(value, list):
+        raise StateError(f"{key} must be a list")
+    return value
+
+
+def _check(value: Any, kind: type | tuple[type, ...], key: str, where: str) -> Any:
+    # bool is an int in Python; a JSON true is never a count or a size.
+    if isinstance(value, bool) and kind is not bool:
+        raise StateError(f"{where}.{key} has the wrong type (bool)")
+    if not isinstance(value, kind):
+        raise StateError(f"{where}.{key} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _get(obj: dict[str, Any], key: str, kind: Any, where: str) -> Any:
+    if key not in obj:
+        raise StateError(f"{where}.{key} is missing")
+    return _check(obj[key], kind, key, where)
+
+
+def _opt(obj: dict[str, Any], key: str, kind: Any, where: str) -> Any:
+    value = obj.get(key)
+    return None if value is None else _check(value, kind, key, where)
+
+
+def _enum(obj: dict[str, Any], key: str, enum: type[_E], where: str) -> _E:
+    value = _get(obj, key, str, where)
+    if value not in set(enum):
+        raise StateError(f"{where}.{key} {value!r} is not one of {', '.join(enum)}")
+    return enum(value)
+
+
+def _opt_float(obj: dict[str, Any], key: str, where: str) -> float | None:
+    value = _opt(obj, key, (int, float), where)
+    return None if value is None else float(value)
