@@ -50,8 +50,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuguard import flags, labels, loader
 from gpuguard.contract import COMPONENT_ROLES, PriorityClass
 from gpuguard.exporter.errors import ConfigError
@@ -299,4 +297,6 @@ def _grant(doc: Any, where: str) -> Grant:
 
 
 #: The built-in default as a policy (``DEFAULT_DOC``): what ``--trust.*`` left out means.
-DEFAULT_POLICY = replace(parse_policy(yaml.safe_load(DEFAULT_DOC)), kind=DEFAULT)
+DEFAULT_POLICY = replace(
+    parse_policy(loader.parse_yaml(DEFAULT_DOC, "the built-in trust policy")), kind=DEFAULT
+)
