@@ -37,6 +37,7 @@ from typing import Any
 from gpuguard.containerd import ContainerdContainer, read_containers
 from gpuguard.contract import EventType
 from gpuguard.ctr import Ctr, CtrError
+from gpuguard.exporter import trust
 from gpuguard.exporter.containers import EventFollower, describe_container, gpus_from_config
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
@@ -127,14 +128,16 @@ def describe_containerd(
         container_labels=container.labels,
         gpus=gpus_from_config({}, list(container.env)),
         command=" ".join(a for a in container.args if a),
-        policy=policy,
     )
     pod = container.pod
     if pod is None:
-        return info
-    return dataclasses.replace(
+        return trust.enforce(policy, info)
+    info = dataclasses.replace(
         info, pod_namespace=pod.namespace, pod_name=pod.pod, pod_uid=pod.pod_uid
     )
+    # The trust policy's namespace is the one the pod's sandbox records, never one a
+    # container claims for itself.
+    return trust.enforce(policy, info, container.sandbox_namespace)
 
 
 def containers_from_docs(

@@ -105,8 +105,8 @@ def describe_container(
 
     An invalid ``gpuguard.deadline``, ``gpuguard.task``, ``gpuguard.class`` or
     ``gpuguard.slo.*`` is kept as an error beside the container, which then behaves as if the
-    label were absent. A class or deadline the operator's ``policy`` does not grant the
-    container is replaced, and the rejection kept beside it (exporter/trust.py).
+    label were absent. A claim the operator's ``policy`` does not grant the container is
+    replaced, and the rejection kept beside it (exporter/trust.py).
     """
     deadline_s, deadline_error = _label(container_labels, labels.DEADLINE, labels.parse_duration)
     task_mode, task_mode_error = _label(container_labels, labels.TASK, labels.parse_task_mode)
@@ -130,9 +130,9 @@ def describe_container(
         slo=declared,
         slo_errors=slo_errors,
     )
-    if policy is TRUST_ALL:
-        return info
-    return trust.apply(policy.grant(trust.subject(info, container_labels)), info)
+    # A Docker container's own io.kubernetes.pod.namespace label is anyone's to set: rules on
+    # namespace match only what a CRI sandbox says (exporter/containerd.py).
+    return trust.enforce(policy, info)
 
 
 class EventFollower:

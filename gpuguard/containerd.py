@@ -34,6 +34,9 @@ class ContainerdContainer:
     image: str
     args: tuple[str, ...]
     env: tuple[str, ...]
+    #: the namespace the pod's sandbox records (the CRI made it for the pod the API server
+    #: admitted): the one a trust policy's namespace rule may match; None without a sandbox
+    sandbox_namespace: str | None = None
 
     @property
     def running(self) -> bool:
@@ -60,6 +63,9 @@ def read_container(
         image=str(doc.get("Image") or ""),
         args=tuple(doc.get("Args") or ()),
         env=tuple(doc.get("Env") or ()),
+        sandbox_namespace=(sandbox_labels or {}).get(kube.POD_NAMESPACE)
+        if identity is not None
+        else None,
     )
 
 

@@ -67,6 +67,10 @@ class NodeStack:
     actuator_mode: str = "both"
     extra_actuator_flags: list[str] = field(default_factory=list)
     extra_exporter_flags: list[str] = field(default_factory=list)
+    #: ``--trust.all``: the stack's private engine has one tenant, the demo, bench or test
+    #: that runs it, whose containers claim real-time, short deadlines and SLOs by label
+    #: and must be believed (docs/security.md); False: the exporter's built-in default
+    trust_all: bool = True
     #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
     launcher: tuple[str, ...] = ()
     #: more ``gpusim serve`` options (``{"device": ["name=a", "name=b"]}``)
@@ -124,6 +128,7 @@ class NodeStack:
             f"--docker.host={self.engine.url}",
             f"--node.name={self.node_name}",
             f"--poll.interval={self.poll_interval}",
+            *(["--trust.all"] if self.trust_all else []),
             *self.extra_exporter_flags,
         )
         self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
