@@ -169,21 +169,37 @@ class Bench:
     def run(
         self, label: str, specs: list[WorkloadSpec], timeout: float, lead_in: float | None = None
     ) -> Run:
-        started = time.time()
-        result = run_to_end(
-            self.node, label, specs, self.sizes.lead_in if lead_in is None else lead_in, timeout
-        )
-        ended = time.time()
-        actuator = self.node.actuator
-        if actuator is None or not actuator.alive():  # its figures would be unmanaged ones
-            tail = actuator.log_tail(lines=1).strip() if actuator is not None else ""
-            raise RuntimeError(f"the actuator was not running at the end of {label}: {tail}")
-        audit = [
-            r
-            for r in read_audit(self.node.state_dir / "audit.jsonl")
-            if started <= float(r.get("ts", 0)) <= ended
-        ]
+        lead = self.sizes.lead_in if lead_in is None else lead_in
+        result, audit = run_audited(self.node, label, specs, lead, timeout)
         return Run(label, result, audit, self.node.base_dir / "logs" / label)
+
+
+def run_audited(
+    node: NodeStack,
+    label: str,
+    specs: list[WorkloadSpec],
+    lead_in: float,
+    timeout: float,
+    concurrently: int = 1,
+) -> tuple[ScenarioResult, list[dict[str, Any]]]:
+    """Run a scenario to its end; its results and the actuator's audit records of its span.
+
+    Raises RuntimeError when the actuator was not running at its end: its figures would
+    then be unmanaged ones.
+    """
+    started = time.time()
+    result = run_to_end(node, label, specs, lead_in, timeout, concurrently)
+    ended = time.time()
+    actuator = node.actuator
+    if actuator is None or not actuator.alive():
+        tail = actuator.log_tail(lines=1).strip() if actuator is not None else ""
+        raise RuntimeError(f"the actuator was not running at the end of {label}: {tail}")
+    audit = [
+        r
+        for r in read_audit(node.state_dir / "audit.jsonl")
+        if started <= float(r.get("ts", 0)) <= ended
+    ]
+    return result, audit
 
 
 def split_order(flags: list[str], default: str = "fifo") -> tuple[str, list[str]]:

@@ -17,9 +17,9 @@ decode ~ generated tokens, scaled to the share given; ``--plan`` prints every wi
 
   (a) sparse    one server at 40% of the GPU with a random draw of its window's requests
                 (1.5 a second: heavy-tailed, 10 ms to 1-2 s each) beside a trainer; the
-                trace replayed 6x faster than it happened
-  (b) dense     the same, with every request of the window, replayed 2x faster (about 10 a
-                second, most far shorter than NVML's 1/6 s sample)
+                trace (code and conversation in turn) replayed 6x faster than it happened
+  (b) dense     the same, with every request of the conversation service as it came (about
+                5 a second, 5-250 ms each, most far shorter than NVML's 1/6 s sample)
   (c) pair      two servers, 26% and 14% of the GPU, the first replaying the window's trace
                 and the second the other trace over the same minutes; deadlines 1.5x and 3x
                 their own p99 alone
@@ -60,7 +60,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from realtime import action_counts, hit_rate, split_order
+from realtime import action_counts, hit_rate, run_audited, split_order
 from replay.judge import (
     Spread,
     busy_share,
@@ -86,18 +86,17 @@ from replay.trace import (
     trace_dirs,
 )
 
-from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
 from gpuguard.demo.stack.localstack import NodeStack
 from gpuguard.demo.stack.process import ServiceError
-from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
+from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec
 from gpuguard.gpusim.workload.arrivals import Arrival, trace_lines
 from gpuguard.gpusim.workload.server import percentile
 
 REPO = Path(__file__).resolve().parents[1]
-#: trace seconds per wall second: most scenarios, and every request of a trace (whose rate
-#: then costs CPU: each request is a few calls to gpusim, each a round trip on 2 cores)
-COMPRESS, DENSE_COMPRESS = 6.0, 2.0
+#: trace seconds per wall second: a draw of a trace's requests, and every request of one
+#: (as they came: each request is a few calls to gpusim, each a round trip that costs CPU)
+COMPRESS, DENSE_COMPRESS = 6.0, 1.0
 #: context tokens' worth of GPU time one generated token costs (replay/trace.py)
 DECODE_COST = 10.0
 #: a training step (wall seconds of kernels; four kernels, synced every step)
@@ -127,7 +126,6 @@ class ServerRole:
     deadline_factor: float | None  # x its p99 alone; None: ``deadline_s``
     deadline_s: float = 0.0
     other_trace: bool = False  # replays the trace the window is not cut from
-    trace: str | None = None  # always this trace
 
 
 @dataclass(frozen=True)
@@ -140,16 +138,19 @@ class Kind:
     trainer: bool = False
     oneshot: bool = False
     compress: float = COMPRESS  # trace seconds per wall second
+    #: the traces its windows are cut from, in turn (the steady conversation service alone
+    #: where every request is replayed as it came: the code service idles for minutes)
+    traces: tuple[str, ...] = ("conv", "code")
 
 
 KINDS: tuple[Kind, ...] = (
     Kind("sparse", "a", (ServerRole("server", 0.4, 1.5, 2.0),), trainer=True),
     Kind("dense", "b", (ServerRole("server", 0.4, None, 2.0),), trainer=True,
-         compress=DENSE_COMPRESS),
+         compress=DENSE_COMPRESS, traces=("conv",)),
     Kind("pair", "c", (ServerRole("tight", 0.26, 1.0, 1.5),
                        ServerRole("loose", 0.14, 0.6, 3.0, other_trace=True))),
-    Kind("oneshot", "d", (ServerRole("server", 0.25, 1.0, None, 2.0, trace="conv"),),
-         oneshot=True),
+    Kind("oneshot", "d", (ServerRole("server", 0.25, 1.0, None, 2.0),), oneshot=True,
+         traces=("conv",)),
 )  # fmt: skip
 
 
@@ -196,7 +197,7 @@ def plan(
     servers = []
     names = list(traces)
     for i, role in enumerate(kind.servers):
-        name = role.trace or window.trace
+        name = window.trace
         if role.other_trace:
             name = names[(names.index(window.trace) + 1) % len(names)]
         cut = Window(window.index, name, window.start, window.length, window.seed + 1000 * i)
@@ -363,19 +364,9 @@ def late_starts(log_dir: Path, specs: Sequence[WorkloadSpec], released: float) -
 
 
 def run(node: NodeStack, label: str, cast: Cast, sizes: Sizes) -> RunRecord:
-    started = time.time()
     lead = lead_in(sizes, len(cast.specs))
     timeout = 2 * sizes.wall_s + lead + 90
-    result = run_to_end(node, label, cast.specs, lead, timeout, concurrently=STARTING)
-    ended = time.time()
-    actuator = node.actuator
-    if actuator is None or not actuator.alive():  # its figures would be unmanaged ones
-        tail = actuator.log_tail(lines=1).strip() if actuator is not None else ""
-        raise RuntimeError(f"the actuator was not running at the end of {label}: {tail}")
-    audit = [
-        r for r in read_audit(node.state_dir / "audit.jsonl")
-        if started <= float(r.get("ts", 0)) <= ended
-    ]  # fmt: skip
+    result, audit = run_audited(node, label, cast.specs, lead, timeout, concurrently=STARTING)
     late = late_starts(node.base_dir / "logs" / label, cast.specs, result.released_at)
     return RunRecord(label, cast, result, audit, late)
 
@@ -738,7 +729,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plans = {
         k.name: [
             plan(k, w, traces, sizes.wall_s)
-            for w in plan_windows(sizes.windows, spans, sizes.wall_s * k.compress, args.seed)
+            for w in plan_windows(
+                sizes.windows, {t: spans[t] for t in k.traces}, sizes.wall_s * k.compress, args.seed
+            )
         ]
         for k in kinds
     }

@@ -218,7 +218,7 @@ def test_a_pair_replays_both_traces_with_their_own_deadlines() -> None:
         trace.requests_in(toy_traces()["code"], Window(1, "code", 200.0, 96.0, 5))
     )
     oneshot = traces.plan(traces.kind_named("d"), window, toy_traces(), 16.0)
-    assert oneshot.servers[0].trace == "conv" and oneshot.servers[0].deadline_ms == 2000
+    assert oneshot.servers[0].deadline_ms == 2000  # fixed, whatever its p99 alone
     assert oneshot.oneshot_s == pytest.approx(0.4 * 16)
 
 
@@ -385,6 +385,8 @@ def test_plan_prints_every_windows_schedule(
     monkeypatch.setattr(trace, "TRACE_FILES", tuple(files))
     assert traces.main(["--quick", "--plan", "--trace-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.count("  w0 conv trace") == 4 and out.count("  w1 code trace") == 4
+    assert out.count("  w0 conv trace") == 4
+    # every request as it came, and the one-shot's server: the steady trace alone
+    assert out.count("  w1 code trace") == 2 and out.count("  w1 conv trace") == 2
     assert "(sparse)" in out and "(oneshot)" in out and "one-shot 6.4 s of kernels" in out
     assert "server  conv     24 requests" in out  # 1.5 a second for 16 s
