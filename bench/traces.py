@@ -708,9 +708,10 @@ def parser() -> argparse.ArgumentParser:
 
 def sizes_of(args: argparse.Namespace) -> Sizes:
     base = SIZES["quick" if args.quick else "full"]
+    windows = args.windows or base.windows
     return Sizes(
-        args.windows or base.windows, args.window_s or base.wall_s,
-        args.parallel or base.parallel, base.alone_beside, base.lead_in,
+        windows, args.window_s or base.wall_s, min(windows, args.parallel or base.parallel),
+        base.alone_beside, base.lead_in,
     )  # fmt: skip
 
 
@@ -745,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      order=order, extra_actuator_flags=rest)  # fmt: skip
     node.gpusim_options = {"device": [f"name=gpu{i}" for i in range(devices_needed(sizes))]}
     print(
-        f"traces bench ({mode}): {sizes.windows} windows of {sizes.wall_s:g} s wall "
+        f"traces bench ({mode}): {sizes.windows} window(s) of {sizes.wall_s:g} s wall "
         f"(trace compressed x{COMPRESS:g}, every request x{DENSE_COMPRESS:g}), "
         f"{sizes.parallel} at once; gpusim time scale {args.time_scale:g}; exporter poll "
         f"{args.poll_interval}; actuator {shlex.join(args.actuator_arg) or 'defaults'}; "

@@ -133,6 +133,26 @@ def test_bench_ends_with_the_figures_the_readme_quotes(bench: Bench) -> None:
     assert not missing, (missing, line)
 
 
+def test_traces_bench_says_in_one_line_which_actuator_flag_was_refused() -> None:
+    """``--actuator-arg`` reaches the actuator unchanged: a value it refuses stops the bench
+    with the actuator's own words, and the stack it began is stopped."""
+    require_binary("dockerd")
+    if os.geteuid() != 0:
+        unavailable("the benchmark's private dockerd needs root")
+    require_trace_subsets()
+    argv = [sys.executable, str(REPO / "bench" / "traces.py"), "--quick", "--windows", "1",
+            "--actuator-arg=--policy.best-effort-min-share=2"]  # fmt: skip
+    out, err, status = _run(argv, 120)
+    assert status == 2, out[-2000:] + err[-2000:]
+    assert err.strip().splitlines() == [
+        "bench/traces.py: error: the stack did not start: actuator exited early: gpuguard "
+        "actuator: --policy.best-effort-min-share '2': must be in [0, 1)"
+    ]
+    base = next(line for line in out.splitlines() if "dockerd at unix://" in line)
+    directory = Path(base.split("unix://", 1)[1]).parents[1]
+    assert not directory.exists()  # removed, with everything that ran from it
+
+
 def require_trace_subsets() -> None:
     """The production traces are data kept out of commits: bench/traces/README.md names each
     file and its sha256; the bench looks for them in bench/traces or a shared/traces."""
