@@ -204,6 +204,11 @@ def plan(
         chosen = requests_in(traces[name], cut)
         count = None if role.rate is None else max(1, round(role.rate * wall_s))
         jobs = schedule(draw(chosen, count, cut.seed), cut, kind.compress, role.share, DECODE_COST)
+        if not jobs:  # a server with nothing to answer would fail its run, not this plan
+            raise TraceError(
+                f"{kind.name} {window.label()}: no request in {name} from {cut.start:g} s for "
+                f"{cut.length:g} s (try fewer or longer windows)"
+            )
         if role.deadline_factor is None:
             deadline = round(1000 * role.deadline_s)
         else:
@@ -626,6 +631,18 @@ def _median(values: Sequence[float | None]) -> float | None:
 # --- main ---------------------------------------------------------------------------------
 
 
+def plan_kind(
+    kind: Kind, traces: dict[str, list[Request]], sizes: Sizes, seed: int
+) -> list[WindowPlan]:
+    """Every window of a scenario, cut from its traces (raises TraceError)."""
+    spans = {name: traces[name][-1].offset for name in kind.traces}
+    length = sizes.wall_s * kind.compress
+    return [
+        plan(kind, w, traces, sizes.wall_s)
+        for w in plan_windows(sizes.windows, spans, length, seed)
+    ]
+
+
 def plan_text(plans: dict[str, list[WindowPlan]]) -> str:
     """Each window's servers: requests, kernel lengths, p99 alone (FIFO replay), deadline."""
     lines = []
@@ -723,19 +740,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         directory = find_trace_dir([args.trace_dir] if args.trace_dir else trace_dirs(REPO))
         traces = load_traces(directory)
+        kinds = [k for k in KINDS if args.only is None or k in args.only]
+        plans = {k.name: plan_kind(k, traces, sizes, args.seed) for k in kinds}
     except TraceError as exc:
         p.exit(2, f"bench/traces.py: error: {exc}\n")
-    kinds = [k for k in KINDS if args.only is None or k in args.only]
-    spans = {name: requests[-1].offset for name, requests in traces.items()}
-    plans = {
-        k.name: [
-            plan(k, w, traces, sizes.wall_s)
-            for w in plan_windows(
-                sizes.windows, {t: spans[t] for t in k.traces}, sizes.wall_s * k.compress, args.seed
-            )
-        ]
-        for k in kinds
-    }
     if args.plan:
         print(plan_text(plans))
         return 0

@@ -390,3 +390,9 @@ def test_plan_prints_every_windows_schedule(
     assert out.count("  w1 code trace") == 2 and out.count("  w1 conv trace") == 2
     assert "(sparse)" in out and "(oneshot)" in out and "one-shot 6.4 s of kernels" in out
     assert "server  conv     24 requests" in out  # 1.5 a second for 16 s
+
+
+def test_a_window_without_requests_is_refused_before_anything_runs() -> None:
+    quiet = {"conv": [Request(0.0, 10, 1), Request(500.0, 10, 1)], "code": toy_traces()["code"]}
+    with pytest.raises(TraceError, match=r"sparse w0: no request in conv from 100 s for 96 s"):
+        traces.plan(traces.kind_named("sparse"), Window(0, "conv", 100.0, 96.0, 1), quiet, 16.0)
