@@ -442,11 +442,13 @@ def judge_window(plan: WindowPlan, seen: dict[Any, Seen], wall_s: float) -> dict
     }  # fmt: skip
     for server in plan.servers:
         figures[server.role] = judge_server(seen, w, server.role)
-    first = plan.servers[0].role
-    figures["rt_p99_over_alone_shared"] = figures[first]["p99_over_alone_shared"]
-    figures["rt_p99_over_alone_managed"] = figures[first]["p99_over_alone_managed"]
-    figures["rt_hit_rate_shared"] = figures[first]["hit_rate_shared"]
-    figures["rt_hit_rate_managed"] = figures[first]["hit_rate_managed"]
+    for arm in ("shared", "managed"):  # with two servers: the worse one
+        ratios = [figures[s.role][f"p99_over_alone_{arm}"] for s in plan.servers]
+        rates = [figures[s.role][f"hit_rate_{arm}"] for s in plan.servers]
+        figures[f"rt_p99_over_alone_{arm}"] = max(
+            (r for r in ratios if r is not None), default=None
+        )
+        figures[f"rt_hit_rate_{arm}"] = min((r for r in rates if r is not None), default=None)
     if len(plan.servers) > 1:
         figures["hit_rate_managed_minus_shared"] = min(
             (round(figures[s.role]["hit_rate_managed"] - figures[s.role]["hit_rate_shared"], 3)

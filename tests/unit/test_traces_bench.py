@@ -396,3 +396,27 @@ def test_a_window_without_requests_is_refused_before_anything_runs() -> None:
     quiet = {"conv": [Request(0.0, 10, 1), Request(500.0, 10, 1)], "code": toy_traces()["code"]}
     with pytest.raises(TraceError, match=r"sparse w0: no request in conv from 100 s for 96 s"):
         traces.plan(traces.kind_named("sparse"), Window(0, "conv", 100.0, 96.0, 1), quiet, 16.0)
+
+
+def test_a_pair_is_judged_by_its_worse_server() -> None:
+    pair = traces.kind_named("pair")
+    servers = (traces.ServerPlan("tight", "conv", (Job(0, 1),), 1000),
+               traces.ServerPlan("loose", "code", (Job(0, 1),), 1000))  # fmt: skip
+    planned = traces.WindowPlan(pair, Window(0, "conv", 0.0, 60.0, 0), servers)
+    # latencies per (arm, role): the tight server suffers when shared, the loose one managed
+    latencies = {("alone", "tight"): [0.5, 0.5], ("alone", "loose"): [0.5, 0.5],
+                 ("shared", "tight"): [0.5, 2.0], ("shared", "loose"): [0.5, 0.5],
+                 ("managed", "tight"): [0.5, 0.5], ("managed", "loose"): [1.5, 0.75]}  # fmt: skip
+    who, requests = {}, []
+    for (arm, role), values in latencies.items():
+        name = f"c-{arm}-{role}"
+        who[name] = (0, arm, role)
+        requests += [RequestResult(name, i, 1.0, 1.0, 1.0 + v, None, None, 1.0)
+                     for i, v in enumerate(values)]  # fmt: skip
+    got = traces.judge_window(planned, traces.index([fake_record("c", who, 0.0, requests, [], [])]),
+                              wall_s=10.0)  # fmt: skip
+    assert got["tight"]["hit_rate_shared"] == 0.5 and got["loose"]["hit_rate_managed"] == 0.5
+    assert got["rt_hit_rate_shared"] == 0.5 and got["rt_hit_rate_managed"] == 0.5
+    assert got["rt_p99_over_alone_shared"] == 4.0 and got["rt_p99_over_alone_managed"] == 3.0
+    # the loose server lost half its hits to management: the pair's key
+    assert got["hit_rate_managed_minus_shared"] == -0.5
