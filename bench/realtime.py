@@ -55,6 +55,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay.judge import merged
 
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
@@ -245,7 +248,7 @@ def overlap_s(spans: dict[str, list[tuple[float, float]]]) -> float:
     """Total time during which kernels of at least two different containers ran at once."""
     edges: list[tuple[float, int]] = []
     for intervals in spans.values():
-        for start, end in merge_spans(intervals):
+        for start, end in merged(intervals):
             edges += [(start, 1), (end, -1)]
     edges.sort()  # at one instant an end (-1) comes before a start (+1): touching is no overlap
     total, active, last = 0.0, 0, 0.0
@@ -254,16 +257,6 @@ def overlap_s(spans: dict[str, list[tuple[float, float]]]) -> float:
             total += t - last
         active, last = active + step, t
     return total
-
-
-def merge_spans(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 def kernel_spans(

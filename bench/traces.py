@@ -36,7 +36,7 @@ actuator held its server frozen (its audit log). gpusim runs kernels at ``--time
 every wall length above is kept whatever the scale. ``--quick`` runs three windows of 16 s at
 once, each on GPUs of its own, the alone containers beside the shared run (about 4 minutes on
 a busy 2-core machine); the default runs ten windows of 40 s, two at a time, each arm in a
-run of its own (about 40 minutes). The points for a picture (real-time p99 over alone against
+run of its own (about 47 minutes). The points for a picture (real-time p99 over alone against
 best-effort steps/s: shared, managed, ideal) are written as JSON to ``--points``. The last
 line printed is one JSON object.
 """
@@ -702,12 +702,14 @@ def parser() -> argparse.ArgumentParser:
         epilog="actuator flags: --actuator-arg=--policy.order=edf (repeatable; the = form, "
                "since the value starts with --)",
     )  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="three windows at once (~3.5 minutes)")
+    p.add_argument("--quick", action="store_true", help="three windows at once (about 4 minutes)")
     p.add_argument("--windows", type=count, default=None, help="windows per scenario")
     p.add_argument("--window-s", type=positive, default=None, help="a window's wall seconds")
     p.add_argument("--parallel", type=count, default=None, help="windows run at once")
     p.add_argument("--time-scale", type=positive, default=0.1, help="gpusim kernel time scale")
-    p.add_argument("--poll-interval", default="100ms", help="exporter poll (its default)")
+    p.add_argument(
+        "--poll-interval", default="100ms", help="exporter poll interval (the exporter's default)"
+    )
     p.add_argument("--seed", type=int, default=24, help="windows' draws")
     p.add_argument("--only", action="append", type=kind_named, default=None, metavar="NAME",
                    help="run only this scenario (name or letter; repeatable)")  # fmt: skip
