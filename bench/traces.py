@@ -83,6 +83,7 @@ from replay.trace import (
     plan_windows,
     requests_in,
     schedule,
+    synthetic_traces,
     trace_dirs,
 )
 
@@ -718,6 +719,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-dir", type=Path, default=None,
                    help="the trace subsets' directory (default: bench/traces, else "
                         "shared/traces)")  # fmt: skip
+    p.add_argument("--synthetic", action="store_true",
+                   help="a seeded synthetic stand-in instead of the production subsets (checks "
+                        "the bench runs; its figures say nothing about production)")  # fmt: skip
     p.add_argument("--points", type=Path, default=None,
                    help="where the picture's points go (default: "
                         "bench/results/traces-points-MODE.json)")  # fmt: skip
@@ -742,8 +746,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     sizes = sizes_of(args)
     try:
-        directory = find_trace_dir([args.trace_dir] if args.trace_dir else trace_dirs(REPO))
-        traces = load_traces(directory)
+        if args.synthetic:
+            print("traces: SYNTHETIC stand-in (--synthetic): the figures below say nothing "
+                  "about production traffic")  # fmt: skip
+            traces = synthetic_traces(args.seed)
+        else:
+            directory = find_trace_dir([args.trace_dir] if args.trace_dir else trace_dirs(REPO))
+            traces = load_traces(directory)
         kinds = [k for k in KINDS if args.only is None or k in args.only]
         plans = {k.name: plan_kind(k, traces, sizes, args.seed) for k in kinds}
     except TraceError as exc:
@@ -852,7 +861,8 @@ def finish(
     print(f"\npoints for the picture: {where}")
     print(f"took {wall:.0f}s")
     line.update(
-        mode=mode, windows=sizes.windows, window_s=sizes.wall_s, compress=COMPRESS,
+        mode=mode, traces="synthetic" if args.synthetic else "azure-llm-2023",
+        windows=sizes.windows, window_s=sizes.wall_s, compress=COMPRESS,
         dense_compress=DENSE_COMPRESS,
         time_scale=args.time_scale, actuator_args=args.actuator_arg, wall_s=round(wall, 1),
         spreads={k: {f: vars(s) for f, s in v.items()} for k, v in per_kind.items()},

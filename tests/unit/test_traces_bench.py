@@ -420,3 +420,23 @@ def test_a_pair_is_judged_by_its_worse_server() -> None:
     assert got["rt_p99_over_alone_shared"] == 4.0 and got["rt_p99_over_alone_managed"] == 3.0
     # the loose server lost half its hits to management: the pair's key
     assert got["hit_rate_managed_minus_shared"] == -0.5
+
+
+def test_the_synthetic_stand_in_is_seeded_and_shaped_like_the_subsets() -> None:
+    """Without the production subsets (kept out of commits) the bench runs on a stand-in:
+    the same trace names, an hour each, time-ordered, at about the subsets' rates."""
+    first, again = trace.synthetic_traces(7), trace.synthetic_traces(7)
+    assert first == again and first != trace.synthetic_traces(8)
+    assert set(first) == {t.name for t in trace.TRACE_FILES}
+    for name, rows in {t.name: t.rows for t in trace.TRACE_FILES}.items():
+        requests = first[name]
+        offsets = [r.offset for r in requests]
+        assert offsets == sorted(offsets) and 3500 < offsets[-1] <= 3600
+        assert 0.8 * rows < len(requests) < 1.2 * rows
+        assert all(r.context >= 1 and r.generated >= 1 for r in requests)
+
+
+def test_plan_runs_on_the_synthetic_stand_in(capsys: pytest.CaptureFixture[str]) -> None:
+    assert traces.main(["--quick", "--plan", "--synthetic", "--trace-dir", "/nonexistent"]) == 0
+    out = capsys.readouterr().out
+    assert "SYNTHETIC" in out and "(sparse)" in out and "(oneshot)" in out
