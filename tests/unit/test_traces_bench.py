@@ -440,3 +440,36 @@ def test_plan_runs_on_the_synthetic_stand_in(capsys: pytest.CaptureFixture[str])
     assert traces.main(["--quick", "--plan", "--synthetic", "--trace-dir", "/nonexistent"]) == 0
     out = capsys.readouterr().out
     assert "SYNTHETIC" in out and "(sparse)" in out and "(oneshot)" in out
+
+
+def test_the_picture_has_a_point_per_window_and_arm(tmp_path: Path) -> None:
+    from replay import picture
+
+    doc = {
+        "actuator_args": ["--policy.best-effort-control=rate"],
+        "points": {
+            "sparse": {"windows": [
+                {"window": 0, "arm": "shared", "rt_p99_over_alone": 2.5, "be_over_ideal": 1.0},
+                {"window": 0, "arm": "managed", "rt_p99_over_alone": 1.1, "be_over_ideal": 0.6},
+                {"window": 0, "arm": "ideal", "rt_p99_over_alone": 1.0, "be_over_ideal": 1.0},
+                {"window": 1, "arm": "managed", "rt_p99_over_alone": None, "be_over_ideal": 0.5},
+            ]},
+        },
+    }  # fmt: skip
+    points = tmp_path / "points.json"
+    points.write_text(json.dumps(doc))
+    assert picture.series(doc, "sparse") == {
+        "shared": [(1.0, 2.5)],
+        "managed": [(0.6, 1.1)],
+        "ideal": [(1.0, 1.0)],
+    }
+    assert picture.label_of(doc, points) == "policy.best-effort-control=rate"
+    assert picture.main([str(points), "--out", str(tmp_path / "img")]) == 0
+    made = tmp_path / "img" / "traces-sparse.png"
+    assert made.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "img" / "traces-dense.png").exists()  # no points, no picture
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(SystemExit) as caught:
+        picture.main([str(bad)])
+    assert caught.value.code == 2
