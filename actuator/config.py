@@ -80,6 +80,9 @@ FLAGS: tuple[Flag, ...] = (
          "bool"),
     Flag("policy.preempt-quantum", "500ms",
          "a task admitted this recently is not preempted", "duration"),
+    Flag("policy.slack-margin", "500ms",
+         "a real-time container's freeze ends this long (and its typical run) before its "
+         "deadline", "duration"),
     Flag("policy.best-effort-hold", "300ms",
          "a best-effort freeze outlasts the last real-time activity by this", "duration"),
     Flag("policy.best-effort-coexist-demand", 0.5,
@@ -180,6 +183,7 @@ def validate(values: Mapping[str, Any]) -> Config:
         one_at_a_time=flags.boolean(values, "policy.one-at-a-time"),
         preempt=flags.boolean(values, "policy.preempt"),
         preempt_quantum_s=flags.duration(values, "policy.preempt-quantum"),
+        slack_margin_s=flags.duration(values, "policy.slack-margin"),
         best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
         best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
         best_effort_coexist_demand=flags.share(values, "policy.best-effort-coexist-demand"),

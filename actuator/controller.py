@@ -177,7 +177,10 @@ class Controller:
             recent = self.history.snapshot(now)
             ledger = self.journal.ledger()
             pressure = self.slo.pressure.devices(state)
-            decision = decide(state, trigger, self.config.policy, ledger, recent, pressure)
+            at_risk = self.slo.pressure.at_risk(state)
+            decision = decide(
+                state, trigger, self.config.policy, ledger, recent, pressure, slo_at_risk=at_risk
+            )
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "%s decision: tasks %s, straight on %s, actions %s", source,

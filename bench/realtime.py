@@ -588,8 +588,12 @@ def _targets_a(f: dict[str, Any]) -> bool | None:
 
 
 def _targets_b(f: dict[str, Any]) -> bool | None:
-    shared, managed = f.get("pair_tight_hit_rate_shared"), f.get("pair_tight_hit_rate_managed")
-    return None if shared is None or managed is None else managed > shared
+    # issue 24: two servers without SLO signals share; neither may fare worse than sharing
+    rates = [(f.get(f"pair_{s}_hit_rate_shared"), f.get(f"pair_{s}_hit_rate_managed"))
+             for s in ("tight", "loose")]  # fmt: skip
+    if any(shared is None or managed is None for shared, managed in rates):
+        return None
+    return all(managed >= shared for shared, managed in rates)
 
 
 def _targets_c(f: dict[str, Any]) -> bool | None:
@@ -613,7 +617,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "pair", "b", ("pair_tight_hit_rate_shared", "pair_tight_hit_rate_managed"),
         measure_pair, default_flags=("--policy.order=edf",),
-        target="tight server's hit rate managed > shared", met=_targets_b,
+        target="no server's hit rate managed below shared", met=_targets_b,
     ),
     Scenario(
         "dense", "c",

@@ -133,11 +133,15 @@ class StepReason(StrEnum):
     #: best-effort, and a real-time container's SLO alert fires on its GPU (protect_slo):
     #: frozen sooner and longer, whether or not a real-time task runs there now
     SLO_PRESSURE = "slo_pressure"
+    #: real-time, frozen (preempted or waiting) for as long as its slack allows (its
+    #: deadline less its typical run and ``--policy.slack-margin``): thawed, whatever the
+    #: queue says
+    SLACK = "slack"
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
 ADMITTING_REASONS: frozenset[StepReason] = frozenset(
-    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE}
+    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE, StepReason.SLACK}
 )
 
 
@@ -170,6 +174,11 @@ class SkipReason(StrEnum):
     FAIL_OPEN = "fail_open"  # a resume_all alert fires for this node: no pauses meanwhile
     STALE_ALERT = "stale_alert"  # a late duplicate of an alert already resolved (HA peers)
     JOURNAL_UNWRITABLE = "journal_unwritable"  # a pause the journal cannot record is not taken
+    #: real-time, and its slack is spent: a freeze now would outlast it
+    NO_SLACK = "no_slack"
+    #: a server's busy period is not a task (it may merge requests), and no SLO signal says
+    #: it can afford a wait: it shares the device with the task that would have precedence
+    NOT_RANKED = "not_ranked"
 
 
 class TriggerSource(StrEnum):

@@ -174,6 +174,8 @@ class Container:
     #: Kubernetes identity (containerd source); None on a Docker host
     namespace: str | None = None
     pod: str | None = None
+    #: the latency target of the SLO its ``gpuguard.slo.*`` labels declare; None: none
+    slo_target_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,15 @@ def _container(doc: Any, where: str) -> Container:
         deadline_error=_opt(obj, k.DEADLINE_ERROR, str, where),
         namespace=_opt(obj, k.NAMESPACE, str, where),
         pod=_opt(obj, k.POD, str, where),
+        slo_target_s=_slo_target(obj, where),
     )
+
+
+def _slo_target(obj: dict[str, Any], where: str) -> float | None:
+    slo = _opt(obj, ContainerField.SLO, dict, where)
+    if slo is None:
+        return None
+    return float(_get(slo, SloField.TARGET_S, (int, float), f"{where}.slo"))
 
 
 def _task(doc: Any, where: str) -> Task:

@@ -109,6 +109,14 @@ class SloPressure:
         """Every device under pressure now (``decide``'s ``slo_pressure``)."""
         return frozenset().union(*self.protected(state).values())
 
+    def at_risk(self, state: ExporterState) -> frozenset[str]:
+        """The real-time containers (full ids) whose SLO alert fires now (``decide``'s
+        ``slo_at_risk``: such a server takes precedence over one that can afford a wait)."""
+        found = (_find(state, alert.container_id) for alert in self.alerts.values())
+        return frozenset(
+            c.id for c in found if c is not None and c.priority_class == PriorityClass.REAL_TIME
+        )
+
     def unrelieved(self, state: ExporterState) -> set[str]:
         """Alerts of real-time containers with nothing on their devices the actuator may
         freeze (no managed best-effort container's task there): freezing cannot help, so

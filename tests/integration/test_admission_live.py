@@ -1,4 +1,5 @@
-"""Admission beyond paper B with real containers: headroom, a container on two GPUs, MIG.
+"""Admission beyond paper B with real containers: headroom, a container on two GPUs, MIG,
+servers beside a long real-time one-shot (no freeze outlasts a server's deadline).
 
 Private dockerd, gpusim (one GPU, two GPUs, or a GPU in MIG mode), the exporter and the
 actuator's fast path as real processes; the workloads' own logs say when each kernel ran.
@@ -62,10 +63,20 @@ def frozen(actuator: ActuatorProcess, name: str) -> list[Span]:
             continue
         if r["action"] == "pause" and since is None:
             since = r["started"]
-        elif r["action"] == "resume" and since is not None:
+        elif r["action"] == "unpause" and since is not None:
             spans.append((since, r["started"]))
             since = None
     return spans + ([(since, float("inf"))] if since is not None else [])
+
+
+def thaws(actuator: ActuatorProcess, name: str) -> list[str]:
+    """The reasons of the container's unpauses that took effect."""
+    return [
+        r["reason"]
+        for r in actuator.audit()
+        if r["event"] == "action" and r["result"] == "ok" and r["container"] == name
+        and r["action"] == "unpause"
+    ]  # fmt: skip
 
 
 def finish(*containers: Any) -> None:
@@ -198,3 +209,76 @@ def test_mig_instances_are_queues_of_their_own(
     assert second[0] >= first[1] - 0.01, f"two tasks shared instance 0:1: {first} {second}"
     reasons = paused_ok(actuator)
     assert "mig1-second" in reasons and "mig0" not in reasons and "mig1-first" not in reasons
+
+
+SLO = {"gpuguard.slo.metric": "vllm_e2e_request_latency_seconds", "gpuguard.slo.target": "2s"}
+
+
+def test_a_long_one_shot_never_freezes_a_server_longer_than_its_deadline(
+    sim: GpusimService,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+    record_property: Callable[[str, object], None],
+) -> None:
+    # issue 24: a server with 2 s request deadlines beside a long real-time one-shot was
+    # frozen 13.1 s by FIFO precedence. Two servers with 2 s deadlines, and a 6 s one-shot
+    # (60 kernels, process mode: an exact task) released 5 s after them. srv-slo (0.2 s
+    # requests, one a second) declares an SLO: it can afford a bounded wait, so it is frozen
+    # for the one-shot once and thawed for its slack before its deadline, not frozen again
+    # for it. srv-plain (0.15 s requests, Poisson 2.5 a second) declares none: once it has
+    # shown it is a server (busy periods merging its requests, going straight on after a
+    # drain) it cannot be judged, and it shares the GPU.
+    actuator = actuator_factory("--mode=fast")
+    start_at = time.time() + 5.0
+    plan = {
+        "srv-slo": (["--arrivals", "fixed", "--rate", "1", "--request-work", f"{0.2 / SCALE:g}"],
+                    {"gpuguard.deadline": "2s", **SLO}),
+        "srv-plain": (["--rate", "2.5", "--seed", "7", "--request-work", f"{0.15 / SCALE:g}"],
+                      {"gpuguard.deadline": "2s"}),
+    }  # fmt: skip
+    made = {}
+    for name, (flags, labels) in plan.items():
+        module, *args = workload_args(
+            sim,
+            f"{name}.log",
+            *flags,
+            "--duration",
+            "13",
+            "--memory-bytes",
+            "512MiB",
+            "--start-at",
+            f"{start_at:.3f}",
+        )
+        made[name] = run_python_container(
+            [module, "server", *args], labels={**MANAGED, **labels},
+            extra_mounts=sim_mounts(sim), name=name,
+        )  # fmt: skip
+    oneshot = ["--work-seconds", f"{6.0 / SCALE:g}", "--kernels", "60",
+               "--memory-bytes", "512MiB", "--start-at", f"{start_at + 5.0:.3f}"]  # fmt: skip
+    made["oneshot"] = run_python_container(
+        workload_args(sim, "oneshot.log", *oneshot),
+        labels={**MANAGED, "gpuguard.deadline": "30s", "gpuguard.task": "process"},
+        extra_mounts=sim_mounts(sim), name="oneshot",
+    )  # fmt: skip
+    finish(*made.values())
+    (ran,) = kernels(sim, "oneshot")
+    spans = {name: frozen(actuator, name) for name in plan}
+    actions = [
+        (r["container"], r["action"], r["reason"], round(r["started"] - start_at, 2))
+        for r in actuator.audit()
+        if r["event"] == "action" and r["result"] == "ok"
+    ]
+    record_property("actions", actions)
+    for name, freezes in spans.items():
+        longest = max((end - begin for begin, end in freezes), default=0.0)
+        assert longest <= 2.0, f"{name} frozen {longest:.2f} s: {actions}"
+    # the server with an SLO waited once for the one-shot, and was thawed for its slack
+    # while the one-shot still ran
+    during = [i for i, (_, end) in enumerate(spans["srv-slo"]) if end > ran[0]]
+    assert len(during) == 1, (actions, ran[0] - start_at)
+    begin, end = spans["srv-slo"][during[0]]
+    assert ran[0] - 0.5 <= begin and end < ran[1], (actions, ran[0] - start_at)
+    assert thaws(actuator, "srv-slo")[during[0]] == "slack", actions
+    # the server without one shared the GPU with the one-shot; the one-shot never waited
+    assert not [s for s in spans["srv-plain"] if s[1] > ran[0]], (actions, ran[0] - start_at)
+    assert "oneshot" not in paused_ok(actuator), actions

@@ -209,6 +209,14 @@ def test_unrelieved_when_nothing_on_the_gpu_can_be_frozen() -> None:
     assert pressure.unrelieved(server_and_trainer(klass="normal")) == set()  # not protected
 
 
+def test_the_real_time_containers_at_risk() -> None:
+    pressure = SloPressure("host-a")
+    pressure.apply(message(alert("f1", "s"), alert("f2", "n")).alerts, NOW)
+    cs = [container("s", klass="real-time"), container("n")]
+    assert pressure.at_risk(state(cs, [])) == {cid("s")}  # n is not real-time
+    assert pressure.at_risk(state([], [])) == frozenset()  # the container is gone
+
+
 def test_an_alert_no_repeat_renewed_expires() -> None:
     pressure = SloPressure("host-a")
     pressure.apply(message(alert("f1", "s")).alerts, NOW)
@@ -294,4 +302,18 @@ def test_every_decision_sees_the_pressure_until_it_expires(tmp_path: Path) -> No
     controller.slo.expire(time.time() + 10 * controller.config.node_mark_ttl_s, None)
     assert controller.slo.pressure.alerts == {}
     assert controller.decide_now("fast").actions == []  # type: ignore[arg-type]
+    controller.audit.close()
+
+
+def test_a_server_at_risk_goes_before_one_that_affords_a_wait(tmp_path: Path) -> None:
+    # two servers that declare SLOs: without alerts they share; when one's alert fires,
+    # the controller hands it to the policy, which freezes the other (for its slack)
+    slo = {"metric": "tgi_request_duration", "target_s": 2.0, "objective": 0.99, "port": 9000}
+    cs = [container(n, deadline=2.0) | {"slo": slo} for n in ("a", "b")]
+    ts = [task("a", "computing", 1, age=3.0), task("b", "computing", 2, age=0.5)]
+    controller = controller_with(tmp_path, state(cs, ts, util=1.0, timestamp=time.time()))
+    assert controller.decide_now("fast").actions == []  # type: ignore[arg-type]
+    report = controller.handle_webhook(message(alert("f1", "b")))
+    pauses = [(a["container"], a["reason"]) for a in report.actions if a["action"] == "pause"]
+    assert pauses == [("a", "preempt")]  # tried: no engine runs here
     controller.audit.close()

@@ -102,9 +102,11 @@ def test_every_scenario_has_its_keys_and_a_target() -> None:
     for scenario in realtime.SCENARIOS:
         assert scenario.met(dict.fromkeys(scenario.keys)) is None  # nothing measured: no verdict
     pair = realtime.scenario_named("b")
-    assert (
-        pair.met({"pair_tight_hit_rate_shared": 0.2, "pair_tight_hit_rate_managed": 0.2}) is False
-    )
+    rates = {"pair_tight_hit_rate_shared": 0.8, "pair_tight_hit_rate_managed": 0.8,
+             "pair_loose_hit_rate_shared": 1.0, "pair_loose_hit_rate_managed": 1.0}  # fmt: skip
+    assert pair.met(rates) is True  # neither server below sharing (issue 24)
+    assert pair.met({**rates, "pair_loose_hit_rate_managed": 0.79}) is False
+    assert pair.met({**rates, "pair_tight_hit_rate_managed": 0.7}) is False
 
 
 def test_a_missing_hook_gives_null_keys_and_a_note() -> None:

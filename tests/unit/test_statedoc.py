@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from gpuguard.commands.ps import ps_rows
 from gpuguard.contract import Phase, PriorityClass, TaskMode
 from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample
 from gpuguard.exporter.state import state_json
+from gpuguard.slo import SloDeclaration
 from gpuguard.statedoc import (
     ClaimField,
     ContainerField,
@@ -64,6 +66,20 @@ def test_parses_what_the_exporter_writes(tmp_path: Path) -> None:
     assert rt_task.mode == TaskMode.BURST and rt_task.phase == Phase.COMPUTING
     assert rt_task.proc_start_ticks == 500
     assert state.container(cid(2)) is not None
+
+
+def test_reads_the_slo_target_a_container_declares(tmp_path: Path) -> None:
+    # admission judges a server by its SLO signal only where it declares one
+    backend, containers, poller = three_container_poller(tmp_path / "proc")
+    rt, other, bad = containers.snapshot().values()
+    containers.set(replace(rt, slo=SloDeclaration("tgi_request_duration", 0.5)), other, bad)
+    backend.next = sample(1.0, {100: GIB})
+    doc = json.loads(json.dumps(state_json(poller.poll_once())))
+    by_name = {c.name: c for c in parse_state(doc).containers}
+    assert by_name["rt-1"].slo_target_s == 0.5 and by_name["rt-2"].slo_target_s is None
+    del doc["containers"][0]["slo"]["target_s"]
+    with pytest.raises(StateError, match=r"containers\[0\].slo.target_s is missing"):
+        parse_state(doc)
 
 
 @pytest.mark.parametrize(

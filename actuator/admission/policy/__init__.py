@@ -4,7 +4,8 @@
 pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
 
 * Queues: one per device, a whole GPU or one MIG instance (hardware-isolated: its own
-  queue). Real-time and normal containers' tasks are queued; best-effort ones are not.
+  queue). Real-time and normal containers' *ranked* tasks are queued; best-effort ones are
+  not, nor are servers' busy periods (see "Precedence" below).
 * Queue order: FIFO by the task's own start (process start breaks ties) or EDF by absolute
   deadline; tasks without a deadline come after those with one, FIFO among them.
 * A device is *occupied* while a task that is allowed to run is in ``starting``, ``input`` or
@@ -39,6 +40,22 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   would not (``preempt_futile``; run times from the container's learnt ``typical_run_s``,
   else only deadlines already past count). With preemption off, a task whose kernel already
   runs is left alone and recorded as a skip (``kernel_running``), as paper B does.
+* Precedence (``precedence``; issue 24). Queue order, admission and preemption act only
+  between ranked tasks: ``process`` and ``memory`` tasks, and the bursts of a container
+  that is no server. A server (a long-lived burst-mode container: it goes straight on after
+  a drain with its memory cached and its busy periods merged work, or it declares a latency
+  SLO) is never ranked, nor yields: NVML cannot see its requests, so its busy period is no
+  task. Its SLO signal judges it instead: one whose protect_slo alert
+  fires (``slo_at_risk``) goes first; one that declares an SLO whose alert does not fire can
+  afford a bounded wait, and is frozen while a ranked task of its class or higher, or a
+  server at risk, runs on its device; one without an SLO cannot be judged and shares the
+  device (``not_ranked``). Two servers without SLO signals share.
+* Slack: no freeze of a real-time container outlasts its slack, whatever the queue says. It
+  is thawed (``slack``) at its deadline (else its SLO's target) less its typical run and
+  ``slack_margin_s``, from its task's start (a ranked task) or from the freeze's start (a
+  server, or a burst that merged or ran late); ``next_due`` says when. A real-time task
+  whose slack is spent is not frozen (``no_slack``), and one thawed so is not frozen again
+  for what held it then.
 * Memory rule: never admit while GPU memory used > ``memory_threshold`` of total; then pause
   again the container admitted last if its task is not yet computing (cudaMalloc cannot
   over-commit).
@@ -71,13 +88,15 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   actuator) are ever paused; unmanaged tasks, including processes in no container, count for
   occupancy but are never touched. At most ``max_actions`` containers per decision.
 
-Containers this actuator paused whose tasks are all gone are unpaused (``task_gone``).
+Containers this actuator paused whose tasks are all gone are unpaused (``task_gone``); one
+that yielded between tasks waits for its turn, for no longer than its slack if real-time.
 
 The modules, by concern (import each thing from the module that defines it):
 
 * ``types``: the knobs, trigger, ledger and recent history in; the ``Decision`` out.
 * ``views``: a task as the policy sees it (``TaskView``), and the steps made from one.
 * ``order``: queue order (FIFO, EDF, classes).
+* ``precedence``: what is ranked, servers and their SLO signals, the slack of a freeze.
 * ``devices``: each device's plan, and the gangs; ``admit``: what runs on one device.
 * ``yields``: repeaters that yield as they drain or between tasks.
 * ``besteffort``: best-effort freezes, holds and the starvation guard.

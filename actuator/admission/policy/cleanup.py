@@ -4,6 +4,9 @@ per container, never a pause of a container that runs a kept task, at most ``max
 
 from __future__ import annotations
 
+import math
+
+from gpuguard.actuator.admission.policy.precedence import own_deadline, spare_s
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
@@ -14,14 +17,16 @@ from gpuguard.actuator.admission.policy.types import (
     Step,
 )
 from gpuguard.actuator.state import ExporterState
-from gpuguard.contract import PRE_KERNEL, Phase, SkipReason, StepReason
+from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass, SkipReason, StepReason
 
 
 def release_gone(
     state: ExporterState, ledger: Ledger, config: PolicyConfig, now: float
-) -> list[Step]:
+) -> tuple[list[Step], list[float]]:
     """Unpause containers we paused that have no running task any more; one that yielded
-    between tasks waits until no other task computes or loads on its GPU (its turn)."""
+    between tasks waits until no other task computes or loads on its GPU (its turn), for no
+    longer than its slack if it is real-time (``precedence``). Also: when such a wait's
+    slack ends."""
     with_tasks = {t.container_id for t in state.tasks}
     names = {c.id: c.name for c in state.containers}
     busy_gpus = {
@@ -32,17 +37,29 @@ def release_gone(
         and (t.phase == Phase.COMPUTING or t.phase in PRE_KERNEL)
     }
     steps = []
+    due = []
     for cid in sorted(ledger.paused):
         if cid in with_tasks:
             continue
+        reason = StepReason.TASK_GONE
         if cid in ledger.yielded:
-            if ledger.yielded[cid] in busy_gpus and now - ledger.paused[cid] < config.max_yield_s:
-                continue
             reason = StepReason.ADMIT
-        else:
-            reason = StepReason.TASK_GONE
+            container = state.container(cid)
+            klass = container.priority_class if container is not None else PriorityClass.NORMAL
+            deadline = own_deadline(klass, container)
+            slack_ends = (
+                math.inf
+                if deadline is None
+                else ledger.paused[cid] + spare_s(container, deadline, config)
+            )
+            if now >= slack_ends:
+                reason = StepReason.SLACK
+            elif ledger.yielded[cid] in busy_gpus and now - ledger.paused[cid] < config.max_yield_s:
+                if slack_ends < math.inf:
+                    due.append(slack_ends)
+                continue
         steps.append(Step(UNPAUSE, cid, names.get(cid, cid[:12]), reason))
-    return steps
+    return steps, due
 
 
 def finish(steps: list[Step], skips: list[Skip], protected: set[str], cap: int) -> Decision:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from gpuguard.actuator.admission.policy.besteffort import light_servers, plan_best_effort
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
+from gpuguard.actuator.admission.policy.precedence import servers
 from gpuguard.actuator.admission.policy.types import (
     Decision,
     Ledger,
@@ -33,11 +34,13 @@ def decide(
     ledger: Ledger | None = None,
     recent: Recent | None = None,
     slo_pressure: frozenset[DeviceKey] = frozenset(),
+    slo_at_risk: frozenset[str] = frozenset(),
 ) -> Decision:
     """The steps for one fresh snapshot; never raises on well-formed input.
 
     ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
-    containers there are frozen sooner and longer).
+    containers there are frozen sooner and longer); ``slo_at_risk``: those containers (a
+    server at risk takes precedence over one that can afford a wait, ``precedence``).
     """
     ledger = ledger or Ledger()
     recent = recent or Recent()
@@ -51,13 +54,16 @@ def decide(
     skips: list[Skip] = []
     if trigger.gpu is not None and not any(g.index == trigger.gpu for g in state.gpus):
         skips.append(Skip(SkipReason.IRRELEVANT_ALERT, f"gpu {trigger.gpu} not in state"))
-    views = [view_of(task, state, ledger, trigger.now) for task in state.tasks]
+    unranked = servers(state, recent.straight_on)
+    views = [view_of(task, state, ledger, trigger.now, unranked) for task in state.tasks]
     queued = [v for v in views if v.klass != PriorityClass.BEST_EFFORT]
     best_effort = [v for v in views if v.klass == PriorityClass.BEST_EFFORT]
-    between = between_tasks(state, recent.straight_on, ledger, trigger.now)
+    straight_on = recent.straight_on - unranked  # a server never yields between requests
+    between = between_tasks(state, straight_on, ledger, trigger.now)
     plans = plan_devices(
-        state.gpus, queued, best_effort, trigger.now, config, ledger, recent.straight_on, between
-    )
+        state.gpus, queued, best_effort, trigger.now, config, ledger, straight_on, between,
+        slo_at_risk,
+    )  # fmt: skip
     light = light_servers(state, config.best_effort_coexist_demand)
     steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]
@@ -71,7 +77,9 @@ def decide(
         on_gpu = {t.container_id for t in state.tasks if t.gpu == trigger.gpu}
         steps = [step for step in steps if step.container_id in on_gpu]
         skips = [s for s in skips if s.gpu in (None, trigger.gpu)]
-    steps += release_gone(state, ledger, config, trigger.now)
+    gone, gone_due = release_gone(state, ledger, config, trigger.now)
+    steps += gone
+    due += gone_due
     protected = {cid for plan in plans.values() for cid in plan.kept}
     decision = finish(steps, skips, protected, config.max_actions)
     return replace(decision, realtime_devices=realtime, next_due=min(due, default=None))

@@ -22,6 +22,12 @@ from gpuguard.actuator.admission.policy.admit import (
     saturated,
 )
 from gpuguard.actuator.admission.policy.order import queue_of
+from gpuguard.actuator.admission.policy.precedence import (
+    on_own_clock,
+    plan_servers,
+    thaw_at,
+    waited,
+)
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
     UNPAUSE,
@@ -78,8 +84,11 @@ def plan_devices(
     ledger: Ledger,
     straight_on: frozenset[str] = frozenset(),
     between: Mapping[DeviceKey, Sequence[Container]] | None = None,
+    at_risk: frozenset[str] = frozenset(),
 ) -> dict[DeviceKey, DevicePlan]:
-    """Decide every device; then hold back, one at a time, gangs not admitted everywhere."""
+    """Decide every device; then hold back, one at a time, gangs not admitted everywhere.
+
+    ``at_risk``: real-time containers whose SLO alert fires (``precedence``)."""
     queues = {
         g.key: queue_of([v for v in queued if v.task.device == g.key], config.order, now)
         for g in gpus
@@ -102,6 +111,7 @@ def plan_devices(
                 g.key in be_busy,
                 straight_on,
                 (between or {}).get(g.key, ()),
+                at_risk,
             )
             for g in gpus
         }
@@ -135,33 +145,65 @@ def _plan_device(
     be_busy: bool,
     straight_on: frozenset[str] = frozenset(),
     between: Sequence[Container] = (),
+    at_risk: frozenset[str] = frozenset(),
 ) -> DevicePlan:
-    """One device: what runs (in queue order, while it fits), what waits, and why."""
+    """One device: what runs (in queue order, while it fits), what waits, and why.
+
+    Admission acts among ranked tasks only; servers' busy periods wait or share as their SLO
+    signals say (``precedence.plan_servers``), and no real-time task waits past its slack.
+    """
+    unranked = [v for v in queue if not v.ranked]
+    queue = [v for v in queue if v.ranked]
+    # a server's kernels fill the device beside the queue, as a best-effort one's do
+    be_busy = be_busy or any(not v.paused and (v.task.sm_ratio or 0) > 0 for v in unranked)
     steps: list[Step] = []
     skips: list[Skip] = []
+    due: list[float] = []
     counting = [v for v in queue if not v.paused and occupies(v, now, config)]
     for v in queue:
         if not v.paused and v.task.phase in PRE_KERNEL and v not in counting:
             skips.append(
                 skip_for(v, SkipReason.INPUT_TIMEOUT, "no SM activity past --policy.input-timeout")
             )
-    gang = [v for v in counting if v.cid in gangs.held_back and v.blocker is None]
+    # Real-time tasks whose slack is spent run, whatever the queue says; the others' freezes
+    # are decided again when their slack would be.
+    spent = _out_of_slack(queue, counting, now, config)
+    thaws = (thaw_at(v, now, config) for v in queue if v.ours and v not in spent)
+    due += [at for at in thaws if at is not None]
+    gang = [
+        v for v in counting if v.cid in gangs.held_back and v.blocker is None and v not in spent
+    ]
     steps += [step_for(PAUSE, v, StepReason.GANG) for v in gang]
     live = [v for v in counting if v not in gang]
     frozen_kernels = [
-        v for v in queue if (v.paused or v in gang) and v.task.phase == Phase.COMPUTING
+        v
+        for v in queue
+        if (v.paused or v in gang) and v.task.phase == Phase.COMPUTING and v not in spent
     ]
     memory_high = memory_above_threshold(gpu, config)
     last = last_admitted(live, ledger)
-    if memory_high and last is not None and last.task.phase in PRE_KERNEL and not last.blocker:
+    if (
+        memory_high
+        and last is not None
+        and last.task.phase in PRE_KERNEL
+        and not last.blocker
+        and last not in spent
+    ):
         steps.append(step_for(PAUSE, last, StepReason.MEMORY_PRESSURE))
         live.remove(last)
         last = None
-    waiting = [v for v in queue if v.ours and v.blocker is None and v.cid not in gangs.held_back]
+    waiting = [
+        v
+        for v in queue
+        if v.ours and v.blocker is None and (v.cid not in gangs.held_back or v in spent)
+    ]
     # Tasks that run whatever we do: those we may not pause, and (unless preempting)
     # launched kernels; with preemption, the first in the queue, those admitted within
-    # their quantum and those whose preemption would be futile.
-    must, due = must_run(queue, live, waiting, now, config, skips)
+    # their quantum and those whose preemption would be futile; and those out of slack.
+    must, quanta = must_run(queue, live, waiting, now, config, skips)
+    due += quanta
+    skips += _no_slack(queue, spent, live, waiting, must)
+    must += [v for v in spent if v not in must]
     # Saturation keeps waiters out only while what fills the device stays: with
     # preemption, a holder that yields to a waiter does not.
     staying = (
@@ -187,10 +229,20 @@ def _plan_device(
         admissible = [v for v in admissible if v not in preempted]
         keep = admit(queue, admissible, must, frozen_kernels, last, pressure, config.one_at_a_time)
     admitted = [v for v in keep if v.paused]
-    steps += [step_for(UNPAUSE, v, StepReason.ADMIT) for v in admitted]
+    steps += [
+        step_for(UNPAUSE, v, StepReason.SLACK if v in spent else StepReason.ADMIT) for v in admitted
+    ]
     # The first task admitted now, or still waiting (behind a frozen kernel, say): the one a
-    # holder that goes straight on makes way for as it drains.
-    waiter = next((v for v in queue if v in admitted or (v in waiting and v not in keep)), None)
+    # holder that goes straight on makes way for as it drains (not one thawed for its
+    # slack: it shares the device, it does not take it).
+    waiter = next(
+        (
+            v
+            for v in queue
+            if v not in spent and (v in admitted or (v in waiting and v not in keep))
+        ),
+        None,
+    )
     if config.preempt and waiter is not None:
         used = sum(v.share for v in [*keep, *frozen_kernels])
         used += 0.0 if waiter in keep else waiter.share
@@ -203,7 +255,14 @@ def _plan_device(
     occupied = bool(keep or frozen_kernels or reserving) or busy
     skips += newcomers(live, keep, [v for v in frozen_kernels if v not in preempted],
                        occupied, steps)  # fmt: skip
-    needing = [*counting, *waiting, *frozen_kernels, *reserving]
+    due += _slack_of_pauses(queue, steps, now, config)
+    serving = [v for v in unranked if v.ours or (not v.paused and occupies(v, now, config))]
+    at_risk_live = [v for v in serving if v.cid in at_risk and not v.paused]
+    served = plan_servers(unranked, [*keep, *at_risk_live], at_risk, now, config)
+    steps += served.steps
+    skips += served.skips
+    due += served.due
+    needing = [*counting, *waiting, *frozen_kernels, *reserving, *serving]
     return DevicePlan(
         steps,
         skips,
@@ -212,3 +271,54 @@ def _plan_device(
         realtime_busy={v.cid or "" for v in needing if v.klass == PriorityClass.REAL_TIME},
         due=due,
     )
+
+
+def _out_of_slack(
+    queue: Sequence[TaskView], counting: Sequence[TaskView], now: float, config: PolicyConfig
+) -> list[TaskView]:
+    """Real-time tasks that may not be frozen (or must be thawed): their slack is spent, or
+    they were thawed for it since what is ahead of them began (``precedence.waited``)."""
+    contending = [v for v in queue if v.blocker is None and (v in counting or v.ours)]
+    out = []
+    for v in contending:
+        at = thaw_at(v, now, config)
+        if at is None:
+            continue
+        ahead = contending[: contending.index(v)]
+        # counted from its freeze, it was thawed within this task (for its slack) since
+        # what is ahead began: its wait for that is spent
+        thawed = v.admitted_at is not None and v.admitted_at > v.task.started_at
+        if at <= now or (
+            thawed
+            and not v.ours
+            and not on_own_clock(v, now)
+            and waited(v, ahead, frozenset(), now)
+        ):
+            out.append(v)
+    return out
+
+
+def _no_slack(
+    queue: Sequence[TaskView],
+    spent: Sequence[TaskView],
+    live: Sequence[TaskView],
+    waiting: Sequence[TaskView],
+    must: Sequence[TaskView],
+) -> list[Skip]:
+    """Skips for running tasks out of slack that a task ahead of them would have made wait."""
+    contenders = {v.task.task_id for v in [*live, *waiting] if v.blocker is None}
+    skips = []
+    for i, v in enumerate(queue):
+        ahead = any(w.task.task_id in contenders for w in queue[:i])
+        if ahead and v in spent and v in live and v not in must:
+            skips.append(skip_for(v, SkipReason.NO_SLACK, "its slack is spent"))
+    return skips
+
+
+def _slack_of_pauses(
+    queue: Sequence[TaskView], steps: Sequence[Step], now: float, config: PolicyConfig
+) -> list[float]:
+    """When the freezes begun now must end (real-time tasks' slack): decide again then."""
+    paused = {s.task_id for s in steps if s.verb == PAUSE}
+    found = (thaw_at(v, now, config) for v in queue if v.task.task_id in paused)
+    return [at for at in found if at is not None]

@@ -2,7 +2,8 @@
 
 FIFO takes the task's first sighting (process start breaks ties, so a PID reused is no
 older); EDF the absolute deadline, no deadline last. A busy server's burst counts by the
-deadline of a request arriving now (``edf_key``).
+deadline of a request arriving now (``edf_key``). A device's queue holds ranked tasks only:
+a server's busy periods are never queued (``precedence``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from gpuguard.contract import (
     PriorityClass,
     SkipReason,
     StepReason,
+    TaskMode,
     Verb,
 )
 
@@ -41,13 +42,24 @@ class TaskView:
     admitted_at: float | None  # when this actuator last let it run, if it did
     share: float  # expected SM share while computing (1.0: unknown, the whole device)
     klass: PriorityClass
+    #: a task precedence may act for and against: its boundaries are exact (``precedence``)
+    ranked: bool = True
+    #: when this actuator paused it, if it did
+    paused_at: float | None = None
 
     @property
     def cid(self) -> str | None:
         return self.task.container_id
 
 
-def view_of(task: Task, state: ExporterState, ledger: Ledger, now: float) -> TaskView:
+def view_of(
+    task: Task,
+    state: ExporterState,
+    ledger: Ledger,
+    now: float,
+    servers: frozenset[str] = frozenset(),
+) -> TaskView:
+    """``servers``: containers whose busy periods are never ranked (``precedence.servers``)."""
     container = state.container(task.container_id)
     cid = task.container_id
     ours = cid is not None and cid in ledger.paused
@@ -72,8 +84,16 @@ def view_of(task: Task, state: ExporterState, ledger: Ledger, now: float) -> Tas
         deadline = None if task.deadline_s is None else at + task.deadline_s
         order_task = replace(task, started_at=at, absolute_deadline=deadline)
     return TaskView(
-        task, container, paused, order_task, ours, blocker, since, admitted_at, share, klass
-    )
+        task, container, paused, order_task, ours, blocker, since, admitted_at, share, klass,
+        ranked=is_ranked(task, servers),
+        paused_at=ledger.paused.get(cid) if cid is not None else None,
+    )  # fmt: skip
+
+
+def is_ranked(task: Task, servers: frozenset[str]) -> bool:
+    """Whether precedence may act for and against this task: it is no server's busy period
+    (``precedence.servers``: ``process`` and ``memory`` tasks always rank)."""
+    return task.mode != TaskMode.BURST or task.container_id not in servers
 
 
 def _blocker(task: Task, container: Container | None, ledger: Ledger) -> SkipReason | None:

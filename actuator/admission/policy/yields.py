@@ -3,7 +3,8 @@ between two tasks, for the waiter admitted in its place.
 
 Its memory stays cached, so its next task is first seen with its kernel already launched
 beside the waiter's; frozen as it drains, it waits as that next task would
-(``Recent.straight_on`` says who goes straight on).
+(``Recent.straight_on`` says who goes straight on). A server (``precedence``: one whose busy
+periods also merge its requests) is never ranked, and never yields.
 """
 
 from __future__ import annotations

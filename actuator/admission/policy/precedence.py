@@ -1,0 +1,222 @@
+"""Who may make whom wait, and for how long: ranked tasks, servers, SLO signals, slack.
+
+NVML samples a process about every 1/6 s, so it cannot see where one request of a busy
+server ends and the next begins: a server's busy period may merge many requests, and the
+moment it began says nothing of those still waiting in it. Ranking two such periods (FIFO,
+EDF), or freezing a server behind a long one-shot, harmed production traffic (issue 24: a
+server frozen 13.1 s behind a one-shot, two requests missed; of two servers, one fared
+worse than sharing). So precedence acts only where it is known to be right:
+
+* Ranked tasks (``TaskView.ranked``, ``views.is_ranked``): ``process`` and ``memory`` tasks,
+  and the bursts of a container that is not a server (paper B's one-shot, a light inference
+  task, a repeater). Queue order (class, FIFO, EDF), admission and preemption act among
+  these only. A server not yet known as one (below) ranks too; the slack bounds what that
+  costs a real-time neighbour.
+* Servers (``servers``): long-lived burst-mode containers, one that goes straight on after
+  a drain with its memory cached (``Recent.straight_on``, learnt per container and image)
+  and whose busy periods merged work (the exporter's ``merged``: nothing but idle gaps,
+  which NVML may not see, part its requests), or one that declares a latency SLO
+  (``gpuguard.slo.*``: it serves requests, and its own histogram says how each fares).
+  Their busy periods are never ranked: they neither queue nor hold the queue, nor yield
+  between requests. Either sign alone is no test: a light one-shot's busy period merges its
+  own host work, and a long kernel's samples may flicker from draining back to computing.
+* The tenant's SLO signal judges a server (``plan_servers``): one whose SLO alert fires
+  (``slo_at_risk``, from the protect_slo alerts) is at risk and takes precedence; one that
+  declares an SLO whose alert does not fire can afford a bounded wait (``affords``): it is
+  frozen while a ranked task of its class or higher, or a server at risk, runs on its device;
+  one without an SLO cannot be judged and is never frozen for another's precedence: it
+  shares the device (skip ``not_ranked``). Two servers without SLO signals share, as
+  unmanaged; with them, the one at risk goes first. (With ``--policy.preempt=false`` a
+  server whose kernels run is left alone, as any task: ``kernel_running``.)
+* Slack (``thaw_at``): no freeze of a real-time container outlasts its slack, whatever the
+  queue says. Its freeze ends (``slack``) at its deadline (``gpuguard.deadline``, else its
+  SLO's target) less its typical run time (when learnt) and ``--policy.slack-margin``,
+  counted from its task's start for a ranked task (the deadline is that task's) and from the
+  freeze's start for a server, or for a burst that merged or was late when the freeze began
+  (``on_own_clock``: a request may have come just as it began). A real-time task whose
+  slack is already spent is not frozen (skip ``no_slack``). One counted from its freeze and
+  thawed so is not frozen again for the tasks that held it then (``waited``): only for one
+  that started after its thaw, or, for a server at risk, once it has run for its own
+  deadline since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpuguard.actuator.admission.policy.order import CLASS_RANK
+from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
+from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.state import Container, ExporterState
+from gpuguard.contract import Phase, PriorityClass, SkipReason, StepReason, TaskBoundary, TaskMode
+
+
+def servers(state: ExporterState, straight_on: frozenset[str] = frozenset()) -> frozenset[str]:
+    """Burst-mode containers whose busy periods are not tasks: long-lived programs that go
+    straight on after a drain with their memory cached (``straight_on``) and whose busy
+    periods merged work (a ``merged`` task, running or recent), or that declare a latency
+    SLO.
+
+    Either sign alone also fits a one-shot: a light one's own host work shows as idle inside
+    its busy period (``merged``), and a single long kernel's samples may flicker from
+    draining back to computing (``straight_on`` learns that as going on). Together they are
+    a server's requests, which nothing but idle gaps NVML may not see tell apart."""
+    merged = {t.container_id for t in state.tasks if t.boundary == TaskBoundary.MERGED}
+    merged |= {t.container_id for t in state.recent if t.boundary == TaskBoundary.MERGED}
+    return frozenset(
+        c.id
+        for c in state.containers
+        if c.task_mode == TaskMode.BURST
+        and ((c.id in straight_on and c.id in merged) or c.slo_target_s is not None)
+    )
+
+
+def own_deadline(klass: PriorityClass, container: Container | None) -> float | None:
+    """A real-time container's deadline: ``gpuguard.deadline``, else its SLO's target; None
+    for other classes (they have no slack to keep)."""
+    if klass != PriorityClass.REAL_TIME or container is None:
+        return None
+    return container.deadline_s if container.deadline_s is not None else container.slo_target_s
+
+
+def spare_s(container: Container | None, deadline: float, config: PolicyConfig) -> float:
+    """How long it may wait: its deadline less its typical run and the margin."""
+    typical = container.typical_run_s if container is not None else None
+    return deadline - (typical or 0.0) - config.slack_margin_s
+
+
+def thaw_at(view: TaskView, now: float, config: PolicyConfig) -> float | None:
+    """When a freeze of this task must end (of one starting ``now`` if it is not frozen by
+    this actuator yet); None: not real-time, or no deadline to keep."""
+    if view.klass != PriorityClass.REAL_TIME:
+        return None
+    deadline = view.task.deadline_s
+    if deadline is None:
+        deadline = own_deadline(view.klass, view.container)
+    if deadline is None:
+        return None
+    spare = spare_s(view.container, deadline, config)
+    start = view.paused_at if view.ours and view.paused_at is not None else now
+    at = start + spare
+    absolute = view.order_task.absolute_deadline
+    if absolute is not None and on_own_clock(view, start):
+        at = min(at, absolute - (deadline - spare))  # its deadline is its task's own
+    return at
+
+
+def on_own_clock(view: TaskView, start: float) -> bool:
+    """Whether its deadline counts from its task's start (a ranked task's), not from the
+    start of its freeze: not for a burst that merged, or that was past its deadline when
+    the freeze began, since it may hold several requests (as ``order.edf_key`` reads it)."""
+    absolute = view.order_task.absolute_deadline
+    if not view.ranked or absolute is None:
+        return False
+    late = view.task.boundary == TaskBoundary.MERGED or absolute < start
+    return view.task.mode != TaskMode.BURST or not late
+
+
+def spent(view: TaskView, now: float, config: PolicyConfig) -> bool:
+    """A real-time task whose slack is spent: a freeze (or one going on) would outlast it."""
+    at = thaw_at(view, now, config)
+    return at is not None and at <= now
+
+
+def waited(
+    view: TaskView, holders: Sequence[TaskView], at_risk: frozenset[str], now: float
+) -> bool:
+    """A task whose deadline counts from its freeze (a server's busy period, or a burst
+    that merged or ran late), thawed since ``holders`` began: its wait for them is spent,
+    and it is not frozen for them again (unless one is a server at risk and it has run for
+    its own deadline since)."""
+    if view.admitted_at is None or not holders:
+        return False
+    return not any(_fresh(h, view, at_risk, now) for h in holders)
+
+
+def affords(view: TaskView, at_risk: frozenset[str], config: PolicyConfig) -> bool:
+    """A server that can afford a bounded wait: real-time, declares an SLO whose alert does
+    not fire, and has slack to spare."""
+    deadline = own_deadline(view.klass, view.container)
+    return (
+        not view.ranked
+        and view.container is not None
+        and view.container.slo_target_s is not None
+        and view.cid not in at_risk
+        and deadline is not None
+        and spare_s(view.container, deadline, config) > 0
+    )
+
+
+@dataclass
+class ServerPlan:
+    steps: list[Step] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    due: list[float] = field(default_factory=list)
+
+
+def plan_servers(
+    unranked: Sequence[TaskView],
+    holders: Sequence[TaskView],
+    at_risk: frozenset[str],
+    now: float,
+    config: PolicyConfig,
+) -> ServerPlan:
+    """Servers' busy periods on one device: who waits (frozen, for no longer than its
+    slack) while ``holders`` (the ranked tasks kept on the device, and the live busy
+    periods of servers at risk) run, and who shares the device with them."""
+    plan = ServerPlan()
+    for u in unranked:
+        over = [h for h in holders if _has_precedence(h, u, at_risk)]
+        if u.blocker:
+            continue
+        if not over or not affords(u, at_risk, config):
+            if u.ours:
+                plan.steps.append(step_for(UNPAUSE, u, StepReason.ADMIT))
+            elif over and not u.paused:
+                plan.skips.append(
+                    skip_for(u, SkipReason.NOT_RANKED, "a server's busy period, no SLO signal")
+                )
+            continue
+        at = thaw_at(u, now, config)
+        assert at is not None  # it affords a wait: it has a deadline
+        if u.ours:
+            if now >= at:
+                plan.steps.append(step_for(UNPAUSE, u, StepReason.SLACK))
+            else:
+                plan.due.append(at)
+            continue
+        if u.paused:
+            continue  # paused by someone else
+        if waited(u, over, at_risk, now):
+            plan.skips.append(skip_for(u, SkipReason.NO_SLACK, "waited its slack for these"))
+            continue
+        computing = u.task.phase == Phase.COMPUTING
+        if computing and not config.preempt:
+            plan.skips.append(skip_for(u, SkipReason.KERNEL_RUNNING, "kernel already launched"))
+            continue
+        reason = StepReason.PREEMPT if computing else StepReason.NEWCOMER
+        plan.steps.append(step_for(PAUSE, u, reason))
+        plan.due.append(at)
+    return plan
+
+
+def _has_precedence(holder: TaskView, server: TaskView, at_risk: frozenset[str]) -> bool:
+    """A holder a server waits for, if it can afford to: a ranked task of its class or
+    higher, or another server at risk."""
+    return (
+        holder.cid != server.cid
+        and CLASS_RANK[holder.klass] <= CLASS_RANK[server.klass]
+        and (holder.ranked or holder.cid in at_risk)
+    )
+
+
+def _fresh(holder: TaskView, server: TaskView, at_risk: frozenset[str], now: float) -> bool:
+    """Whether ``server`` may be frozen for ``holder``: not since its last thaw (its wait for
+    what held it then is spent), unless the holder began after it, or is at risk and the
+    server has run for its own deadline since."""
+    thawed = server.admitted_at
+    if thawed is None or holder.order_task.started_at > thawed:
+        return True
+    deadline = own_deadline(server.klass, server.container)
+    return holder.cid in at_risk and deadline is not None and now - thawed >= deadline
