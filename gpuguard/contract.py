@@ -133,11 +133,14 @@ class StepReason(StrEnum):
     #: best-effort, and a real-time container's SLO alert fires on its GPU (protect_slo):
     #: frozen sooner and longer, whether or not a real-time task runs there now
     SLO_PRESSURE = "slo_pressure"
+    #: best-effort beside active real-time work under rate control: frozen or thawed by its
+    #: device's duty cycle (``--policy.best-effort-control=rate``)
+    DUTY_CYCLE = "duty_cycle"
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
 ADMITTING_REASONS: frozenset[StepReason] = frozenset(
-    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE}
+    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE, StepReason.DUTY_CYCLE}
 )
 
 

@@ -173,6 +173,8 @@ class Container:
     #: Kubernetes identity (containerd source); None on a Docker host
     namespace: str | None = None
     pod: str | None = None
+    #: the objective of the latency SLO it declares (``slo.objective``); None: no SLO
+    slo_objective: float | None = None
 
 
 @dataclass(frozen=True)
@@ -338,7 +340,18 @@ def _container(doc: Any, where: str) -> Container:
         deadline_error=_opt(obj, k.DEADLINE_ERROR, str, where),
         namespace=_opt(obj, k.NAMESPACE, str, where),
         pod=_opt(obj, k.POD, str, where),
+        slo_objective=_slo_objective(obj, where),
     )
+
+
+def _slo_objective(container: dict[str, Any], where: str) -> float | None:
+    slo = _opt(container, ContainerField.SLO, dict, where)
+    if slo is None:
+        return None
+    objective = _get(slo, SloField.OBJECTIVE, (int, float), f"{where}.{ContainerField.SLO}")
+    if not 0 < objective < 1:
+        raise StateError(f"{where}.{ContainerField.SLO}.{SloField.OBJECTIVE} must be in (0, 1)")
+    return float(objective)
 
 
 def _task(doc: Any, where: str) -> Task:
