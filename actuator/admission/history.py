@@ -66,6 +66,8 @@ class RateHistory:
         self._change: dict[DeviceKey, Change] = {}
         self._phase: dict[DeviceKey, float] = {}
         self._stepped_at: dict[DeviceKey, float] = {}
+        #: when each running cycle's control began (a first reading takes a while)
+        self._since: dict[DeviceKey, float] = {}
 
     def control(
         self,
@@ -84,8 +86,9 @@ class RateHistory:
                 continue
             current = self._fraction.get(device, self.law.initial)
             last = self._change.setdefault(device, Change(now))
+            since = self._since.setdefault(device, now)
             fraction, step = control_step(
-                current, readings.get(device, ()), device in declared, last, now, self.law
+                current, readings.get(device, ()), device in declared, last, now, self.law, since
             )
             self._stepped_at[device] = now
             self._fraction[device] = fraction
@@ -113,6 +116,7 @@ class RateHistory:
         if cycles is None:
             return  # not planned: nothing changes
         self._phase = {device: cycle.phase for device, cycle in cycles.items()}
+        self._since = {d: t for d, t in self._since.items() if d in self._phase}
         for device, cycle in cycles.items():
             self._fraction.setdefault(device, cycle.run_fraction)
 

@@ -39,6 +39,8 @@ opportunistic jobs, from inside the container):
   the window before that step held none (the probe failed; waiting would only prolong it).
 * A signal older than ``stale_after_s`` (Prometheus down, the tenant stopped exporting) is
   not believed: the fraction steps down to the floor, the side safe for real-time work.
+  A device whose control began less than ``stale_after_s`` ago and has no reading yet is
+  settling, not stale: a server's first window takes ``settle_s`` to appear.
 * The floor is the starvation guard: a best-effort container runs at least ``floor`` of
   every period, whatever the signal says, so no freeze outlasts ``(1 - floor) x period``.
 """
@@ -153,20 +155,30 @@ def control_step(
     last: Change,
     now: float,
     law: RateLaw,
+    since: float | None = None,
 ) -> tuple[float, RateStep]:
     """One control step of a device: ``next_run_fraction`` on the readings that show what
-    the last change did (``settle_s`` after it; after a step up, any later miss)."""
-    if not declared or worst_error(readings, now, law) is None:
-        return next_run_fraction(current, None, declared, law)  # open loop, or stale
+    the last change did (``settle_s`` after it; after a step up, any later miss).
+
+    ``since``: when control of the device began (its duty cycle started). Until
+    ``stale_after_s`` after that, no reading is not yet a stale signal: a server's first
+    window takes ``settle_s`` to appear, and its absence then says nothing.
+    """
+    if not declared:
+        return next_run_fraction(current, None, declared, law)  # open loop
+    if worst_error(readings, now, law) is None:
+        if since is not None and now - since < law.stale_after_s:
+            return _clamp(current, law), RateStep.SETTLING
+        return next_run_fraction(current, None, True, law)  # stale
     settled = worst_error(
         [r for r in readings if r.measured_at >= last.at + law.settle_s], now, law
     )
     if settled is not None:
         return next_run_fraction(current, settled, True, law)
     if last.step is RateStep.UP:
-        since = worst_error([r for r in readings if r.measured_at > last.at], now, law)
-        if since is not None and since > law.deadband:
-            return next_run_fraction(current, since, True, law)  # the probe hurt: back off
+        since_up = worst_error([r for r in readings if r.measured_at > last.at], now, law)
+        if since_up is not None and since_up > law.deadband:
+            return next_run_fraction(current, since_up, True, law)  # the probe hurt: back off
     return _clamp(current, law), RateStep.SETTLING
 
 

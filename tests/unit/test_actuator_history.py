@@ -168,18 +168,26 @@ def test_a_cycle_a_decision_ran_keeps_its_phase_until_one_runs_none() -> None:
 
 
 def test_one_control_step_a_period_and_only_where_a_cycle_runs() -> None:
-    history = rate_history(initial=0.5, floor=0.1, max_step=0.2, period_s=1.0)
+    history = rate_history(initial=0.5, floor=0.1, max_step=0.2, period_s=1.0, stale_after_s=3)
     assert history.rates.control({}, frozenset({GPU0}), 100.0) == []  # no cycle yet
     run_cycles(history, {GPU0: DutyCycle(0.5, 1.0, 99.5)})
-    [step] = history.rates.control({}, frozenset({GPU0}), 100.0)  # declared, no reading
-    assert (step.step, step.run_fraction, step.changed) == (RateStep.STALE, 0.3, True)
+    # declared, no reading yet: a first window takes a while, stale only after stale_after
+    [step] = history.rates.control({}, frozenset({GPU0}), 100.0)
+    assert (step.step, step.run_fraction, step.changed) == (RateStep.SETTLING, 0.5, False)
     assert history.rates.control({}, frozenset({GPU0}), 100.5) == []  # within the period
-    [step] = history.rates.control({}, frozenset({GPU0}), 101.0)
+    [step] = history.rates.control({}, frozenset({GPU0}), 103.0)
+    assert (step.step, step.run_fraction, step.changed) == (RateStep.STALE, 0.3, True)
+    [step] = history.rates.control({}, frozenset({GPU0}), 104.0)
     assert step.run_fraction == pytest.approx(0.1)
     # the running cycle takes the new fraction, in the same phase
-    assert history.snapshot(101.0).duty_cycles[GPU0] == DutyCycle(step.run_fraction, 1.0, 99.5)
-    [step] = history.rates.control({}, frozenset(), 102.0)  # nothing declared: open loop
+    assert history.snapshot(104.0).duty_cycles[GPU0] == DutyCycle(step.run_fraction, 1.0, 99.5)
+    [step] = history.rates.control({}, frozenset(), 105.0)  # nothing declared: open loop
     assert (step.step, step.run_fraction) == (RateStep.OPEN_LOOP, 0.5)
+    # a cycle that ends and starts again gives its first window time again
+    run_cycles(history, {})
+    run_cycles(history, {GPU0: DutyCycle(0.5, 1.0, 109.5)})
+    [step] = history.rates.control({}, frozenset({GPU0}), 110.0)
+    assert step.step == RateStep.SETTLING
 
 
 def test_a_step_waits_for_a_reading_taken_after_the_last_change_has_settled() -> None:

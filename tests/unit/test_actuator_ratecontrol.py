@@ -178,6 +178,13 @@ def test_a_control_step_uses_the_readings_that_show_the_last_change(
     assert fraction == pytest.approx(expected)
 
 
+def test_no_reading_yet_is_settling_until_stale_after_from_the_start_of_control() -> None:
+    fraction, why = control_step(0.5, [], True, Change(T0), T0 + 14, SETTLE, since=T0)
+    assert (fraction, why) == (0.5, RateStep.SETTLING)
+    fraction, why = control_step(0.5, [], True, Change(T0), T0 + 15, SETTLE, since=T0)
+    assert (fraction, why) == (pytest.approx(0.3), RateStep.STALE)
+
+
 def test_without_a_declared_slo_a_step_is_open_loop() -> None:
     fraction, why = control_step(0.5, [reading(0.5, T0)], False, Change(0), T0, SETTLE)
     assert (fraction, why) == (SETTLE.initial, RateStep.OPEN_LOOP)
