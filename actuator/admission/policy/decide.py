@@ -41,7 +41,8 @@ def decide(
     """The steps for one fresh snapshot; never raises on well-formed input.
 
     ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
-    containers there are frozen sooner and longer).
+    containers there are frozen sooner and longer; under rate control their duty cycle
+    runs between requests too).
     """
     ledger = ledger or Ledger()
     recent = recent or Recent()
