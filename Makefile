@@ -53,5 +53,12 @@ bench-quick: setup
 gpu-truth:
 	PYTHONPATH=$(CURDIR) python3 bench/gpu_truth.py --out-dir bench/results
 
+# The demo's stack first (its dockerd and processes keep files under .stack/), and nothing
+# removed while anything is still mounted under .stack/: rm would go into the mount.
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	if [ -e .stack/stack.json ] && [ -x $(VENV)/bin/gpuguard ]; then $(VENV)/bin/gpuguard demo --stop; fi
+	@if grep -qF " $(CURDIR)/.stack/" /proc/self/mounts; then \
+	  echo "make clean: something is still mounted under .stack/ (findmnt | grep .stack): unmount it, then run make clean again" >&2; \
+	  exit 1; \
+	fi
+	rm -rf .stack $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -7,22 +7,24 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from gpuguard import flags
-from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.fastpath import FastPath
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.admission.slosignal import SloSignal
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
-from gpuguard.actuator.containerd_engine import engine_api
 from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.engine import open_engine
+from gpuguard.actuator.engine.base import ContainerEngine
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.swarm import SwarmMarker
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodemarks.nodelist import NodeMarker, SwarmMarker
+from gpuguard.actuator.nodemarks.nodelist import NodeMarker
 from gpuguard.actuator.nodemarks.taints import TaintMarker, kubernetes_api
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import (
@@ -33,6 +35,7 @@ from gpuguard.actuator.safety.journal import (
     JournalLock,
     set_aside,
 )
+from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.contract import TriggerSource
 from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
 
@@ -41,46 +44,67 @@ log = logging.getLogger("gpuguard.actuator")
 MAINTENANCE_PERIOD_S = 0.5
 
 
-def claim_journal(state_dir: Path) -> JournalLock:
-    """Become the journal's one writer, waiting while another actuator or the guard is."""
-    lock = JournalLock(state_dir)
-    if not lock.try_acquire():
-        log.warning(
-            "journal in %s is locked by process %s (another actuator, or the guard resuming "
-            "what a dead one paused): waiting for it", state_dir, lock.holder(),
-        )  # fmt: skip
-        lock.acquire()
-    lease.renew(state_dir / lease.ACTUATOR_LEASE)
+def claim_journal(state_dir: Path, writes: StateWrites | None = None) -> JournalLock:
+    """Become the journal's one writer, waiting while another actuator or the guard is.
+
+    Where there is no lock file to take (a read-only directory without one), it goes on
+    without: its journal then writes nothing, and it pauses nothing, until it has the lock.
+    """
+    lock = JournalLock(state_dir, writes)
+    try:
+        if not lock.try_acquire():
+            log.warning(
+                "journal in %s is locked by process %s (another actuator, or the guard "
+                "resuming what a dead one paused): waiting for it", state_dir, lock.holder(),
+            )  # fmt: skip
+            lock.acquire()
+    except OSError as exc:
+        log.error("cannot lock %s: pausing nothing, and writing nothing, until it can", lock.path)
+        lock.writes.failed("lock", lock.path, exc)
+    lease.renew(state_dir / lease.ACTUATOR_LEASE, writes)
     return lock
 
 
-def open_journal(state_dir: Path) -> tuple[Journal, str | None]:
+def open_journal(
+    state_dir: Path, writes: StateWrites | None = None, lock: JournalLock | None = None
+) -> tuple[Journal, str | None]:
     """The journal, and why every managed pause must be undone (or None).
 
     A journal that cannot be read, or holds an entry that is not valid, is moved aside for
-    the operator; its valid part is kept, and the loss is recorded in the new journal, so
-    the undoing survives a restart until it is done.
+    the operator (at its first write, where the directory cannot be written now); its valid
+    part is kept, and the loss is recorded in the new journal, so the undoing survives a
+    restart until it is done.
     """
     try:
-        journal = Journal(state_dir)
+        journal = Journal(state_dir, writes=writes, lock=lock)
     except JournalCorrupt as exc:
-        kept = set_aside(state_dir / JOURNAL_FILE)
+        path = state_dir / JOURNAL_FILE
+        aside_later = False
+        try:
+            kept = set_aside(path).name
+        except OSError as err:  # a read-only directory: moved before the journal's first write
+            kept, aside_later = f"{path.name} (not yet moved aside: {err.strerror})", True
         log.error(
-            "JOURNAL UNREADABLE: %s. Moved it to %s for inspection. Which containers this "
+            "JOURNAL UNREADABLE: %s. Kept as %s for inspection. Which containers this "
             "actuator paused is unknown: every paused container labelled gpuguard.managed=true "
             "will be resumed as soon as Docker answers.", exc, kept,
         )  # fmt: skip
-        journal = Journal(state_dir, exc.salvaged or JournalContent())
-        journal.set_lost(f"{exc}; kept as {kept.name}")
+        journal = Journal(state_dir, exc.salvaged or JournalContent(), writes=writes, lock=lock)
+        journal.set_aside_first = aside_later
+        journal.set_lost(f"{exc}; kept as {kept}")
     return journal, journal.lost
 
 
-def node_marker(config: Config, local_api: Any, manager_api: Any) -> NodeMarker:
-    """This node's mark: a Swarm node label, or a Kubernetes taint and label."""
+def node_marker(config: Config, engine: ContainerEngine) -> NodeMarker | None:
+    """This node's mark: a Swarm node label, or a Kubernetes taint and label; None where
+    neither can be set (containerd and no Kubernetes: the node list alone)."""
     if config.node_marker == "kubernetes":
         server = config.kubernetes_api_server
         return TaintMarker(config.node_name, lambda: kubernetes_api(server))
-    return SwarmMarker(local_api, manager_api)
+    if not isinstance(engine, DockerEngine):
+        return None  # no Swarm without Docker
+    manager = DockerEngine(config.swarm_manager) if config.swarm_manager else engine
+    return SwarmMarker(engine, manager)
 
 
 def slo_signal_of(config: Config, metrics: ActuatorMetrics) -> SloSignal | None:
@@ -99,22 +123,22 @@ def slo_signal_of(config: Config, metrics: ActuatorMetrics) -> SloSignal | None:
 def run(config: Config) -> int:
     """Start everything, serve until a signal, resume what we paused, exit."""
     flags.start_logging(config.log_level, config.warnings, "gpuguard.actuator")
-    lock = claim_journal(config.state_dir)
-    journal, journal_lost = open_journal(config.state_dir)
+    # Nothing written to the state directory is a reason to stop: what the journal names
+    # must be resumed, even on a full or read-only disk (``statewrites``).
+    writes = StateWrites()
+    lock = claim_journal(config.state_dir, writes)
+    journal, journal_lost = open_journal(config.state_dir, writes, lock)
     journal.max_pause_s = config.max_pause_s  # the guard enforces the same limit
     journal.save()
-    audit = AuditLog(config.state_dir / AUDIT_FILE)
+    audit = AuditLog(config.state_dir / AUDIT_FILE, writes)
     if journal_lost:
         audit.write("journal_unreadable", detail=journal_lost)
-    local_api = engine_api(
-        config.docker_host, config.containerd_address, config.containerd_namespace
-    )
-    manager_api = docker_api(config.swarm_manager) if config.swarm_manager else local_api
-    metrics = ActuatorMetrics(config.node_name)
+    engine = open_engine(config.docker_host, config.containerd_address, config.containerd_namespace)
+    metrics = ActuatorMetrics(config.node_name, writes=writes)
     freezer = (
         None if config.pause_method == "docker" else ContainerFreezer(config.procfs, config.sysfs)
     )
-    executor = DockerExecutor(local_api, journal, audit, dry_run=config.dry_run, freezer=freezer)
+    executor = PauseExecutor(engine, journal, audit, dry_run=config.dry_run, freezer=freezer)
     slo_signal = slo_signal_of(config, metrics)
     controller = Controller(
         config,
@@ -125,7 +149,7 @@ def run(config: Config) -> int:
         journal,
         audit,
         metrics,
-        node_marker(config, local_api, manager_api),
+        node_marker(config, engine),
         journal_lost,
         slo_signal,
     )
@@ -145,10 +169,10 @@ def run(config: Config) -> int:
         lock.release()
         return 1
     server.serve_in_thread()
-    # Listening first: Docker may hang for its whole timeout, and /healthz should say so
+    # Listening first: the engine may hang for its whole timeout, and /healthz should say so
     # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
     _start_up_reconcile(controller)
-    lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
+    lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
     controller.start_timer()
     if slo_signal is not None:
         slo_signal.start()
@@ -174,7 +198,7 @@ def run(config: Config) -> int:
     while not stop.is_set():
         started = time.monotonic()
         # The guard takes over when this lease is not renewed: a stuck loop counts as dead.
-        lease.renew(config.state_dir / lease.ACTUATOR_LEASE)
+        lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
         metrics.guard_seen(lease.age(config.state_dir / lease.GUARD_LEASE))
         try:
             controller.maintain()
@@ -205,7 +229,7 @@ def _warn_without_guard(state_dir: Path) -> None:
 
 
 def _start_up_reconcile(controller: Controller) -> None:
-    """Settle what a previous run left: journal vs Docker vs state, and the node label."""
+    """Settle what a previous run left: journal vs engine vs state, and the node label."""
     try:
         state = controller.fetch_state()
     except (ExporterUnavailable, StateError) as exc:

@@ -22,6 +22,7 @@ from gpuguard import files, flags, resources
 from gpuguard.actuator.admission.policy.types import BEST_EFFORT_CONTROLS, ORDERS, PolicyConfig
 from gpuguard.actuator.admission.ratecontrol import RateLaw
 from gpuguard.actuator.errors import ConfigError
+from gpuguard.actuator.safety.journal import JOURNAL_FILE
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
 from gpuguard.web import client, webconfig
@@ -32,6 +33,15 @@ ACTIONS = tuple(AlertAction)
 MODES = ("webhook", "fast", "both")
 PAUSE_METHODS = ("cgroup", "docker")
 
+#: the engine to act through: the actuator's and the guard's alike (``engine.open_engine``)
+ENGINE_FLAGS: tuple[Flag, ...] = (
+    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
+    Flag("containerd.address", None,
+         "act through containerd at this socket instead of Docker (a Kubernetes node)",
+         metavar="URL"),
+    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
+         metavar="NAMESPACE"),
+)  # fmt: skip
 
 FLAGS: tuple[Flag, ...] = (
     Flag("web.listen-address", "127.0.0.1:10836", "host:port of the actuator's HTTP server"),
@@ -43,12 +53,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("exporter.url", "http://127.0.0.1:10835", "base URL of the gpuguard exporter"),
     Flag("exporter.http-config-file", None, client.flag_help("--exporter.url"), metavar="PATH"),
     Flag("exporter.timeout", "5s", "exporter unreachable this long -> resume all", "duration"),
-    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
-    Flag("containerd.address", None,
-         "act through containerd at this socket instead of Docker (a Kubernetes node)",
-         metavar="URL"),
-    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
-         metavar="NAMESPACE"),
+    *ENGINE_FLAGS,
     Flag("swarm.manager", None, "Swarm manager engine URL for node labels (default: local)"),
     Flag("node.marker", "swarm",
          "how this node is marked: swarm (a Swarm node label) or kubernetes (a taint and a "
@@ -372,6 +377,9 @@ def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
     Writability is proven by creating a file there, not guessed from the mode (root passes
     every ``access`` check, and ``/proc`` looks writable until a file is made in it); the
     mode is changed through the open directory, never through a path that could be a link.
+    A directory that cannot be written but holds a journal is a warning, not an error: the
+    pauses it names must still be resumed (a full or read-only disk), and nothing is paused
+    until it can be written.
     """
     try:
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -394,7 +402,12 @@ def private_state_dir(state_dir: Path, warnings: list[str]) -> Path:
         os.close(files.open_state_file(probe, os.O_WRONLY | os.O_EXCL))
         os.unlink(probe)
     except OSError as exc:
-        raise ConfigError(f"--state.dir {state_dir}: not writable: {exc.strerror}") from None
+        if not os.path.lexists(state_dir / JOURNAL_FILE):
+            raise ConfigError(f"--state.dir {state_dir}: not writable: {exc.strerror}") from None
+        warnings.append(
+            f"--state.dir {state_dir}: not writable ({exc.strerror}): resuming what its "
+            "journal names; nothing is paused or recorded there until it can be written"
+        )
     return state_dir
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.types import Decision, Trigger
@@ -65,7 +65,7 @@ class Controller:
         self,
         config: Config,
         exporter_factory: Callable[[], ExporterClient],
-        executor: DockerExecutor,
+        executor: PauseExecutor,
         journal: Journal,
         audit: AuditLog,
         metrics: ActuatorMetrics,
@@ -109,6 +109,7 @@ class Controller:
             executor, journal, audit, config.max_pause_s, self._execute, journal_lost
         )
         self.reporter = Reporter(audit, metrics)
+        metrics.journal_writable.set_function(lambda: 0.0 if journal.unwritable else 1.0)
         #: real-time activity, best-effort freezes and holds: the policy's ``Recent``
         self.history = RecentHistory(config.policy)
         #: rate control's signal (None: no --prometheus.url, open loop)
@@ -138,8 +139,8 @@ class Controller:
     def health(self) -> str:
         """``ok``, or ``degraded: <why>`` (the /healthz body)."""
         problems = []
-        if self.reconciler.docker_error:
-            problems.append(f"docker engine unreachable, retrying ({self.reconciler.docker_error})")
+        if self.reconciler.engine_error:
+            problems.append(f"docker engine unreachable, retrying ({self.reconciler.engine_error})")
         if self.reconciler.journal_lost:
             problems.append(
                 f"journal unreadable, pauses not yet undone ({self.reconciler.journal_lost})"
@@ -148,6 +149,12 @@ class Controller:
             problems.append("failing open: a resume_all alert fires for this node")
         if self.fail_open.exporter_overdue():
             problems.append("exporter unreachable: failing open")
+        if self.journal.unwritable:
+            why = self.journal.unwritable
+            problems.append(f"cannot write the journal ({why}): pausing nothing")
+        for file, failing in sorted(self.journal.writes.failing().items()):
+            if file != "journal":
+                problems.append(f"cannot write the {file} ({failing.detail})")
         return "degraded: " + "; ".join(problems) if problems else "ok"
 
     # --- decisions -------------------------------------------------------------------
@@ -186,6 +193,10 @@ class Controller:
                 )  # fmt: skip
             if self.fail_open.holding_open:
                 decision = without_pauses(decision)
+            elif self.journal.unwritable:  # a pause it cannot record is one nobody could undo
+                decision = without_pauses(
+                    decision, SkipReason.JOURNAL_UNWRITABLE, "the journal cannot be written"
+                )
             t_decided = time.monotonic()
             report = self._execute(decision, source)
             if gpu is None:  # a decision for one GPU does not know every device's due time
@@ -256,8 +267,8 @@ class Controller:
             decision, [(s, o.result) for s, o in zip(steps, outcomes, strict=True)], time.time()
         )
         for outcome in outcomes:
-            if outcome.docker_down:
-                self.reconciler.docker_failed(outcome.detail)
+            if outcome.engine_down:
+                self.reconciler.engine_failed(outcome.detail)
         report = self.reporter.report(decision, outcomes, source)
         self.metrics.paused_containers.set(len(self.journal.paused))
         return report
@@ -355,6 +366,10 @@ class Controller:
             if why is not None:
                 self.resume_all(why, TriggerSource.RECONCILE)
         with self._lock:
+            unwritable = self.journal.retry()  # and back to admission once it is written
+            why = self.fail_open.on_journal(unwritable, bool(self.journal.paused), time.monotonic())
+            if why is not None:
+                self.resume_all(why, TriggerSource.RECONCILE)
             self.reconciler.enforce_max_pause()
             now = time.monotonic()
             if now - self._last_docker_check >= _DOCKER_CHECK_EVERY_S:

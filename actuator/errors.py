@@ -25,5 +25,31 @@ class ExporterUnavailable(ActuatorError):
     """The exporter could not be reached or answered with an error."""
 
 
-class DockerUnavailable(ActuatorError):
-    """The Docker engine could not be reached: worth a retry (HTTP 503)."""
+class EngineError(ActuatorError):
+    """A container engine (Docker, containerd) call that did not do what was asked; each
+    engine adapter (``actuator/engine/``) translates its library's errors into these."""
+
+
+class EngineDown(EngineError):
+    """The engine could not be reached, or did not answer: worth a retry (HTTP 503).
+
+    ``hung``: it took the request and never answered within its timeout; asking a hung
+    engine again only multiplies the wait, so it is not retried at once.
+    """
+
+    def __init__(self, message: str, hung: bool = False) -> None:
+        super().__init__(message)
+        self.hung = hung
+
+
+class EngineRefused(EngineError):
+    """The engine answered, and did not do it."""
+
+
+class ContainerGone(EngineRefused):
+    """No such container (any more): a vanished container is a skip, never a failure."""
+
+
+class EngineConflict(EngineRefused):
+    """The container is not in the state the call needs (Docker's 409, a containerd task in
+    another state): it changed meanwhile, so look at it again to say how it stands."""

@@ -7,6 +7,8 @@ Sample exposition::
     gpuguard_actuator_actions_total{action="pause",result="ok"} 12.0
     gpuguard_actuator_skipped_total{reason="vanished"} 1.0
     gpuguard_actuator_node_provisionable{node="host-a"} 1.0
+    gpuguard_actuator_journal_writable 1.0
+    gpuguard_actuator_state_write_failures_total{file="journal",reason="no_space"} 0.0
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 
 from gpuguard.actuator.admission.history import ControlStep
 from gpuguard.actuator.admission.ratecontrol import RateStep
+from gpuguard.actuator.safety.statewrites import StateWrites, StateWritesCollector
 from gpuguard.contract import Result, SkipReason, TriggerSource, Verb
 
 VERBS = tuple(Verb)
@@ -35,9 +38,18 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 class ActuatorMetrics:
     """Holds the metric objects in their own registry (served on ``/metrics``)."""
 
-    def __init__(self, node: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        node: str,
+        registry: CollectorRegistry | None = None,
+        writes: StateWrites | None = None,
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        #: failed writes to the state directory (``statewrites``), by file and reason
+        r.register(
+            StateWritesCollector("gpuguard_actuator_state_write_failures", writes or StateWrites())
+        )
         ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes...
         self.actions = Counter(
             "gpuguard_actuator_actions",
@@ -80,6 +92,12 @@ class ActuatorMetrics:
             "Times everything this actuator paused was resumed because it could not see.",
             registry=r,
         )
+        self.journal_writable = Gauge(
+            "gpuguard_actuator_journal_writable",
+            "1 while the journal can be written; 0: nothing is paused, what is paused resumed.",
+            registry=r,
+        )
+        self.journal_writable.set(1)  # until the controller reads its journal's
         self.webhooks = Counter(
             "gpuguard_actuator_webhooks", "Webhook requests by HTTP status.", ["code"], registry=r
         )

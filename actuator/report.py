@@ -55,7 +55,7 @@ class Reporter:
         report = Report()
         for step, outcome in zip(decision.steps, outcomes, strict=True):
             self._count(outcome)
-            report.docker_down |= outcome.docker_down
+            report.docker_down |= outcome.engine_down
             report.actions.append(_step_doc(step, outcome))
         for skip in decision.skips:
             self._audit_skip(skip, source)  # counts it too, once per audit interval

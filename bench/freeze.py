@@ -10,7 +10,7 @@ actuator's audit record of it frozen (``frozen``: the kernel confirmed the cgrou
 run on the same stack: ``cgroup`` (the default: freeze the cgroup, then hand the container to
 ``docker pause`` in the background) and ``docker`` (``docker pause`` alone, the baseline). For
 the cgroup method it also reports when Docker shows the container paused (the audit's
-``docker_pause`` record).
+``runtime_pause`` record).
 
 ``measure_burst(node, rounds)`` runs it on a started ``NodeStack`` and returns the figures
 (``freeze_p95_ms_burst10`` and its baseline); ``bench/realtime.py`` calls it. The exporter
@@ -124,7 +124,7 @@ def pause_records(node: NodeStack, since: float) -> dict[str, dict[str, Any]]:
     for record in read_audit(node.state_dir / "audit.jsonl"):
         if record.get("ts", 0) < since:
             continue
-        if record.get("event") == "docker_pause" and record.get("result") == "ok":
+        if record.get("event") == "runtime_pause" and record.get("result") == "ok":
             told.setdefault(record["container_id"], float(record["finished"]))
         if record.get("event") != "action":
             continue
@@ -171,7 +171,7 @@ def one_burst(
             "frozen": float(paused[cid].get("frozen") or paused[cid]["finished"]),
             "docker_paused": float(paused[cid]["docker_paused"]),
             "freeze_ms": float(paused[cid].get("freeze_ms") or "nan"),
-            "method": paused[cid].get("method") or "docker",
+            "method": paused[cid].get("method") or "runtime_pause",
         }
         for cid in done
     ]
@@ -239,7 +239,7 @@ def figures(samples: dict[str, list[dict[str, float]]], n: int) -> dict[str, Any
             not s["exact"] for method in METHODS for s in samples[method]
         ),
         "docker_pause_samples": len(docker),
-        "freeze_methods_seen": methods,  # ["cgroup"] unless it fell back to docker pause
+        "freeze_methods_seen": methods,  # ["cgroup"] unless it fell back to "runtime_pause"
     }
 
 

@@ -5,8 +5,10 @@ actuator (fast path), as in ``colocation.py``; every scenario runs unmanaged and
 the same invocation, with the same arrivals, and is judged from the workloads' own JSON-lines
 logs (the ground truth) and the actuator's audit log (why managed differs):
 
-  (a) repeaters   the README walkthrough: rt-1 and rt-2, deadline 9s, each the oneshot matmul
-                  ``--size 13312 --repeat 3``, rt-2 released while rt-1's first kernel runs.
+  (a) repeaters   the README walkthrough without its gap: rt-1 and rt-2, deadline 9s, each the
+                  oneshot matmul ``--size 13312 --repeat 3`` back to back (no
+                  ``--sleep-between``: the hard case), rt-2 released while rt-1's first kernel
+                  runs.
                   ``overlap_s_*``: time both containers' kernels ran at once (the device's own
                   start and end of each kernel, as the workload logged them).
   (b) pair        two real-time servers on one GPU, bursty arrivals (a burst of 18-26 requests
@@ -55,6 +57,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from replay.judge import merged
 
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
@@ -169,21 +174,37 @@ class Bench:
     def run(
         self, label: str, specs: list[WorkloadSpec], timeout: float, lead_in: float | None = None
     ) -> Run:
-        started = time.time()
-        result = run_to_end(
-            self.node, label, specs, self.sizes.lead_in if lead_in is None else lead_in, timeout
-        )
-        ended = time.time()
-        actuator = self.node.actuator
-        if actuator is None or not actuator.alive():  # its figures would be unmanaged ones
-            tail = actuator.log_tail(lines=1).strip() if actuator is not None else ""
-            raise RuntimeError(f"the actuator was not running at the end of {label}: {tail}")
-        audit = [
-            r
-            for r in read_audit(self.node.state_dir / "audit.jsonl")
-            if started <= float(r.get("ts", 0)) <= ended
-        ]
+        lead = self.sizes.lead_in if lead_in is None else lead_in
+        result, audit = run_audited(self.node, label, specs, lead, timeout)
         return Run(label, result, audit, self.node.base_dir / "logs" / label)
+
+
+def run_audited(
+    node: NodeStack,
+    label: str,
+    specs: list[WorkloadSpec],
+    lead_in: float,
+    timeout: float,
+    concurrently: int = 1,
+) -> tuple[ScenarioResult, list[dict[str, Any]]]:
+    """Run a scenario to its end; its results and the actuator's audit records of its span.
+
+    Raises RuntimeError when the actuator was not running at its end: its figures would
+    then be unmanaged ones.
+    """
+    started = time.time()
+    result = run_to_end(node, label, specs, lead_in, timeout, concurrently)
+    ended = time.time()
+    actuator = node.actuator
+    if actuator is None or not actuator.alive():
+        tail = actuator.log_tail(lines=1).strip() if actuator is not None else ""
+        raise RuntimeError(f"the actuator was not running at the end of {label}: {tail}")
+    audit = [
+        r
+        for r in read_audit(node.state_dir / "audit.jsonl")
+        if started <= float(r.get("ts", 0)) <= ended
+    ]
+    return result, audit
 
 
 def split_order(flags: list[str], default: str = "fifo") -> tuple[str, list[str]]:
@@ -229,7 +250,7 @@ def overlap_s(spans: dict[str, list[tuple[float, float]]]) -> float:
     """Total time during which kernels of at least two different containers ran at once."""
     edges: list[tuple[float, int]] = []
     for intervals in spans.values():
-        for start, end in merge_spans(intervals):
+        for start, end in merged(intervals):
             edges += [(start, 1), (end, -1)]
     edges.sort()  # at one instant an end (-1) comes before a start (+1): touching is no overlap
     total, active, last = 0.0, 0, 0.0
@@ -238,16 +259,6 @@ def overlap_s(spans: dict[str, list[tuple[float, float]]]) -> float:
             total += t - last
         active, last = active + step, t
     return total
-
-
-def merge_spans(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 def kernel_spans(
@@ -349,7 +360,7 @@ def outcome_of(runs: list[Run], figures: dict[str, Any], text: str) -> Outcome:
 
 
 def measure_repeaters(bench: Bench, scenario: Scenario) -> Outcome:
-    """(a) The README walkthrough's rt-1 and rt-2, unmanaged then managed."""
+    """(a) The README walkthrough's rt-1 and rt-2 without its gap, unmanaged then managed."""
     sizes = bench.sizes
     runs: list[Run] = []
     lines = [

@@ -20,6 +20,7 @@ from gpuguard.exporter.http import exporter_server
 from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.tracker import Tracker
+from gpuguard.exporter.trust import TRUSTING
 from gpuguard.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger("exporter")
@@ -62,6 +63,9 @@ def run_exporter(config: ExporterConfig) -> int:
     except BackendUnavailable as exc:
         print(f"gpuguard exporter: {exc}", file=sys.stderr)
         return 1
+    # Whoever starts a container sets its labels: say which of their claims are believed.
+    level = logging.WARNING if config.trust.kind == TRUSTING else logging.INFO
+    log.log(level, "trust policy: %s", config.trust.describe())
     events = EventLog(config.events_buffer)
     if pick_container_source(config) == "containerd" and shutil.which("ctr") is None:
         print("gpuguard exporter: the containerd source needs ctr on PATH "
@@ -78,6 +82,7 @@ def run_exporter(config: ExporterConfig) -> int:
         config.node_name,
         config.poll_interval_s,
         recorder=NodeRecorder(config.node_name, config.record),
+        trust_policy=(config.trust.kind, config.trust.path),
     )
     try:
         web = WebConfigWatcher(config.web) if config.web is not None else None

@@ -114,9 +114,15 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "gpuguard_container_claim_rejected": (
         "gauge",
-        "1 for each gpuguard.class or gpuguard.deadline claim the operator's trust policy "
-        "rejected (the container is treated as the policy allows).",
+        "1 for each gpuguard.class, gpuguard.deadline, gpuguard.slo.metric or gpuguard.role "
+        "claim the trust policy in force rejected (the container is treated as it allows).",
         _LABEL_INVALID_LABELS,
+    ),
+    "gpuguard_container_deadline_vouched": (
+        "gauge",
+        "1 if the container's deadline counts toward the node record and the alerts that "
+        "mark the node (the trust policy granted it as claimed); 0 if its misses are its own.",
+        _C,
     ),
     # the tenant's own latency objective (gpuguard/slo.py), joined by the SLO rules
     "gpuguard_container_slo_info": (
@@ -272,6 +278,12 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Exporter version and GPU backend (always 1).",
         ("node", "version", "backend"),
     ),
+    "gpuguard_exporter_trust_policy_info": (
+        "gauge",
+        "The trust policy applied to containers' claims (always 1): default (built in, for a "
+        "shared host), file (--trust.policy-file, named in file) or trust-all (--trust.all).",
+        ("node", "policy", "file"),
+    ),
 }
 
 
@@ -406,6 +418,7 @@ _IDENTITY_FAMILIES = (
     "gpuguard_container_task_info",
     "gpuguard_container_label_invalid",
     "gpuguard_container_claim_rejected",
+    "gpuguard_container_deadline_vouched",
     "gpuguard_container_slo_info",
     "gpuguard_container_slo_target_seconds",
     "gpuguard_container_slo_objective_ratio",
@@ -610,6 +623,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
     task_info = g["gpuguard_container_task_info"]
     label_invalid = g["gpuguard_container_label_invalid"]
     rejected = g["gpuguard_container_claim_rejected"]
+    vouched = g["gpuguard_container_deadline_vouched"]
     default_mode = snap.default_task_mode
     for info in snap.containers.values():
         values = _container(node, info)
@@ -621,6 +635,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         paused.append((labels, 1 if info.paused else 0))
         if info.deadline_s is not None:
             deadline.append((labels, info.deadline_s))
+            vouched.append((labels, 1 if info.deadline_vouched else 0))
         invalid.append((labels, 1 if info.deadline_error else 0))
         kind = (info.task_mode or default_mode, info.priority_class)
         task_info.append((cache.get(_TASK_INFO_LABELS, (*values, *kind)), 1))
@@ -768,3 +783,4 @@ def _add_exporter(r: Rows, snap: PollSnapshot) -> None:
         )
         r.add("gpuguard_exporter_errors", (snap.node, source), status.errors)
     r.add("gpuguard_exporter_build_info", (snap.node, __version__, snap.backend), 1)
+    r.add("gpuguard_exporter_trust_policy_info", (snap.node, *snap.trust_policy), 1)

@@ -11,7 +11,7 @@ import argparse
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,13 @@ from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
-from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy, load_policy
+from gpuguard.exporter.trust import (
+    DEFAULT_POLICY,
+    FILE,
+    TRUST_ALL,
+    TrustPolicy,
+    load_policy,
+)
 from gpuguard.flags import Flag
 from gpuguard.web import webconfig
 from gpuguard.web.webconfig import WebConfig
@@ -77,9 +83,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("record.memory-threshold", 0.95,
          "node record: share of GPU memory in use at or above which it counts as full", "ratio"),
     Flag("trust.policy-file", None,
-         "YAML file of the classes and minimum deadlines each image, name or Kubernetes "
-         "namespace may claim by label (default: every claim believed; docs/security.md)",
+         "YAML file of what each image, name or Kubernetes namespace may claim by label and "
+         "who is managed (default: the built-in policy for a shared host; docs/security.md)",
          metavar="PATH"),
+    Flag("trust.all", False,
+         "believe every claim containers make by label, with no trust policy: for a "
+         "single-tenant host or the demo only (docs/security.md)", "bool"),
 )  # fmt: skip
 
 
@@ -101,7 +110,7 @@ class ExporterConfig:
     container_source: str = "docker"  # docker or containerd (auto is resolved at start-up)
     containerd_address: str = DEFAULT_CONTAINERD_ADDRESS
     containerd_namespace: str = "k8s.io"
-    trust: TrustPolicy = TRUST_ALL
+    trust: TrustPolicy = DEFAULT_POLICY
     web: WebConfig | None = None  # --web.config.file, as read at start-up
 
 
@@ -142,15 +151,21 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         containerd_namespace=_nonempty(
             "containerd.namespace", flags.text(values, "containerd.namespace")
         ),
-        trust=_trust(values["trust.policy-file"]),
+        trust=_trust(values["trust.policy-file"], flags.boolean(values, "trust.all")),
         web=webconfig.web_config_from_flag(values["web.config.file"]),
     )
 
 
-def _trust(path: Any) -> TrustPolicy:
-    if path is None or str(path) == "":
+def _trust(path: Any, trust_all: bool) -> TrustPolicy:
+    """The built-in default unless ``--trust.all`` or ``--trust.policy-file`` says otherwise."""
+    given = path is not None and str(path) != ""
+    if trust_all and given:
+        raise ConfigError("--trust.all and --trust.policy-file exclude each other: give one")
+    if trust_all:
         return TRUST_ALL
-    return load_policy(Path(str(path)))
+    if not given:
+        return DEFAULT_POLICY
+    return replace(load_policy(Path(str(path))), kind=FILE, path=str(path))
 
 
 def _record(values: Mapping[str, Any]) -> RecordConfig:

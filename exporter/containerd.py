@@ -13,7 +13,9 @@ why it beat the ``containerd`` package on the index). Parsing is pure and tested
 
 On a Kubernetes node (namespace ``k8s.io``) a container's name is its Kubernetes container
 name, it carries its pod's namespace, name and uid, and its pod's ``gpuguard.*`` labels come
-from the pod's sandbox (``gpuguard/kube.py``); sandboxes themselves are not listed.
+from the pod's sandbox (``gpuguard/kube.py``); sandboxes themselves are not listed. That
+reading of containerd's documents is the shared layer's (``gpuguard/containerd.py``): the
+actuator's containerd engine reads containers the same way.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
-from gpuguard import kube
+from gpuguard.containerd import ContainerdContainer, read_containers
 from gpuguard.contract import EventType
 from gpuguard.ctr import Ctr, CtrError
-from gpuguard.exporter.containers import EventFollower, container_info
+from gpuguard.exporter import trust
+from gpuguard.exporter.containers import EventFollower, describe_container, gpus_from_config
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.trust import TRUST_ALL, TrustPolicy
@@ -113,37 +116,28 @@ def _event_time(date: str, fraction: str | None, offset: str) -> float | None:
     return when.replace(tzinfo=zone).timestamp() + float(fraction or 0)
 
 
-def containerd_container_info(
-    doc: Mapping[str, Any],
-    state: str,
-    sandbox_labels: Mapping[str, str] | None,
-    policy: TrustPolicy = TRUST_ALL,
+def describe_containerd(
+    container: ContainerdContainer, policy: TrustPolicy = TRUST_ALL
 ) -> ContainerInfo:
-    """Build a ContainerInfo from a trimmed info document and its task's state (pure)."""
-    own_labels = doc["Labels"]
-    identity = kube.pod_identity(own_labels)
-    name = identity.container if identity is not None and identity.container else doc["ID"]
-    args = doc["Args"]
-    info = container_info(
-        {
-            "Id": doc["ID"],
-            "Name": name,
-            "Config": {
-                "Labels": kube.effective_labels(own_labels, sandbox_labels),
-                "Image": doc["Image"],
-                "Env": doc["Env"],
-            },
-            "State": {"Status": state},
-            "Path": args[0] if args else "",
-            "Args": args[1:],
-        },
-        policy,
+    """A ContainerInfo from a containerd container as the shared layer reads it (pure)."""
+    info = describe_container(
+        container_id=container.id,
+        name=container.name,
+        image=container.image,
+        state=container.state,
+        container_labels=container.labels,
+        gpus=gpus_from_config({}, list(container.env)),
+        command=" ".join(a for a in container.args if a),
     )
-    if identity is None:
-        return info
-    return dataclasses.replace(
-        info, pod_namespace=identity.namespace, pod_name=identity.pod, pod_uid=identity.pod_uid
+    pod = container.pod
+    if pod is None:
+        return trust.enforce(policy, info)
+    info = dataclasses.replace(
+        info, pod_namespace=pod.namespace, pod_name=pod.pod, pod_uid=pod.pod_uid
     )
+    # The trust policy's namespace is the one the pod's sandbox records, never one a
+    # container claims for itself.
+    return trust.enforce(policy, info, container.sandbox_namespace)
 
 
 def containers_from_docs(
@@ -152,19 +146,10 @@ def containers_from_docs(
     policy: TrustPolicy = TRUST_ALL,
 ) -> dict[str, ContainerInfo]:
     """Every non-sandbox container, with its pod's labels joined by pod uid (pure)."""
-    sandboxes: dict[str, Mapping[str, str]] = {}
-    for doc in docs.values():
-        identity = kube.pod_identity(doc["Labels"])
-        if identity is not None and kube.is_sandbox(doc["Labels"]):
-            sandboxes[identity.pod_uid] = doc["Labels"]
-    out = {}
-    for cid, doc in docs.items():
-        if kube.is_sandbox(doc["Labels"]):
-            continue
-        identity = kube.pod_identity(doc["Labels"])
-        pod_labels = sandboxes.get(identity.pod_uid) if identity is not None else None
-        out[cid] = containerd_container_info(doc, states.get(cid, "created"), pod_labels, policy)
-    return out
+    return {
+        cid: describe_containerd(container, policy)
+        for cid, container in read_containers(docs, states).items()
+    }
 
 
 class ContainerdIndex(EventFollower):

@@ -5,7 +5,8 @@ container (a full resync, on every (re)connect), then applies events as they com
 dockerd goes away it retries with backoff; it never raises out of the thread. The poller
 only reads ``snapshot()``: no Docker call ever happens inside a poll.
 
-``container_info`` (inspect document -> ContainerInfo) is pure.
+``container_info`` (inspect document -> ContainerInfo) is pure; ``describe_container``, which
+reads the labels, is shared with the containerd source.
 """
 
 from __future__ import annotations
@@ -74,31 +75,54 @@ def _label(
 
 
 def container_info(attrs: Mapping[str, Any], policy: TrustPolicy = TRUST_ALL) -> ContainerInfo:
-    """Build a ContainerInfo from a ``docker inspect`` document (pure).
+    """Build a ContainerInfo from a ``docker inspect`` document (pure)."""
+    config = attrs.get("Config") or {}
+    args = [attrs.get("Path") or "", *(attrs.get("Args") or ())]
+    return describe_container(
+        container_id=attrs["Id"],
+        name=str(attrs.get("Name") or "").lstrip("/"),
+        image=str(config.get("Image") or attrs.get("Image") or ""),
+        state=str((attrs.get("State") or {}).get("Status") or "unknown"),
+        container_labels=config.get("Labels") or {},
+        gpus=gpus_from_config(attrs.get("HostConfig") or {}, config.get("Env") or []),
+        command=" ".join(a for a in args if a),
+        policy=policy,
+    )
+
+
+def describe_container(
+    *,
+    container_id: str,
+    name: str,
+    image: str,
+    state: str,
+    container_labels: Mapping[str, Any],
+    gpus: tuple[str, ...],
+    command: str,
+    policy: TrustPolicy = TRUST_ALL,
+) -> ContainerInfo:
+    """A ContainerInfo from what any engine says of a container, its labels read (pure).
 
     An invalid ``gpuguard.deadline``, ``gpuguard.task``, ``gpuguard.class`` or
     ``gpuguard.slo.*`` is kept as an error beside the container, which then behaves as if the
-    label were absent. A class or deadline the operator's ``policy`` does not grant the
-    container is replaced, and the rejection kept beside it (exporter/trust.py).
+    label were absent. A claim the operator's ``policy`` does not grant the container is
+    replaced, and the rejection kept beside it (exporter/trust.py).
     """
-    config = attrs.get("Config") or {}
-    container_labels = config.get("Labels") or {}
     deadline_s, deadline_error = _label(container_labels, labels.DEADLINE, labels.parse_duration)
     task_mode, task_mode_error = _label(container_labels, labels.TASK, labels.parse_task_mode)
     class_label, class_error = _label(container_labels, labels.CLASS, labels.parse_priority_class)
     declared, slo_errors = slo.declaration(container_labels)
-    args = [attrs.get("Path") or "", *(attrs.get("Args") or ())]
     info = ContainerInfo(
-        id=attrs["Id"],
-        name=str(attrs.get("Name") or "").lstrip("/"),
-        image=str(config.get("Image") or attrs.get("Image") or ""),
-        state=str((attrs.get("State") or {}).get("Status") or "unknown"),
+        id=container_id,
+        name=name,
+        image=image,
+        state=state,
         managed=labels.parse_managed(container_labels.get(labels.MANAGED)),
         deadline_s=deadline_s,
         deadline_error=deadline_error,
-        gpus=gpus_from_config(attrs.get("HostConfig") or {}, config.get("Env") or []),
+        gpus=gpus,
         role=container_labels.get(labels.ROLE),
-        command=" ".join(a for a in args if a),
+        command=command,
         task_mode=task_mode,
         task_mode_error=task_mode_error,
         class_label=class_label,
@@ -106,9 +130,9 @@ def container_info(attrs: Mapping[str, Any], policy: TrustPolicy = TRUST_ALL) ->
         slo=declared,
         slo_errors=slo_errors,
     )
-    if policy is TRUST_ALL:
-        return info
-    return trust.apply(policy.grant(trust.subject(info, container_labels)), info)
+    # A Docker container's own io.kubernetes.pod.namespace label is anyone's to set: rules on
+    # namespace match only what a CRI sandbox says (exporter/containerd.py).
+    return trust.enforce(policy, info)
 
 
 class EventFollower:

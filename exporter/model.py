@@ -104,6 +104,10 @@ class ContainerInfo:
     pod_uid: str | None = None
     #: (label, why) for each claim the operator's trust policy rejected (exporter/trust.py)
     claims_rejected: tuple[tuple[str, str], ...] = ()
+    #: whether its tasks' deadlines count toward the node record and the alerts that mark
+    #: the node: the trust policy granted its deadline and class as given, and lets its
+    #: misses mark the node (exporter/trust.py); otherwise its misses are its own
+    deadline_vouched: bool = True
 
     @property
     def paused(self) -> bool:

@@ -27,6 +27,7 @@ from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwn
 from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.samples import SampleHold
 from gpuguard.exporter.tracker import ContainerStats, RunHistogram, TaskView, Tracker
+from gpuguard.exporter.trust import TRUSTING
 from gpuguard.noderecord import NodeRecord
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class PollSnapshot:
     default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
     demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
     typical_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
+    #: the trust policy in force: (kind, file) (exporter/trust.py)
+    trust_policy: tuple[str, str] = (TRUSTING, "")
 
 
 def _not_connected(engine: str, error: str | None) -> str:
@@ -102,6 +105,7 @@ class Poller:
         interval_s: float,
         clock: Callable[[], float] = time.time,
         recorder: NodeRecorder | None = None,
+        trust_policy: tuple[str, str] = (TRUSTING, ""),
     ) -> None:
         self.backend = backend
         self.containers = containers
@@ -112,6 +116,7 @@ class Poller:
         self.interval_s = interval_s
         self._clock = clock
         self.recorder = recorder or NodeRecorder(node)
+        self.trust_policy = trust_policy
         self.hold = SampleHold()
         self._errors = {"gpu": 0, "procfs": 0}
         self._polls = 0
@@ -192,6 +197,7 @@ class Poller:
             default_task_mode=self.tracker.rules.default_mode,
             demand=self.tracker.demand_view(),
             typical_run=dict(self.tracker.typical_run),
+            trust_policy=self.trust_policy,
         )
         self.snapshot = snapshot
         return snapshot

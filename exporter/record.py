@@ -35,6 +35,10 @@ Definitions (paper C's Algorithm 2, made precise; docs/interfaces.md §3 and §5
   than load left them, the remaining ones overloaded and missed in turn, and gpuguard's
   policy met fewer deadlines than random placement. Misses older than the exporter's
   ``--history.size`` finished tasks are not seen either.
+- Only tasks of containers whose deadline the trust policy vouches for count
+  (``ContainerInfo.deadline_vouched``, exporter/trust.py): a tenant whose deadline was
+  raised, whose class was not granted, or whose rule keeps its misses its own never puts the
+  GPU in state 0 nor moves its float time; its tasks still count as running tasks.
 - A **node** is in state 1 while at least one of its GPUs is (one GPU per node, as in paper
   C, makes the two the same); its float time and free memory are the sums over its GPUs.
 """
@@ -68,14 +72,18 @@ def gpu_record(
     now: float,
     busy_ratio: float,
     config: RecordConfig,
+    unvouched: frozenset[str] = frozenset(),
 ) -> GpuRecord:
-    """One GPU's record from its tasks (pure). ``finished`` may hold older tasks: skipped."""
+    """One GPU's record from its tasks (pure). ``finished`` may hold older tasks: skipped.
+    Tasks of the ``unvouched`` containers count as running, their deadlines not at all."""
     floats: list[float] = []
     slacks: list[float] = []
     misses = judged = 0
     tasks = 0
     for task in running:
         tasks += 1
+        if task.container_id in unvouched:
+            continue
         slack = task.slack_s(now)  # counts what the tracker saw (a burst's last activity)
         if slack is None or task.boundary is TaskBoundary.MERGED:
             continue  # busy time, no task's deadline
@@ -88,6 +96,8 @@ def gpu_record(
     since = now - config.window_s
     for task in finished:
         if task.absolute_deadline is None or task.ended_at is None or task.ended_at < since:
+            continue
+        if task.container_id in unvouched:
             continue
         if not task.judged:
             continue  # busy time, or no kernel: neither met nor missed
@@ -142,6 +152,9 @@ class NodeRecorder:
         by_gpu_finished = _by_gpu(finished)
         sm = joined.device_sm_ratio if joined is not None else {}
         yielding = _only_yielding_work(joined, containers or {})
+        unvouched = frozenset(
+            cid for cid, info in (containers or {}).items() if not info.deadline_vouched
+        )
         gpus = []
         for device in sample.devices:
             # A GPU busy only with managed best-effort work is free for real-time work: the
@@ -156,6 +169,7 @@ class NodeRecorder:
                     now,
                     busy,
                     self.config,
+                    unvouched,
                 )
             )
         for gone in set(self._busy) - {d.key for d in sample.devices}:

@@ -58,6 +58,8 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         ContainerField.CLAIMS_REJECTED: [
             {ClaimField.LABEL: label, ClaimField.WHY: why} for label, why in info.claims_rejected
         ],
+        # whether its deadline counts toward the node record and node marks
+        ContainerField.DEADLINE_VOUCHED: info.deadline_vouched,
     }
 
 

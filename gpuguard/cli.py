@@ -25,6 +25,30 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        return super().parse_known_args(self._glued(args), namespace)
+
+    def _glued(self, args: Sequence[str] | None) -> list[str]:
+        """``--flag -1s`` as ``--flag=-1s``: argparse takes a value that starts with ``-`` for
+        a flag and says only "expected one argument"; glued, the flag's own check says what
+        is wrong with the value (a negative duration, say)."""
+        given = list(sys.argv[1:] if args is None else args)
+        out: list[str] = []
+        i = 0
+        while i < len(given):
+            action = self._option_string_actions.get(given[i])
+            value = given[i + 1] if i + 1 < len(given) else ""
+            takes_one = action is not None and action.nargs is None and action.option_strings
+            if takes_one and value[:1] == "-" and value[:2] != "--" and len(value) > 1:
+                out.append(f"{given[i]}={value}")
+                i += 2
+            else:
+                out.append(given[i])
+                i += 1
+        return out
+
     def unknown(self, extra: Sequence[str]) -> NoReturn:
         """Reject arguments this command does not take, suggesting the flag meant."""
         options = [o for o in self._option_string_actions if o.startswith("--")]
@@ -33,7 +57,7 @@ class CommandParser(argparse.ArgumentParser):
         self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> CommandParser:
     from gpuguard import __version__
     from gpuguard.actuator import cli as actuator_cli
     from gpuguard.commands import demo, nodes, ps, run
@@ -45,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Deadline-aware monitoring and admission control for shared GPUs.",
     )
     parser.add_argument("--version", action="version", version=f"gpuguard {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # not required here: main says which argument was wrong before that a command is missing
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     exporter_cli.register(sub)
     ps.register(sub)
     run.register(sub)
@@ -61,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # argparse reports a subcommand's unknown flag from the top-level parser, with the
     # top-level usage: report it from the subcommand that was given it instead.
     args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        if extra:  # gpuguard --bogus: name it, rather than "a command is required"
+            parser.unknown(extra)
+        parser.error("the following arguments are required: COMMAND")
     if extra:
         _subparser(parser, args.command).unknown(extra)
     status: int = args.func(args)

@@ -172,6 +172,7 @@ class SkipReason(StrEnum):
     MAX_PAUSE_EXEMPT = "max_pause_exempt"
     FAIL_OPEN = "fail_open"  # a resume_all alert fires for this node: no pauses meanwhile
     STALE_ALERT = "stale_alert"  # a late duplicate of an alert already resolved (HA peers)
+    JOURNAL_UNWRITABLE = "journal_unwritable"  # a pause the journal cannot record is not taken
 
 
 class TriggerSource(StrEnum):

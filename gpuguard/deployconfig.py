@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuguard import resources
+from gpuguard import loader, resources
 
 ALERTMANAGER_CONFIG = resources.ALERTMANAGER_DIR / "alertmanager.yml"
 PROMETHEUS_DEPLOY_DIR = resources.PROMETHEUS_DIR
@@ -61,7 +61,7 @@ def render_prometheus_config(
         source = deploy_dir / PROFILES[profile]
     except KeyError:
         raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}") from None
-    config: dict[str, Any] = yaml.safe_load(source.read_text())
+    config: dict[str, Any] = loader.read_yaml(source, "Prometheus config")
     if external_labels:
         config["global"]["external_labels"] = dict(external_labels)
     if rule_files is None:
@@ -129,7 +129,7 @@ def render_alertmanager_config(
     example in the deploy file describes; alerts without a known node still go to
     ``webhook_url``.
     """
-    config: dict[str, Any] = yaml.safe_load(source.read_text())
+    config: dict[str, Any] = loader.read_yaml(source, "Alertmanager config")
     webhooks = [
         webhook
         for receiver in config.get("receivers", [])

@@ -22,16 +22,14 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
-import yaml
-
 from gpuguard import files
 from gpuguard.labels import LabelError, ascii_int, parse_duration
 
-#: A config, rules or actions file larger than this is not one (/dev/zero, a log by mistake).
-MAX_CONFIG_BYTES = 4 << 20
+# ConfigError is the loader's (every file a flag names is read there, with the same integer
+# bound as a flag's value); read_yaml is kept here for the callers that import it from flags.
+from gpuguard.loader import MAX_INT_DIGITS, ConfigError, read_yaml
+
 MAX_TOKEN_BYTES = 4096
-#: Integers a flag takes: at most this many ASCII digits (``int`` refuses 4,301 of its own).
-MAX_INT_DIGITS = 18
 MAX_TEXT = 253  # a DNS name; node names and other one-line texts
 #: A number as a flag's text: ASCII only (``float`` takes Arabic-Indic digits and newlines).
 _DECIMAL = re.compile(
@@ -51,10 +49,6 @@ def start_logging(level: str, warnings: Iterable[str] = (), name: str = "gpuguar
     )
     for warning in warnings:
         logging.getLogger(name).warning(warning)
-
-
-class ConfigError(ValueError):
-    """A flag or config-file value is invalid; the message is one line naming the flag."""
 
 
 Kind = Literal["str", "bool", "int", "float", "ratio", "duration"]
@@ -211,24 +205,6 @@ def _not_one_value(value: Any, kind: str) -> str | None:
     return None
 
 
-def read_yaml(path: Path, flag: str) -> Any:
-    """Parse the YAML file that ``flag`` names; unreadable or invalid is one line."""
-    try:
-        text = files.read_text(path, MAX_CONFIG_BYTES)
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{flag} {path}: cannot read: not UTF-8 ({exc.reason})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
-    except RecursionError:
-        raise ConfigError(f"{flag} {path}: invalid YAML: nested too deeply") from None
-    except ValueError as exc:  # an integer of thousands of digits, a date out of range
-        raise ConfigError(f"{flag} {path}: invalid YAML: {str(exc)[:80]}") from None
-
-
 def run_configured(prog: str, load: Callable[[], _C], run: Callable[[_C], int]) -> int:
     """A command's entry: ``run(load())``, or exit status 2 with ``prog: <error>`` on stderr
     when the configuration is bad (nothing has started yet, so nothing changes)."""
@@ -265,9 +241,10 @@ def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[
     """``host:port`` (IPv6 in brackets; an empty host means every address) as (host, port)."""
     text = values[name]
     host, sep, port = str(text).rpartition(":")
-    valid = sep and len(port) <= 5 and port.isascii() and port.isdigit()
-    if not valid or not 0 <= int(port) < 65536:
+    if not (sep and 0 < len(port) <= 18 and port.isascii() and port.isdigit()):
         raise ConfigError(f"--{name} {text!r}: use host:port (e.g. {example})")
+    if int(port) > 65535:
+        raise ConfigError(f"--{name} {text!r}: port {int(port)} is out of range (0 to 65535)")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

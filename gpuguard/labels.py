@@ -69,6 +69,9 @@ def parse_duration(text: str) -> float:
     if not isinstance(text, str):
         raise LabelError(f"duration must be a string, got {type(text).__name__}")
     match = _DURATION.fullmatch(text) if len(text) <= MAX_DURATION_TEXT else None
+    negative = len(text) <= MAX_DURATION_TEXT and text.lstrip(" ").startswith("-")
+    if negative and _DURATION.fullmatch(text.lstrip(" ").removeprefix("-")):
+        raise LabelError(f"invalid duration {text[:40]!r}: must be greater than zero")
     if not match:
         raise LabelError(
             f"invalid duration {text[:40]!r}: use a number with ms, s, m or h (e.g. 9s)"

@@ -89,6 +89,7 @@ class ContainerField(_Fields):
     POD: Final = "pod"
     POD_UID: Final = "pod_uid"
     CLAIMS_REJECTED: Final = "claims_rejected"
+    DEADLINE_VOUCHED: Final = "deadline_vouched"
 
 
 class SloField(_Fields):

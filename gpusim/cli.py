@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gpuguard import __version__
 from gpuguard.gpusim.client import GpusimClient, default_socket_path
 from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
 from gpuguard.gpusim.errors import GpusimError
@@ -27,6 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpusim", description="A simulated GPU for gpuguard.")
+    parser.add_argument("--version", action="version", version=f"gpusim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the daemon")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuguard import loader
 from gpuguard.gpusim.contention import matmul_flops
 from gpuguard.gpusim.units import parse_size
 from gpuguard.slowdown import slowdown_factor
@@ -23,6 +24,7 @@ from gpuguard.slowdown import slowdown_factor
 PROFILE_FORMAT = 1
 DEFAULT_PROFILE = "paper-b"
 PROFILES_DIR = Path(__file__).parent / "profiles"
+MAX_PROFILE_BYTES = 1 << 20  # a shipped profile is under 1 kB
 
 
 @dataclass(frozen=True)
@@ -126,12 +128,7 @@ def load_profile(name_or_path: str) -> DeviceProfile:
     if not is_path and not path.is_file():
         shipped = sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
         raise ValueError(f"no profile {name_or_path!r}; shipped: {', '.join(shipped)}")
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise ValueError(f"cannot read profile {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"profile {path} is not JSON: {exc}") from None
+    doc = loader.read_json(path, "--profile", MAX_PROFILE_BYTES)  # ConfigError: a ValueError
     try:
         return parse_profile(doc)
     except ValueError as exc:

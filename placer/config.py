@@ -40,9 +40,11 @@ FLAGS: tuple[Flag, ...] = (
          "a placement counts until a record this much newer shows the node "
          "(container start-up + scrape interval)", "duration"),
     Flag("placement.client-rate", DEFAULT_CLIENT_RATE,
-         "reservations (POST /api/v1/placement) per second each client may make", "float"),
+         "reservations (POST /api/v1/placement) per second each credential may make (the "
+         "bearer token, a basic-auth user or a client certificate: a shared token is one "
+         "budget)", "float"),
     Flag("placement.client-burst", DEFAULT_CLIENT_BURST,
-         "reservations a client may make at once before its rate applies", "int"),
+         "reservations a credential may make at once before its rate applies", "int"),
     Flag("extender.enabled", False,
          "serve kube-scheduler's extender verbs (POST /api/v1/extender/filter, /prioritize); "
          "beyond loopback it needs --web.config.file with client_auth_type "

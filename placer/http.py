@@ -3,8 +3,8 @@
 Routes: ``GET /api/v1/placement`` (where a container would go: reserves nothing) and
 ``GET /api/v1/nodes`` (the bearer token when ``--web.token-file`` is set, checked from the
 request head); ``POST /api/v1/placement`` (the same, reserved: always needs the token, so a
-placer without ``--web.token-file`` refuses it with 403; rate-limited per client, 429 with
-``Retry-After``); ``GET /`` (landing page), ``GET /healthz``, ``GET /metrics``. With
+placer without ``--web.token-file`` refuses it with 403; rate-limited per credential, 429
+with ``Retry-After``); ``GET /`` (landing page), ``GET /healthz``, ``GET /metrics``. With
 ``--extender.enabled``, kube-scheduler's verbs ``POST /api/v1/extender/filter`` and
 ``/prioritize`` (``extender``): never the token, which kube-scheduler cannot send; beyond
 loopback the config insists on verified client certificates instead (``config``).
@@ -137,7 +137,8 @@ def _reserve(placer: Placer, authenticated: bool) -> Callable[[Request], Respons
                 body = request.body.decode("ascii")
             except UnicodeDecodeError:
                 body = "\x00"  # parse_query answers 400: the query must be ASCII
-            reply = placer.reserve(body, request.peer)
+            # a token holder or a user is one budget however many addresses it comes from
+            reply = placer.reserve(body, request.credential or request.peer)
         response = json_response(reply.doc, reply.code)
         if reply.retry_after_s is not None:
             retry = (("Retry-After", str(max(1, math.ceil(reply.retry_after_s)))),)

@@ -1,8 +1,10 @@
 """Strict parsing of the placer's query parameters (pure; docs/interfaces.md §9).
 
 Every value is ASCII, bounded in length and finite; an unknown, repeated or empty parameter
-is an error. Durations are written as container deadlines are (``9``, ``9s``, ``1500ms``,
-``2m``); memory as bytes with an optional unit (``2GiB``, ``512MiB``, ``1073741824``).
+is an error. A duration is one spelling only: digits, an optional fraction and its unit, with
+nothing between (``9s``, ``1500ms``, ``0.5s``, ``2m``, ``1h``); ``9``, ``9 s`` and ``1e3s`` are
+refused, so what a client sent means one thing. A deadline is at least ``MIN_DEADLINE_S``.
+Memory is bytes with an optional unit (``2GiB``, ``512MiB``, ``1073741824``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from gpuguard.placer.ranking import Policy, Request
 MAX_QUERY = 1024
 MAX_VALUE = 64
 MAX_DURATION_S = 86_400.0  # a day: no real-time task waits longer
+#: The exporter's shortest --poll.interval: a deadline shorter than one poll can never be seen
+#: met, so it only ranks a request as no GPU can serve it (1e-13 s was taken before).
+MIN_DEADLINE_S = 0.01
+_DURATION = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,12})?)(ms|s|m|h)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_MEMORY = 2**50  # 1 PiB
 _MEMORY = re.compile(r"^([0-9]{1,16})(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?$")
 _UNITS = {
@@ -62,9 +69,13 @@ def parse_query(
     if missing:
         raise BadRequest(f"missing parameter {missing[0]} (e.g. deadline=9s&memory=2GiB)")
     request = Request(
-        deadline_s=parse_duration("deadline", params["deadline"]) if "deadline" in params else 0.0,
+        deadline_s=(
+            query_duration("deadline", params["deadline"], MIN_DEADLINE_S)
+            if "deadline" in params
+            else 0.0
+        ),
         memory_bytes=parse_memory(params["memory"]) if "memory" in params else 0,
-        runtime_s=parse_duration("runtime", params["runtime"]) if "runtime" in params else None,
+        runtime_s=query_duration("runtime", params["runtime"]) if "runtime" in params else None,
         gpu_model=_model(params["gpu_model"]) if "gpu_model" in params else None,
     )
     return Query(request, _policy(params["policy"]) if "policy" in params else None)
@@ -79,6 +90,24 @@ def parse_duration(name: str, text: str) -> float:
         raise BadRequest(f"{name}: {exc}") from None
     if seconds > MAX_DURATION_S:
         raise BadRequest(f"{name}: at most {MAX_DURATION_S:g}s")
+    return seconds
+
+
+def query_duration(name: str, text: str, minimum: float = 0.0) -> float:
+    """Seconds from ``9s``, ``1500ms``, ``0.5s``, ``2m`` or ``1h`` (the one spelling), more than
+    0 and at least ``minimum``, at most a day; BadRequest naming ``name`` otherwise."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise BadRequest(
+            f"{name} {text[:MAX_VALUE]!r}: write digits and a unit, ms, s, m or h, with nothing "
+            "between (e.g. 9s or 1500ms)"
+        )
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds <= 0 or seconds < minimum:
+        floor = f"at least {minimum * 1000:g}ms" if minimum else "more than 0"
+        raise BadRequest(f"{name} {text!r}: must be {floor}")
+    if seconds > MAX_DURATION_S:
+        raise BadRequest(f"{name} {text!r}: at most {MAX_DURATION_S:g}s")
     return seconds
 
 

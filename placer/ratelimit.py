@@ -1,10 +1,11 @@
-"""Per-client rate limits for reservations: a token bucket for each client address.
+"""Per-credential rate limits for reservations: a token bucket for each credential.
 
 A reservation holds memory on a GPU until the records show it (``--placement.settle``), so
 a client reserving faster than containers start would fill the cluster with placements
-that never happen. Each client (by address; every client of a shared token counts on its
-own) may reserve ``burst`` at once and ``rate`` per second after that. Pure but for the
-lock; the clock is the caller's.
+that never happen. Each credential (the bearer token, a basic-auth user, a client
+certificate: what the request proved, not where it came from, since one holder may use
+any number of addresses) may reserve ``burst`` at once and ``rate`` per second after that.
+Pure but for the lock; the clock is the caller's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-#: Clients remembered at most (the least recently seen are forgotten: a full bucket).
+#: Credentials remembered at most (the least recently seen are forgotten: a full bucket).
 MAX_CLIENTS = 10_000
 
 

@@ -6,7 +6,8 @@ with one line, never a traceback; Prometheus unreachable is a 503; no eligible n
 
 Asking where a container would go (``placement``) changes nothing; only ``reserve``, which
 the transport offers to authenticated clients alone, counts the placement until the records
-show it, and each client may reserve at ``Settings.client_rate`` (429 beyond it).
+show it, and each credential (the bearer token, a basic-auth user, a client certificate) may
+reserve at ``Settings.client_rate`` (429 beyond it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from gpuguard.placer.reservations import Reservations
 RANKED_IN_REPLY = 10
 ENDPOINTS = ("placement", "reservation", "nodes", "extender_filter", "extender_prioritize")
 CODES = ("200", "400", "401", "403", "409", "429", "503")
-DEFAULT_CLIENT_RATE = 1.0  # reservations per second and client, after the burst
+DEFAULT_CLIENT_RATE = 1.0  # reservations per second and credential, after the burst
 DEFAULT_CLIENT_BURST = 10
 GIB = 2**30
 
@@ -51,7 +52,7 @@ class RecordSource(Protocol):
 class Reply:
     code: int
     doc: dict[str, Any]
-    retry_after_s: float | None = None  # with 429: when this client may reserve again
+    retry_after_s: float | None = None  # with 429: when this credential may reserve again
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +129,12 @@ class Placer:
 
     def reserve(self, query: str, client: str) -> Reply:
         """``POST /api/v1/placement``: the same answer, and the placement counts on its GPU
-        until the records show it; at most ``client_rate`` per second per ``client``."""
+        until the records show it; at most ``client_rate`` per second per ``client``: the
+        credential the transport authenticated (``the bearer token``, ``user alice``, ...)."""
         wait = self._limit.take(client, self._clock())
         if wait > 0:
-            reply = Reply(
-                429, {"error": f"too many reservations from {client or 'this client'}"}, wait
-            )
+            who = client or "this client"
+            reply = Reply(429, {"error": f"too many reservations for {who}"}, wait)
         else:
             reply = self._placement(query, reserve=True)
         self.metrics.requests.labels("reservation", str(reply.code)).inc()

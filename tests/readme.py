@@ -51,9 +51,13 @@ HOW: dict[str, How] = {
     ),
     ". .stack/env": How(By.DEMO, "the demo's env file"),
     'gpuguard run --deadline 9s --managed -d --name rt-1 -v "$GPUSIM_DIR:/run/gpusim" '
-    "gpuguard/workload:local --size 13312 --repeat 3": How(By.DEMO, "rt-1 on the demo stack"),
+    "gpuguard/workload:local --size 13312 --repeat 3 --sleep-between 1": How(
+        By.DEMO, "rt-1 on the demo stack"
+    ),
     'gpuguard run --deadline 9s --managed -d --name rt-2 -v "$GPUSIM_DIR:/run/gpusim" '
-    "gpuguard/workload:local --size 13312 --repeat 3": How(By.DEMO, "rt-2 on the demo stack"),
+    "gpuguard/workload:local --size 13312 --repeat 3 --sleep-between 1": How(
+        By.DEMO, "rt-2 on the demo stack"
+    ),
     "gpuguard ps": How(By.DEMO, "its output compared with the README's"),
     "docker rm -f rt-1 rt-2": How(By.DEMO, "removes both"),
     ".venv/bin/gpuguard exporter --gpu.backend nvml": How(

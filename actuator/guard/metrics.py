@@ -15,6 +15,7 @@ Sample exposition::
     gpuguard_guard_docker_up 1.0
     gpuguard_guard_last_check_timestamp_seconds 1.7e+09
     gpuguard_guard_resumed_total 3.0
+    gpuguard_guard_state_write_failures_total{file="lease",reason="no_space"} 0.0
 
 The server listens on loopback by default and serves only these (no token: read-only). If
 it cannot bind, the guard logs it and guards on without it.
@@ -33,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuguard import __version__
+from gpuguard.actuator.safety.statewrites import StateWrites, failures_family
 from gpuguard.web import HttpServer, Response, Router
 from gpuguard.web.routes import landing_page, text_response
 from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
@@ -61,6 +63,9 @@ class Watching(Protocol):
 
     @property
     def seen(self) -> Seen: ...
+
+    @property
+    def writes(self) -> StateWrites: ...
 
 
 class GuardCollector(Collector):
@@ -111,6 +116,7 @@ class GuardCollector(Collector):
                 "Containers the guard resumed.",
                 value=seen.resumed,
             ),
+            failures_family("gpuguard_guard_state_write_failures", self.guard.writes),
         ]
 
 

@@ -14,6 +14,12 @@ not systemd's ``KillMode=mixed``. Every half second it looks at the actuator:
 * **alive**: it enforces ``--max-pause`` from the journal (the stricter of its own and the
   one the actuator recorded there), whatever the actuator does.
 
+Resumes come first, writes after: its lease is renewed once a check has resumed what it
+must, and a write that fails (the state directory full or read-only, a directory where a
+file goes) is counted, logged once and tried again at the next check, never a reason to
+skip a resume (``safety.statewrites``). Without a lock file to take (a read-only directory
+that has none) the actuator's lease alone says whether it is alive.
+
 A journal it cannot read is moved aside when the actuator is gone (kept for the operator)
 and every paused container labelled ``gpuguard.managed=true`` is resumed: it no longer says
 which pauses were the actuator's, and a tenant left frozen is what must never happen. The
@@ -24,6 +30,7 @@ guard never pauses anything, and never touches a container the journal does not 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import threading
@@ -33,19 +40,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
 from gpuguard import flags
-from gpuguard.actuator.admission.executor import (
-    docker_call,
-    resume_container,
-    resume_managed_paused,
-)
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import containerd_address, engine_url, host_path, private_state_dir
-from gpuguard.actuator.containerd_engine import engine_api
-from gpuguard.actuator.errors import ConfigError, DockerUnavailable
+from gpuguard.actuator.config import (
+    ENGINE_FLAGS,
+    containerd_address,
+    engine_url,
+    host_path,
+    private_state_dir,
+)
+from gpuguard.actuator.engine import open_engine
+from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt
+from gpuguard.actuator.errors import ConfigError, EngineDown
 from gpuguard.actuator.guard.metrics import Seen, guard_server
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import (
@@ -59,6 +66,8 @@ from gpuguard.actuator.safety.journal import (
     set_aside,
 )
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
+from gpuguard.actuator.safety.resume import resume_container, resume_managed_paused
+from gpuguard.contract import Result, SkipReason
 from gpuguard.flags import Flag
 from gpuguard.web import webconfig
 from gpuguard.web.webconfig import WebConfig, WebConfigWatcher
@@ -69,12 +78,7 @@ CHECK_PERIOD_S = 0.5
 
 FLAGS: tuple[Flag, ...] = (
     Flag("state.dir", "/var/lib/gpuguard/actuator", "the actuator's --state.dir (shared)"),
-    Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
-    Flag("containerd.address", None,
-         "act through containerd at this socket instead of Docker (a Kubernetes node)",
-         metavar="URL"),
-    Flag("containerd.namespace", "k8s.io", "containerd namespace (k8s.io: the Kubernetes CRI's)",
-         metavar="NAMESPACE"),
+    *ENGINE_FLAGS,
     Flag("max-pause", "120s", "resume any container the journal says is paused this long",
          "duration"),
     Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
@@ -142,41 +146,48 @@ def validate(values: Mapping[str, Any]) -> GuardConfig:
 
 
 class Guard:
-    """One ``check()`` per period; every Docker or journal failure is retried next time."""
+    """One ``check()`` per period; every engine or journal failure is retried next time."""
 
     def __init__(
-        self, config: GuardConfig, api: Any, audit: AuditLog, clock: PauseClock | None = None
+        self,
+        config: GuardConfig,
+        engine: ContainerEngine,
+        audit: AuditLog,
+        clock: PauseClock | None = None,
     ) -> None:
         self.config = config
         #: --max-pause is judged on the boot clock (``pauseclock``), never on wall time
         self.clock = clock or host_clock()
-        self.api = api
+        self.engine = engine
         self.audit = audit
-        # A pause is a cgroup freeze before Docker hears of it: a crash in between leaves
-        # one only the cgroup shows, and the guard thaws that too.
+        # A pause is a cgroup freeze before the engine hears of it: a crash in between
+        # leaves one only the cgroup shows, and the guard thaws that too.
         self.freezer = ContainerFreezer(config.procfs, config.sysfs)
-        self.lock = JournalLock(config.state_dir)
+        #: the state directory's failed writes, shared with the audit log (guard metrics)
+        self.writes = audit.writes
+        self.lock = JournalLock(config.state_dir, self.writes)
         self.journal_path = config.state_dir / JOURNAL_FILE
         self.verdict = ""
         # (container id, paused_at) resumed while the journal was not ours to write: done
         # once, not on every check, for as long as the journal keeps naming it.
         self._resumed: set[tuple[str, float]] = set()
-        self._docker_down = False
+        self._engine_down = False
+        self._lockless = False  # journal.lock could not even be opened at the last check
         self.seen = Seen()
 
     def check(self) -> str:
-        """Look at the actuator and do what its state calls for; returns the verdict."""
-        lease.renew(self.config.state_dir / lease.GUARD_LEASE)
+        """Look at the actuator and do what its state calls for, then renew the guard's
+        lease (a resume never waits for a write); returns the verdict."""
         self.seen.last_check = time.time()
         self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
         left: JournalContent | None = None
-        if self.lock.try_acquire():
+        if self._take_lock():
             verdict = "gone"
             try:
                 left = self._read_left_behind()
             finally:
-                # Docker may take seconds per call (or hang until its timeout): never keep
-                # a restarted actuator waiting for the lock that long.
+                # The engine may take seconds per call (or hang until its timeout): never
+                # keep a restarted actuator waiting for the lock that long.
                 self.lock.release()
             self._take_over(left)
         else:
@@ -187,7 +198,20 @@ class Guard:
         if verdict != self.verdict:
             self._announce(verdict, left)
             self.verdict = verdict
+        lease.renew(self.config.state_dir / lease.GUARD_LEASE, self.writes)
         return verdict
+
+    def _take_lock(self) -> bool:
+        """Take the journal's lock if nobody holds it; False also where there is no lock
+        file to take (then the actuator's lease alone says whether it lives)."""
+        try:
+            taken = self.lock.try_acquire()
+        except OSError as exc:
+            self.writes.failed("lock", self.lock.path, exc)
+            self._lockless = True
+            return False
+        self._lockless = False
+        return taken
 
     def _announce(self, verdict: str, left: JournalContent | None) -> None:
         if verdict == "alive":
@@ -197,6 +221,11 @@ class Guard:
             log.info("no actuator holds the journal, and it names nothing paused")
         elif verdict == "gone":
             log.warning("no actuator holds the journal: resuming what it left paused")
+        elif self._lockless:
+            log.warning(
+                "journal.lock cannot be taken and the actuator's lease is over %gs old: "
+                "resuming everything it paused", self.config.lease_timeout_s,
+            )  # fmt: skip
         else:
             log.warning(
                 "actuator holds the journal but its lease is over %gs old: resuming everything "
@@ -211,12 +240,19 @@ class Guard:
         try:
             return load(self.journal_path)
         except JournalCorrupt as exc:
-            kept = set_aside(self.journal_path)
+            content = exc.salvaged or JournalContent()
+            try:
+                kept = set_aside(self.journal_path)
+            except OSError as err:  # read-only: resume by it, at every check, in memory
+                if "journal" not in self.writes.failing():
+                    log.error("JOURNAL UNREADABLE: %s; cannot move it aside", exc)
+                self.writes.failed("journal", self.journal_path, err)
+                content.lost = f"journal unreadable ({exc})"
+                return content
             log.error("JOURNAL UNREADABLE: %s; moved to %s", exc, kept)
             self.audit.write("journal_unreadable", detail=f"{exc}; kept as {kept.name}")
-            content = exc.salvaged or JournalContent()
             content.lost = f"journal unreadable ({exc}); kept as {kept.name}"
-            Journal(self.config.state_dir, content).save()
+            Journal(self.config.state_dir, content, writes=self.writes).save()
             return content
 
     def _take_over(self, left: JournalContent) -> None:
@@ -224,32 +260,40 @@ class Guard:
         it if the journal is still nobody else's."""
         self.seen.journal_paused = len(left.paused)
         undone = left.lost is not None and self._undo_managed_pauses(left.lost)
+        self._resumed &= {(e.container_id, e.paused_at) for e in left.paused.values()}
         done = []
         for entry in left.paused.values():
+            if (entry.container_id, entry.paused_at) in self._resumed:
+                done.append(entry)  # resumed at an earlier check that could not record it
+                continue
             settled = self._resume(entry, "actuator gone")
             if settled is None:
-                break  # Docker is down or hung: the next check tries again
+                break  # the engine is down or hung: the next check tries again
             if settled:
                 done.append(entry)
-        if (done or undone) and self.lock.try_acquire():
+        recorded = False
+        if (done or undone) and self._take_lock():
             try:
-                self._record(done, left.lost if undone else None)
+                recorded = self._record(done, left.lost if undone else None)
             finally:
                 self.lock.release()
+        if not recorded:  # the next check records them, without asking Docker again
+            self._resumed |= {(e.container_id, e.paused_at) for e in done}
 
-    def _record(self, resumed: list[PausedEntry], undone: str | None) -> None:
-        """Remove what was resumed from the journal (holding its lock)."""
+    def _record(self, resumed: list[PausedEntry], undone: str | None) -> bool:
+        """Remove what was resumed from the journal (holding its lock); False when it could
+        not be written."""
         try:
-            journal = Journal(self.config.state_dir)
+            journal = Journal(self.config.state_dir, writes=self.writes)
         except JournalCorrupt:
-            return  # changed meanwhile: the next check reads it again
+            return False  # changed meanwhile: the next check reads it again
         for entry in resumed:
             now = journal.paused.get(entry.container_id)
             if now is not None and now.paused_at == entry.paused_at:  # not paused anew since
                 del journal.paused[entry.container_id]
         if undone is not None and journal.lost == undone:
             journal.lost = None
-        journal.save()
+        return journal.save()
 
     def _watch(self, resume_all: bool) -> None:
         """The actuator holds the journal: read it, resume what is due, never write it."""
@@ -281,46 +325,48 @@ class Guard:
 
     def _resume(self, entry: PausedEntry, why: str) -> bool | None:
         """Unpause one journalled container; True when it is settled (resumed or gone),
-        False when Docker refused (retried next check), None when Docker is unreachable."""
+        False when the engine refused (retried next check), None when it is unreachable."""
         cid = entry.container_id
-        try:
-            unpaused = docker_call(lambda: resume_container(self.api, self.freezer, cid))
-        except docker.errors.NotFound:
-            result = "vanished"
-        except DockerUnavailable as exc:
-            self._docker_failing(str(exc))
+        resume = functools.partial(resume_container, self.engine, self.freezer)
+        tried = attempt(self.engine, resume, cid, look_again=False)
+        if tried.answer is Answer.DOWN:
+            self._engine_failing(tried.detail)
             return None
-        except docker.errors.APIError as exc:
-            log.warning("guard: unpause %s failed, retrying: %s", entry.name, exc)
+        if tried.answer is Answer.REFUSED:
+            log.warning("guard: unpause %s failed, retrying: %s", entry.name, tried.detail)
             return False
+        self._engine_failing(None)
+        skip_reason = SkipReason.VANISHED if tried.answer is Answer.GONE else None
+        if skip_reason is not None:
+            result = Result.SKIPPED
         else:
-            result = "ok" if unpaused else "already"
-        self._docker_failing(None)
-        if result == "ok":
+            result = Result.OK if tried.value else Result.ALREADY
+        if result == Result.OK:
             self.seen.resumed += 1
             log.warning("guard resumed %s (%s): %s", entry.name, cid[:12], why)
         self.audit.write(
-            "guard_resume", container_id=cid, container=entry.name, result=result, why=why
-        )
+            "guard_resume", container_id=cid, container=entry.name, result=result,
+            skip_reason=skip_reason, why=why,
+        )  # fmt: skip
         return True
 
     def _undo_managed_pauses(self, why: str) -> bool:
-        """Resume every paused managed container; False when Docker could not be asked."""
+        """Resume every paused managed container; False when the engine could not be asked."""
         try:
-            resumed = resume_managed_paused(self.api, self.audit, why, self.freezer)
-        except DockerUnavailable as exc:
-            self._docker_failing(str(exc))
+            resumed = resume_managed_paused(self.engine, self.audit, why, self.freezer)
+        except EngineDown as exc:
+            self._engine_failing(str(exc))
             return False
-        self._docker_failing(None)
+        self._engine_failing(None)
         log.error("guard: %s: resumed %d paused managed container(s)", why, len(resumed))
         return True
 
-    def _docker_failing(self, error: str | None) -> None:
-        if error is not None and not self._docker_down:
-            log.warning("docker engine unreachable, retrying: %s", error)
-        elif error is None and self._docker_down:
-            log.info("docker engine answers again")
-        self._docker_down = self.seen.docker_down = error is not None
+    def _engine_failing(self, error: str | None) -> None:
+        if error is not None and not self._engine_down:
+            log.warning("%s engine unreachable, retrying: %s", self.engine.name, error)
+        elif error is None and self._engine_down:
+            log.info("%s engine answers again", self.engine.name)
+        self._engine_down = self.seen.docker_down = error is not None
 
 
 def _max_pause(recorded: float | None, own: float) -> float:
@@ -332,7 +378,7 @@ def run(config: GuardConfig) -> int:
     """Check every period until SIGTERM/SIGINT, then once more, and exit."""
     flags.start_logging(config.log_level, config.warnings, "gpuguard.guard")
     audit = AuditLog(config.state_dir / AUDIT_FILE)
-    engine = engine_api(config.docker_host, config.containerd_address, config.containerd_namespace)
+    engine = open_engine(config.docker_host, config.containerd_address, config.containerd_namespace)
     guard = Guard(config, engine, audit)
     web = WebConfigWatcher(config.web) if config.web is not None else None
     server = guard_server(guard, config.listen_host, config.listen_port, web)

@@ -14,9 +14,8 @@ Marks are leases: Alertmanager repeats a firing group's notification every
 not renewed within ``--node.mark-ttl`` expires, so a mark whose resolution was lost (an
 Alertmanager restarted without its state, a route changed) cannot hold a node forever.
 
-``SwarmMarker`` executes the list as the Docker Swarm node label
-``gpuguard.provisionable=false`` (removed when provisionable again), so a service with the
-constraint ``node.labels.gpuguard.provisionable!=false`` is not placed here.
+A ``NodeMarker`` executes the list: ``engine/swarm.py``'s Swarm node label, beside the Docker
+adapter whose calls it makes, or ``taints.py``'s Kubernetes taint.
 """
 
 from __future__ import annotations
@@ -26,14 +25,8 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-import docker.errors
-import requests
-
 from gpuguard.actuator.webhook import WebhookMessage
 from gpuguard.contract import Result
-from gpuguard.labels import PROVISIONABLE
-
-_SEQUENCE_RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -171,60 +164,9 @@ def _epoch(moment: Any, fallback: float) -> float:
 
 
 class NodeMarker(Protocol):
-    """What marks this node: ``SwarmMarker`` (a Swarm node label) or
+    """What marks this node: ``engine.swarm.SwarmMarker`` (a Swarm node label) or
     ``taints.TaintMarker`` (a Kubernetes taint and label)."""
 
     def node_id(self) -> str | None: ...
 
     def apply(self, provisionable: bool) -> Result: ...
-
-
-class SwarmMarker:
-    """Sets or clears this node's Swarm label through a manager engine."""
-
-    def __init__(self, local_api: Any, manager_api: Any) -> None:
-        self.local_api = local_api
-        self.manager_api = manager_api
-
-    def node_id(self) -> str | None:
-        """This engine's Swarm node id, or None when it is not in a swarm."""
-        swarm = self.local_api.info().get("Swarm") or {}
-        if swarm.get("LocalNodeState") != "active" or not swarm.get("NodeID"):
-            return None
-        return str(swarm["NodeID"])
-
-    def apply(self, provisionable: bool) -> Result:
-        """Make the label match; returns ``ok`` or ``already``. Raises docker errors."""
-        node_id = self.node_id()
-        if node_id is None:
-            raise RuntimeError("this engine is not part of a swarm")
-        for attempt in range(_SEQUENCE_RETRIES):
-            node = self.manager_api.inspect_node(node_id)
-            version = node["Version"]["Index"]
-            spec = dict(node["Spec"])
-            node_labels = dict(spec.get("Labels") or {})
-            if provisionable == (node_labels.get(PROVISIONABLE) != "false"):
-                return Result.ALREADY
-            if provisionable:
-                node_labels.pop(PROVISIONABLE, None)
-            else:
-                node_labels[PROVISIONABLE] = "false"
-            spec["Labels"] = node_labels
-            try:
-                # Version.Index makes this a compare-and-swap against concurrent updates.
-                self.manager_api.update_node(node_id, version, spec)
-                return Result.OK
-            except docker.errors.APIError:
-                # Docker reports a lost compare-and-swap as a plain server error; what tells
-                # it apart is that the node's version moved on: then try again on the new one.
-                if attempt == _SEQUENCE_RETRIES - 1 or not self._moved(node_id, version):
-                    raise
-        raise RuntimeError("unreachable")  # pragma: no cover
-
-    def _moved(self, node_id: str, version: int) -> bool:
-        return bool(self.manager_api.inspect_node(node_id)["Version"]["Index"] != version)
-
-
-def swarm_error(exc: Exception) -> bool:
-    """Errors of the marker that mean 'engine unreachable' (worth a webhook retry)."""
-    return isinstance(exc, requests.ConnectionError | requests.Timeout)

@@ -1,6 +1,6 @@
 """The node mark on Kubernetes: a taint plus a node label, through the official client.
 
-``TaintMarker`` answers the same two calls as ``nodes.SwarmMarker`` (``node_id``,
+``TaintMarker`` answers the same two calls as ``engine.swarm.SwarmMarker`` (``node_id``,
 ``apply``), so the node marks work the same (``nodemarks.py``). Marking adds the taint
 ``gpuguard.io/deadline-risk=true:NoSchedule`` (new real-time pods go elsewhere unless they
 tolerate it; running pods stay) and the label ``gpuguard.io/deadline-risk=true`` (for

@@ -1,7 +1,10 @@
 """Failing open: when admission control steps aside and resumes what this actuator paused.
 
-Two causes. The exporter cannot be seen for longer than ``--exporter.timeout``: everything
-is resumed once, and admission resumes when the exporter answers again. Or a ``resume_all``
+Three causes. The exporter cannot be seen for longer than ``--exporter.timeout``: everything
+is resumed once, and admission resumes when the exporter answers again. The journal cannot
+be written (the state directory full or read-only): a pause it cannot record is one nobody
+could undo after a crash, so nothing is paused and what is paused is resumed (again while
+an unpause fails) until a write succeeds. Or a ``resume_all``
 alert (e.g. ``GpuguardExporterDown``) fires for this node: that is a state, not a one-off.
 While such an alert fires, everything this actuator paused is resumed once and nothing is
 paused again, so Alertmanager's duplicates and repeats change nothing. The state ends when
@@ -15,6 +18,7 @@ Not thread-safe: the controller calls it under its lock and executes what it ret
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 
@@ -26,6 +30,9 @@ from gpuguard.actuator.webhook import Alert
 from gpuguard.contract import SkipReason, StepReason
 
 log = logging.getLogger("gpuguard.actuator")
+
+#: while the journal cannot be written, a resume that did not take is tried again this often
+JOURNAL_RETRY_S = 5.0
 
 
 class FailOpen:
@@ -55,6 +62,9 @@ class FailOpen:
             fp: seen for fp, seen in (restored or {}).items() if now - seen <= mark_ttl_s
         }
         self._saved = dict(self._alerts)
+        #: why the journal cannot be written, while it cannot; and when we last resumed
+        self.journal_unwritable: str | None = None
+        self._journal_resumed = -math.inf
         if self._alerts:
             log.warning("a resume_all alert fired when the actuator stopped: pausing nothing")
 
@@ -134,6 +144,28 @@ class FailOpen:
         self.metrics.fail_open.inc()
         return f"exporter unreachable for {down_for:.1f}s"
 
+    def on_journal(self, unwritable: str | None, anything_paused: bool, now: float) -> str | None:
+        """Enter, stay in or leave the state of a journal that cannot be written (``now``:
+        monotonic); why to resume everything now, or None."""
+        was = self.journal_unwritable
+        self.journal_unwritable = unwritable
+        if unwritable is None:
+            if was is not None:
+                log.info("the journal is written again: admission control resumes")
+                self.audit.write("journal_writable")
+            return None
+        if was is None:
+            log.warning(
+                "cannot write the journal (%s): pausing nothing, resuming what this actuator "
+                "paused, until it can be written", unwritable,
+            )  # fmt: skip
+        elif now - self._journal_resumed < JOURNAL_RETRY_S:
+            return None  # resumed already; an unpause that failed is tried again in a while
+        if not anything_paused:
+            return None
+        self._journal_resumed = now
+        return f"journal unwritable ({unwritable})"
+
     def resume_all(self, paused: list[PausedEntry], why: str) -> Decision:
         """Unpause every container in ``paused`` (this actuator's journal); audited."""
         if paused:
@@ -146,10 +178,12 @@ class FailOpen:
         return Decision(tuple(steps))
 
 
-def without_pauses(decision: Decision) -> Decision:
+def without_pauses(
+    decision: Decision, reason: SkipReason = SkipReason.FAIL_OPEN, detail: str = "failing open"
+) -> Decision:
     """While failing open: the decision's unpauses stand, its pauses become skips."""
     held = tuple(
-        Skip(SkipReason.FAIL_OPEN, "failing open", s.container_id, s.task_id, s.gpu)
+        Skip(reason, detail, s.container_id, s.task_id, s.gpu)
         for s in decision.steps
         if s.verb == PAUSE
     )

@@ -21,10 +21,20 @@ or holds an entry that is not valid (``journaldoc.check``) is moved aside for th
 (``set_aside``) rather than crash-looping whoever reads it. No file here is ever opened
 through a symbolic link (``gpuguard.files``): a link planted as ``journal.lock`` is moved
 aside, never truncated through.
+
+A write that fails (the state directory full, read-only, a directory where the file goes)
+never raises out of a record of what was done (a release, a node mark, the alerts): the
+journal keeps it in memory, reports the failure to ``StateWrites``, says why in
+``unwritable`` and writes everything it holds at the next save or ``retry``. A pause
+intent is the exception, as it must be: unrecorded, it is taken back and
+``JournalUnwritable`` raised, so nothing is paused that the journal does not name. Where the
+lock's file cannot even be opened for writing (read-only), the lock is still taken on a
+read-only descriptor: ``flock`` needs none.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -39,9 +49,17 @@ from gpuguard import files
 from gpuguard.actuator.admission.policy.types import Ledger
 from gpuguard.actuator.safety.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
+from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.contract import StepReason
 
-__all__ = ["FORMAT_VERSION", "Journal", "JournalContent", "JournalCorrupt", "PausedEntry"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Journal",
+    "JournalContent",
+    "JournalCorrupt",
+    "JournalUnwritable",
+    "PausedEntry",
+]
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -63,13 +81,18 @@ class JournalCorrupt(ValueError):
         self.salvaged = salvaged
 
 
+class JournalUnwritable(RuntimeError):
+    """A pause intent could not be recorded: the pause must not be taken."""
+
+
 class Journal:
     """The on-disk record; all methods are thread-safe and every mutation is durable.
 
     Made from the file in ``state_dir`` (``JournalCorrupt`` when it cannot be trusted), or
     from ``content`` (what was salvaged from one that was moved aside). Every pause carries
     its moment on the boot clock (``clock``): entries of older journals are dated when
-    loaded, and keep that date once saved.
+    loaded, and keep that date once saved. Failed writes go to ``writes``; with ``lock``
+    (its owner's), nothing is written unless it is held, and a save first tries to take it.
     """
 
     def __init__(
@@ -77,10 +100,18 @@ class Journal:
         state_dir: Path,
         content: JournalContent | None = None,
         clock: PauseClock | None = None,
+        writes: StateWrites | None = None,
+        lock: JournalLock | None = None,
     ) -> None:
         self.path = state_dir / JOURNAL_FILE
         self._lock = threading.RLock()
         self.clock = clock or host_clock()
+        self.writes = writes or StateWrites()
+        self.owner_lock = lock
+        #: why the last save failed (the file is behind what is held here), or None
+        self.unwritable: str | None = None
+        #: the file found here could not be moved aside: move it before the next write
+        self.set_aside_first = False
         if content is None:
             content = load(self.path)
         self.paused: dict[str, PausedEntry] = {
@@ -111,14 +142,58 @@ class Journal:
                 "lost": self.lost,
             }
 
-    def save(self, durable: bool = True) -> None:
+    def save(self, durable: bool = True) -> bool:
+        """Write all of it; False (``unwritable`` says why) when it could not be."""
         with self._lock:
-            atomic_write_json(self.path, self.to_doc(), durable)
+            if not self._may_write():
+                return False
+            try:
+                if self.set_aside_first:
+                    kept = set_aside(self.path)
+                    self.set_aside_first = False
+                    self.writes.log.error("%s: unreadable at start: moved to %s", self.path, kept)
+                atomic_write_json(self.path, self.to_doc(), durable)
+            except OSError as exc:
+                self.writes.failed("journal", self.path, exc)
+                self.unwritable = f"{exc.strerror or exc}"
+                return False
+            self.writes.ok("journal")
+            self.unwritable = None
+            return True
+
+    def retry(self) -> str | None:
+        """Write what an earlier save could not; why it still cannot be, or None."""
+        with self._lock:
+            if self.owner_lock is not None:
+                self.owner_lock.retry()
+            if self.unwritable is not None:
+                self.save()
+            return self.unwritable
+
+    def _may_write(self) -> bool:
+        """Its owner holds the lock (or it has none); a save first tries to take it."""
+        lock = self.owner_lock
+        if lock is None or lock.held:
+            return True
+        try:
+            if lock.try_acquire():
+                return True
+            why = "journal.lock held by another process"
+        except OSError as exc:
+            self.writes.failed("lock", lock.path, exc)
+            why = f"journal.lock cannot be opened: {exc.strerror or exc}"
+        self.unwritable = why
+        return False
 
     def sync(self) -> None:
-        """Make what a ``durable=False`` write left durable (fsync of file and directory)."""
+        """Make what a ``durable=False`` write left durable (fsync of file and directory);
+        a failure is reported, and the next ``retry`` writes it all again, durably."""
         with self._lock:
-            files.sync_file(self.path)
+            try:
+                files.sync_file(self.path)
+            except OSError as exc:
+                self.writes.failed("journal", self.path, exc)
+                self.unwritable = f"{exc.strerror or exc}"
 
     def ledger(self) -> Ledger:
         with self._lock:
@@ -137,12 +212,26 @@ class Journal:
         self.will_pause_many([entry], durable)
 
     def will_pause_many(self, entries: list[PausedEntry], durable: bool = True) -> None:
-        """Record several pauses, in one write, before they are taken."""
+        """Record several pauses, in one write, before they are taken; when they cannot be
+        recorded, none is, and ``JournalUnwritable`` says why."""
         with self._lock:
+            before = [
+                (e.container_id, self.paused.get(e.container_id), self.admitted.get(e.container_id))
+                for e in entries
+            ]
             for entry in entries:
                 self.paused[entry.container_id] = self.clock.stamp(entry)
                 self.admitted.pop(entry.container_id, None)
-            self.save(durable)
+            if self.save(durable):
+                return
+            for cid, paused, admitted in reversed(before):  # as it was: nothing recorded
+                if paused is None:
+                    self.paused.pop(cid, None)
+                else:
+                    self.paused[cid] = paused
+                if admitted is not None:
+                    self.admitted[cid] = admitted
+            raise JournalUnwritable(f"the journal cannot be written: {self.unwritable}")
 
     def released(self, container_id: str, admitted_at: float | None = None) -> None:
         """Forget a container once it is running again (or gone); remember admissions."""
@@ -243,16 +332,19 @@ class JournalLock:
     directory (same host, same file), where a PID cannot be waited on.
     """
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, writes: StateWrites | None = None) -> None:
         self.path = state_dir / LOCK_FILE
+        self.writes = writes or StateWrites()
         self._fd: int | None = None
+        self._pid_pending = False  # held, and the holder's PID not yet written
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def try_acquire(self) -> bool:
-        """Take the lock if nobody holds it; True when we hold it now."""
+        """Take the lock if nobody holds it; True when we hold it now. Raises ``OSError``
+        only when there is no file to lock (read-only and missing, or not set aside)."""
         return self._take(blocking=False)
 
     def acquire(self) -> None:
@@ -262,14 +354,7 @@ class JournalLock:
     def _take(self, blocking: bool) -> bool:
         if self._fd is not None:
             return True
-        try:
-            fd = files.open_state_file(self.path, os.O_RDWR)
-        except files.FileRefused as exc:
-            # A link or a FIFO in its place: nobody can hold a lock on it (holders open a
-            # regular file). Keep it for the operator and lock a file of our own.
-            kept = files.set_aside(self.path, "bad")
-            log.error("%s: %s: moved to %s", self.path, exc.strerror, kept.name)
-            fd = files.open_state_file(self.path, os.O_RDWR)
+        fd, unwritable = self._open()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -278,10 +363,58 @@ class JournalLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())  # for people: who holds it
         self._fd = fd
+        if unwritable is not None:  # the lock is held all the same
+            self.writes.failed("lock", self.path, unwritable)
+            self._pid_pending = True
+        else:
+            self._write_pid(fd)
         return True
+
+    def retry(self) -> None:
+        """Write the holder's PID where an earlier try could not."""
+        if self._fd is None or not self._pid_pending:
+            return
+        try:
+            fd = files.open_state_file(self.path, os.O_WRONLY)
+        except OSError as exc:
+            self.writes.failed("lock", self.path, exc)
+            return
+        try:
+            if os.fstat(fd).st_ino == os.fstat(self._fd).st_ino:  # still the file we lock
+                self._write_pid(fd)
+            else:
+                self._pid_pending = False
+        finally:
+            os.close(fd)
+
+    def _write_pid(self, fd: int) -> None:
+        """For people: who holds it. A failure is reported; the lock is held all the same."""
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:
+            self.writes.failed("lock", self.path, exc)
+            self._pid_pending = True
+            return
+        self.writes.ok("lock")
+        self._pid_pending = False
+
+    def _open(self) -> tuple[int, OSError | None]:
+        """A descriptor of the lock file, and why it could only be opened read-only."""
+        try:
+            return files.open_state_file(self.path, os.O_RDWR), None
+        except files.FileRefused as exc:
+            # A link or a FIFO in its place: nobody can hold a lock on it (holders open a
+            # regular file). Keep it for the operator and lock a file of our own.
+            kept = files.set_aside(self.path, "bad")
+            log.error("%s: %s: moved to %s", self.path, exc.strerror, kept.name)
+            return files.open_state_file(self.path, os.O_RDWR), None
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            # A read-only state directory: its lock still tells who holds the journal.
+            return files.open_state_file(self.path, os.O_RDONLY), exc
 
     def holder(self) -> str:
         """The PID the holder wrote (as seen in its PID namespace), for log lines."""
@@ -294,6 +427,7 @@ class JournalLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the only descriptor drops the flock
             self._fd = None
+            self._pid_pending = False
 
 
 def atomic_write_json(path: Path, doc: Mapping[str, Any], durable: bool = True) -> None:

@@ -4,7 +4,7 @@ Whoever reads the journal (the actuator at start, the guard every half second) g
 ``check``: it returns what is valid and a line for each entry that is not. A document with
 any problem is not trusted for what it paused: its reader keeps the file aside for the
 operator, goes on with the valid rest, and resumes every paused container labelled
-``gpuguard.managed=true`` (``executor.resume_managed_paused``). Before this, one
+``gpuguard.managed=true`` (``safety.resume.resume_managed_paused``). Before this, one
 non-numeric ``paused_at`` crashed the actuator at start, and a time without a timezone in a
 resolved alert made every webhook with that fingerprint answer 500.
 

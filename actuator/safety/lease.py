@@ -5,6 +5,11 @@ container on the host (unlike a PID, which the guard in another container cannot
 never stepped by NTP (unlike wall time, which could make a live actuator look dead), and
 counting suspended time. Renewals are small atomic replaces without fsync: after a power cut
 there is no actuator to vouch for anyway.
+
+A renewal that cannot be written (the state directory full or read-only) is reported to
+``StateWrites`` and tried again at the next one, never raised: nothing that renews a lease
+may stop for it, least of all the guard on its way to a resume. A directory in a lease's
+place is moved aside for the operator (``*.bad-*``), as a link at ``journal.lock`` is.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuguard import files
+from gpuguard.actuator.safety.statewrites import StateWrites
 
 ACTUATOR_LEASE = "actuator.safety.lease"
 GUARD_LEASE = "guard.lease"
@@ -38,10 +44,23 @@ class Lease:
         return (boottime() if now is None else now) - self.renewed
 
 
-def renew(path: Path) -> None:
-    """Write a fresh lease for this process at ``path``."""
+def renew(path: Path, writes: StateWrites | None = None) -> bool:
+    """Write a fresh lease for this process at ``path``; False (reported to ``writes``)
+    when it cannot be written."""
+    writes = writes or StateWrites()
     data = json.dumps({"pid": os.getpid(), "renewed": boottime()}).encode()
-    files.replace(path, data, durable=False)
+    try:
+        try:
+            files.replace(path, data, durable=False)
+        except IsADirectoryError:
+            kept = files.set_aside(path, "bad")
+            writes.log.error("%s: a directory: moved to %s", path, kept.name)
+            files.replace(path, data, durable=False)
+    except OSError as exc:
+        writes.failed("lease", path, exc)
+        return False
+    writes.ok("lease")
+    return True
 
 
 def age(path: Path) -> float:

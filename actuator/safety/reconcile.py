@@ -1,10 +1,12 @@
-"""Settling the journal against Docker and the exporter's state, and ``--max-pause``.
+"""Settling the journal against the container engine and the exporter's state, and
+``--max-pause``.
 
-Docker is the truth about what is paused: a container gone or unpaused behind our back is
-forgotten, one whose reason is gone is resumed (``plan_reconcile``); a pause older than
-``--max-pause`` is undone for good. When the journal was unreadable at start, every
-managed container Docker shows paused is resumed once Docker answers. Whether Docker
-answers is kept here too (the health check's ``docker engine unreachable``).
+The engine (Docker, containerd) is the truth about what is paused: a container gone or
+unpaused behind our back is forgotten, one whose reason is gone is resumed
+(``plan_reconcile``); a pause older than ``--max-pause`` is undone for good. When the
+journal was unreadable at start, every managed container the engine shows paused is resumed
+once it answers. Whether the engine answers is kept here too (the health check's ``docker
+engine unreachable``).
 
 Not thread-safe: the controller calls it under its lock; actions go through ``execute``
 (the controller's, so they are counted and reported like every other).
@@ -16,11 +18,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.policy.types import UNPAUSE, Decision, Step
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.errors import DockerUnavailable
+from gpuguard.actuator.errors import EngineDown
 from gpuguard.actuator.safety.journal import Journal, plan_reconcile
+from gpuguard.actuator.safety.resume import resume_managed_paused
 from gpuguard.actuator.state import ExporterState
 from gpuguard.contract import StepReason, TriggerSource
 
@@ -30,11 +33,11 @@ Execute = Callable[[Decision, TriggerSource], object]
 
 
 class Reconciler:
-    """Brings the journal in line with Docker; enforces the maximum pause."""
+    """Brings the journal in line with the engine; enforces the maximum pause."""
 
     def __init__(
         self,
-        executor: DockerExecutor,
+        executor: PauseExecutor,
         journal: Journal,
         audit: AuditLog,
         max_pause_s: float,
@@ -46,14 +49,15 @@ class Reconciler:
         self.audit = audit
         self.max_pause_s = max_pause_s
         self.execute = execute
-        #: set when the journal was unreadable: undo every managed pause once Docker answers
+        #: set when the journal was unreadable: undo every managed pause once the engine
+        #: answers
         self.journal_lost = journal_lost or journal.lost
-        #: why Docker did not answer, until it does again
-        self.docker_error: str | None = None
+        #: why the engine did not answer, until it does again
+        self.engine_error: str | None = None
 
-    def docker_failed(self, detail: str) -> None:
+    def engine_failed(self, detail: str) -> None:
         """An action found the engine unreachable."""
-        self.docker_error = detail
+        self.engine_error = detail
 
     def enforce_max_pause(self) -> None:
         """Resume, for good, whatever has been paused longer than ``--max-pause``."""
@@ -75,26 +79,26 @@ class Reconciler:
             self.execute(Decision((action,)), TriggerSource.RECONCILE)
 
     def reconcile(self, state: ExporterState | None) -> None:
-        """Settle the journal against Docker: forget what is gone, resume what must go."""
+        """Settle the journal against the engine: forget what is gone, resume what must go."""
         try:
             self.executor.check()
-            docker_view = self.executor.paused_states(list(self.journal.paused))
+            engine_view = self.executor.paused_states(list(self.journal.paused))
             if self.journal_lost:
                 self._undo_managed_pauses()
-        except DockerUnavailable as exc:
-            if self.docker_error is None:
-                log.warning("docker engine unreachable, retrying: %s", exc)
-            self.docker_error = str(exc)
+        except EngineDown as exc:
+            if self.engine_error is None:
+                log.warning("%s engine unreachable, retrying: %s", self.executor.engine.name, exc)
+            self.engine_error = str(exc)
             return
-        if self.docker_error is not None:
-            log.info("docker engine answers again")
-            self.docker_error = None
+        if self.engine_error is not None:
+            log.info("%s engine answers again", self.executor.engine.name)
+            self.engine_error = None
         with_tasks = (
             None if state is None else {t.container_id for t in state.tasks if t.container_id}
         )
         steps = plan_reconcile(
             self.journal.paused,
-            docker_view,
+            engine_view,
             with_tasks,
             self.journal.clock.paused_for,
             self.max_pause_s,
@@ -121,10 +125,10 @@ class Reconciler:
             self.journal.prune({t.task_id for t in state.tasks}, {c.id for c in state.containers})
 
     def _undo_managed_pauses(self) -> None:
-        """The journal was unreadable: resume every managed container Docker shows paused
+        """The journal was unreadable: resume every managed container the engine shows paused
         (``resume_managed_paused`` says why that is the safe reading)."""
         resumed = resume_managed_paused(
-            self.executor.api,
+            self.executor.engine,
             self.audit,
             f"journal unreadable: {self.journal_lost}",
             self.executor.freezer,

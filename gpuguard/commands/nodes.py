@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuguard import flags, labels
 from gpuguard.commands.errors import ServiceUnreachable
+from gpuguard.commands.placed_run import placer_duration
 from gpuguard.commands.service import (
     ACTUATOR,
     PLACER,
@@ -139,6 +140,9 @@ def show_ranked(args: argparse.Namespace) -> int:
     }
     headers = {}
     try:
+        for name in ("deadline", "runtime"):  # as a label spells it, sent as the placer does
+            if name in params:
+                params[name] = placer_duration(f"--{name}", params[name])
         if args.placer_token_file:
             token = flags.read_token(args.placer_token_file, "placer.token-file")
             headers["Authorization"] = f"Bearer {token}"

@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from gpuguard import flags
+from gpuguard import flags, labels
 from gpuguard.commands.errors import PlacementFailed, ServiceUnreachable
 from gpuguard.commands.launch import exec_docker, run_labels, split_run_flags
 from gpuguard.commands.service import PLACER, call_json, get_json, http_config
@@ -67,10 +67,12 @@ def place(found: dict[str, str]) -> dict[str, Any]:
     run_labels(found)  # a bad deadline fails here, before the placer is asked
     if "--memory" not in found:
         raise ConfigError("--memory is required with --placer.url (e.g. --memory 2GiB)")
-    params = {"deadline": found["--deadline"].strip(), "memory": found["--memory"]}
-    for flag, name in (("--runtime", "runtime"), ("--gpu-model", "gpu_model")):
-        if flag in found:
-            params[name] = found[flag]
+    params = {"deadline": placer_duration("--deadline", found["--deadline"]),
+              "memory": found["--memory"]}  # fmt: skip
+    if "--runtime" in found:
+        params["runtime"] = placer_duration("--runtime", found["--runtime"])
+    if "--gpu-model" in found:
+        params["gpu_model"] = found["--gpu-model"]
     tls_auth = http_config(found.get("--placer.http-config-file"), "placer")
     identified = tls_auth.username is not None or tls_auth.cert_file is not None
     if "--placer.token-file" in found or identified:
@@ -100,6 +102,16 @@ def place(found: dict[str, str]) -> dict[str, Any]:
         raise PlacementFailed(f"the placer answered {reply.error()}")
     print(f"gpuguard run: node {doc['node']}, GPU {doc['gpu']}: {doc['why']}", file=sys.stderr)
     return dict(doc)
+
+
+def placer_duration(flag: str, text: str) -> str:
+    """A duration as a container label may spell it (``9``, `` 9 s``) in the placer's one
+    spelling (``9000ms``), so the label and the placement agree."""
+    try:
+        seconds = labels.parse_duration(text)
+    except labels.LabelError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+    return f"{seconds * 1000:.6f}".rstrip("0").rstrip(".") + "ms"
 
 
 def _reasons(doc: dict[str, Any]) -> str:

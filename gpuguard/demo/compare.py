@@ -18,6 +18,15 @@ from gpuguard.demo.stack.scenario import RequestResult, StepResult, TaskResult
 
 #: closer than this (a 0.1 s poll and a sample's lag), the two accounts agree
 AGREE_S = 0.15
+#: What a verdict other than met or MISSED means where the report shows one: a finished task's
+#: boundary (docs/interfaces.md section 3; design-notes.md, what NVML's samples can see)
+BOUNDARY_MEANS = {
+    TaskBoundary.MERGED: (
+        "merged: a busy span that showed an idle inside it and went on (or began before the "
+        "exporter's first poll), so it may hold several requests; the exporter counts it as "
+        "busy time and never judges it against the deadline: neither a hit nor a miss"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,15 @@ def match(task: TaskResult, seen: Sequence[SeenTask]) -> SeenTask | None:
 
 def _verdict(met: bool | None) -> str:
     return {True: "met", False: "MISSED", None: "-"}[met]
+
+
+def boundary_notes(tasks: Iterable[SeenTask], indent: str = "  ") -> list[str]:
+    """A line for each verdict other than met or MISSED that ``tasks`` show (``merged``)."""
+    shown = {t.boundary for t in tasks}
+    return [
+        line for boundary, means in BOUNDARY_MEANS.items() if boundary in shown
+        for line in wrap(means, indent)
+    ]  # fmt: skip
 
 
 def explain(task: TaskResult, seen: SeenTask | None) -> str:
@@ -184,6 +202,7 @@ def request_lines(
         lines.append(f"  in no exporter task: {_ids(outside)}")
     if startup:
         lines.append(f"  (and {startup} start-up context: memory in, no kernel, not a task)")
+    lines += boundary_notes(tasks)
     lines += wrap(_why_requests(tasks, held))
     return lines
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 import glob
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpuguard import loader
 from gpuguard.contract import Verb
 from gpuguard.demo.compare import wrap
 from gpuguard.resources import RULE_FILES_GLOB
@@ -114,7 +112,7 @@ def alert_exprs(pattern: str = RULE_FILES_GLOB) -> dict[str, str]:
     """Each shipped alert's expression, on one line."""
     out: dict[str, str] = {}
     for path in sorted(glob.glob(pattern)):
-        doc = yaml.safe_load(Path(path).read_text()) or {}
+        doc = loader.read_yaml(path, "rules file") or {}
         for group in doc.get("groups", []):
             for rule in group.get("rules", []):
                 if "alert" in rule:

@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from gpuguard import files, flags
+from gpuguard import files, loader
 from gpuguard.flags import ConfigError
 
 MAX_SECRET_BYTES = 4096
@@ -85,7 +85,7 @@ def load_client_config(path: Path | str | None, flag: str) -> ClientConfig:
     if path is None or str(path) == "":
         return NONE
     path = Path(str(path))
-    doc = flags.read_yaml(path, f"--{flag}")
+    doc = loader.read_yaml(path, f"--{flag}")
     return parse_client_config(doc, path, flag)
 
 

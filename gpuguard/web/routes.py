@@ -48,8 +48,12 @@ class Request:
     body: bytes = b""
     #: resolved by the server when it needs this connection back (interruptible routes)
     interrupt: asyncio.Future[None] | None = None
-    #: the client's address (IP, without the port), for per-client limits
+    #: the client's address (IP, without the port)
     peer: str = ""
+    #: who the request proved to be, for per-credential limits: ``the bearer token``,
+    #: ``user NAME`` (basic auth) or ``certificate NAME`` (a verified client certificate's
+    #: common name, else its first SAN); empty when it proved nothing
+    credential: str = ""
 
     @property
     def accepts_gzip(self) -> bool:

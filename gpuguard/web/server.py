@@ -123,13 +123,18 @@ class _SlowHead(Exception):
 class _Conn:
     """One client connection and what the server may do to it."""
 
-    __slots__ = ("broken", "close_after", "evicted", "id", "interrupt", "peer", "wire")
+    __slots__ = (
+        "broken", "certificate", "close_after", "evicted", "id", "interrupt", "peer", "wire",
+    )  # fmt: skip
 
     def __init__(self, conn_id: int, wire: Wire):
         self.id = conn_id
         self.wire = wire
         peer = wire.transport.get_extra_info("peername") if wire.transport else None
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        # only a verified certificate is seen here (Python's ssl returns {} otherwise)
+        cert = wire.transport.get_extra_info("peercert") if wire.transport else None
+        self.certificate = certificate_name(cert)
         self.interrupt: asyncio.Future[None] | None = None
         self.close_after = False  # answer the request in progress, then close
         self.evicted = False
@@ -425,9 +430,9 @@ class HttpServer:
                 if web.users:  # who asks comes first, as in exporter-toolkit: before a 404
                     await self._check_basic(web, request)
                 raise
-            if web.users:
-                await self._check_basic(web, request)
+            who = await self._check_basic(web, request) if web.users else ""
             _check_head(self.router, route, request, bool(web.users))
+            request.credential = who or _credential(self.router, request, conn)
             request.body = await self._read_body(h, conn, route, request)
             response = await self._call(route, request, conn)
         except HttpError as exc:
@@ -449,11 +454,12 @@ class HttpServer:
             return False
         return h.our_state is h11.DONE and h.their_state is h11.DONE
 
-    async def _check_basic(self, web: WebConfig, request: Request) -> None:
-        """Basic auth against the web config's users, or the router's bearer token."""
+    async def _check_basic(self, web: WebConfig, request: Request) -> str:
+        """Basic auth against the web config's users, or the router's bearer token; the
+        credential that passed (``Request.credential``)."""
         header = request.headers.get("authorization")
         if self.router.token is not None and bearer_matches(header, self.router.token):
-            return
+            return BEARER
         credentials = parse_basic(header)
         if credentials is not None:
             outcome = self.basic_auth.cached(web.users, *credentials)
@@ -470,7 +476,7 @@ class HttpServer:
                 finally:
                     self._bcrypt_pending -= 1
             if outcome:
-                return
+                return f"user {credentials[0]}"
         self.counters["unauthorized"] += 1
         raise HttpError(401, "missing or bad credentials", (("WWW-Authenticate", "Basic"),))
 
@@ -614,6 +620,29 @@ def _request(head: h11.Request) -> Request:
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
     target = urlsplit(head.target.decode("latin-1"))
     return Request(head.method.decode("latin-1"), target.path or "/", target.query, headers)
+
+
+BEARER = "the bearer token"
+
+
+def _credential(router: Router, request: Request, conn: _Conn) -> str:
+    """What the request proved without basic auth: the token, else a verified certificate."""
+    header = request.headers.get("authorization")
+    if router.token is not None and bearer_matches(header, router.token):
+        return BEARER
+    return f"certificate {conn.certificate}" if conn.certificate else ""
+
+
+def certificate_name(peercert: object) -> str:
+    """A verified client certificate's common name, else its first SAN; empty for none."""
+    if not isinstance(peercert, dict) or not peercert:
+        return ""
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value:
+                return str(value)
+    sans = peercert.get("subjectAltName", ())
+    return str(sans[0][1]) if sans else ""
 
 
 def _check_head(router: Router, route: Route, request: Request, authenticated: bool) -> None:

@@ -12,7 +12,7 @@ The file is the one Prometheus, Alertmanager and node_exporter take (prometheus/
     http_server_config:
       headers: {Strict-Transport-Security: max-age=31536000}
     basic_auth_users:
-      prometheus: $2y$10$...        # bcrypt, e.g. htpasswd -nBC 10 "" | tr -d ':\\n'
+      prometheus: $2b$10$...        # bcrypt, cost at most 12 (docs/web-config.md)
 
 What differs, and why: Python's ``ssl`` has no verify callback, so ``RequestClientCert`` and
 ``RequireAnyClientCert`` (ask for a certificate but accept any, unverified) cannot be done
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuguard import files, flags
+from gpuguard import files, loader
 from gpuguard.flags import ConfigError
 
 log = logging.getLogger("gpuguard.web.webconfig")
@@ -97,6 +97,12 @@ _UNSUPPORTED = {
 }
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 MAX_USERS = 1000
+#: bcrypt's cost is a power of two: one check takes about 70 ms at cost 10 and 0.30 s at 12 on
+#: the 2-core development machine (docs/web-config.md), and checks run one at a time, so a hash
+#: of cost 31 (accepted before) let one wrong password hold the checker for about 41 hours.
+#: At 12, a check stays far inside a scrape's 10 s timeout with a few waiting ahead of it.
+MAX_BCRYPT_COST = 12
+_COST_10_CHECK_S = 0.07
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,7 @@ PLAIN = WebConfig()
 def load_web_config(path: Path | str) -> WebConfig:
     """Read, validate and build ``path``; ``ConfigError`` naming the key when anything is wrong."""
     path = Path(path)
-    doc = flags.read_yaml(path, FLAG)
+    doc = loader.read_yaml(path, FLAG)
     return parse_web_config(doc, path)
 
 
@@ -305,10 +311,26 @@ def _users(doc: Any, fail: Callable[[str, str], ConfigError]) -> dict[str, bytes
         key = f"basic_auth_users.{name}"
         if not isinstance(name, str) or not name or ":" in name or not name.isprintable():
             raise fail(key, "a user name is printable text without ':'")
-        if not isinstance(hashed, str) or not _BCRYPT.fullmatch(hashed):
-            raise fail(key, "not a bcrypt hash ($2y$10$ and 53 more characters; htpasswd -nBC 10)")
+        match = _BCRYPT.fullmatch(hashed) if isinstance(hashed, str) else None
+        if match is None:
+            raise fail(key, "not a bcrypt hash ($2b$10$ and 53 more characters; "
+                       "docs/web-config.md says how to make one)")  # fmt: skip
+        cost = int(match.group(1))
+        if cost > MAX_BCRYPT_COST:
+            raise fail(
+                key,
+                f"bcrypt cost {cost} is more than {MAX_BCRYPT_COST}: each check would take about "
+                f"{_duration(_COST_10_CHECK_S * 2 ** (cost - 10))}, one at a time; hash the "
+                "password again with cost 10",
+            )
         users[name] = hashed.encode()
     return users
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.0f} minutes" if seconds < 7200 else f"{seconds / 3600:.0f} hours"
 
 
 def server_context(tls: TlsSettings, fail: Callable[[str, str], ConfigError]) -> ssl.SSLContext:

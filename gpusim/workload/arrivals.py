@@ -9,6 +9,8 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from gpuguard import loader
+
 
 @dataclass(frozen=True)
 class Arrival:
@@ -92,14 +94,14 @@ def parse_trace(lines: Iterable[str], work: float, nbytes: int) -> list[Arrival]
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        doc = loader.parse_json(line, f"trace line {number}")  # ConfigError: a ValueError
         try:
-            doc = json.loads(line)
             arrival = Arrival(
                 _number(doc, "t", None, allow_zero=True),
                 _number(doc, "work", work),
                 int(_number(doc, "bytes", float(nbytes), allow_zero=True)),
             )
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"trace line {number}: {exc}") from None
         if arrivals and arrival.offset < arrivals[-1].offset:
             raise ValueError(f"trace line {number}: t goes back in time")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from gpuguard import loader
 from gpuguard.contract import WorkloadEvent, WorkloadKind
 from gpuguard.gpusim.errors import GpusimError, OutOfMemory
 from gpuguard.gpusim.units import parse_size, positive_float
@@ -22,6 +23,8 @@ from gpuguard.gpusim.workload.latency_metrics import DEFAULT_ADDRESS
 from gpuguard.gpusim.workload.timing import stop_on_sigterm, wait_until
 
 DEFAULT_CHUNK = 64 * 2**20
+#: a trace of a million requests is about 40 MiB of JSON lines
+MAX_TRACE_BYTES = 64 << 20
 
 
 class _Parser(argparse.ArgumentParser):
@@ -194,8 +197,8 @@ def _check(args: argparse.Namespace) -> str | None:
 
 def _schedule(args: argparse.Namespace) -> Iterable[Arrival]:
     if args.trace is not None:
-        with open(args.trace) as lines:
-            return parse_trace(lines, args.request_work, args.io_bytes)
+        text = loader.read_text(args.trace, "--trace", MAX_TRACE_BYTES)
+        return parse_trace(text.splitlines(), args.request_work, args.io_bytes)
     poisson = args.arrivals == "poisson"
     return rate_arrivals(args.rate, poisson, args.request_work, args.io_bytes, args.seed)
 
@@ -231,8 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind is WorkloadKind.SERVER and args.trace is not None:
         try:
             _schedule(args)  # a bad trace is a bad argument: one line, exit 2, nothing run
-        except (OSError, ValueError) as exc:
-            print(f"gpusim.workload: error: --trace {args.trace}: {exc}", file=sys.stderr)
+        except ValueError as exc:
+            where = "" if str(exc).startswith("--trace") else f"--trace {args.trace}: "
+            print(f"gpusim.workload: error: {where}{exc}", file=sys.stderr)
             return 2
     stream = sys.stdout if args.log == "-" else open(args.log, "a", buffering=1)  # noqa: SIM115
     fields: dict[str, object] = {"size": args.size} if args.kind is WorkloadKind.ONESHOT else {}

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from containerd_support import containerd, k8s_exporter, pods  # noqa: F401 - the containerd fixtures
+from containerd_support import (  # noqa: F401 - the containerd fixtures
+    containerd,
+    k8s_exporter,
+    k8s_exporter_flags,
+    pods,
+)
 from exporter_support import SCALE, ExporterProcess
 
 from gpuguard.demo.stack.alertmanager import BINARIES, AlertmanagerService

@@ -271,8 +271,17 @@ def pods(containerd: PrivateContainerd) -> Iterator[Callable[..., Pod]]:
 
 
 @pytest.fixture
+def k8s_exporter_flags() -> tuple[str, ...]:
+    """More flags for ``k8s_exporter`` (a module's trust policy, say)."""
+    return ()
+
+
+@pytest.fixture
 def k8s_exporter(
-    containerd: PrivateContainerd, sim: GpusimService, tmp_path: Path
+    containerd: PrivateContainerd,
+    sim: GpusimService,
+    tmp_path: Path,
+    k8s_exporter_flags: tuple[str, ...],
 ) -> Iterator[ExporterProcess]:
     """The exporter following the private containerd's ``k8s.io`` namespace (no Docker)."""
     process = ExporterProcess(
@@ -282,6 +291,7 @@ def k8s_exporter(
         "--container.source=containerd",
         f"--containerd.address={containerd.address}",
         "--containerd.namespace=k8s.io",
+        *k8s_exporter_flags,
     ).start()
     yield process
     process.stop()

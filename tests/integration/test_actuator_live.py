@@ -28,9 +28,10 @@ from exporter_support import (
     workload_log,
 )
 
-from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.policy.types import PAUSE, Step
 from gpuguard.actuator.audit import AuditLog, read_audit
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
@@ -120,7 +121,10 @@ def sim_time_scale() -> float:
 
 @pytest.fixture
 def exporter_flags() -> tuple[str, ...]:
-    return ("--poll.interval=20ms",)
+    # The private engine's only tenant is the test, whose containers claim real-time by
+    # deadline and best-effort, and whose misses must mark the node (test_tasks_live shares
+    # this): every claim believed (docs/security.md).
+    return ("--poll.interval=20ms", "--trust.all")
 
 
 @pytest.fixture
@@ -323,6 +327,7 @@ def test_kill_9_guard_resumes_and_restart_respects_max_pause(
 
 
 def test_bad_requests_and_unknown_targets_change_nothing(
+    dockerd: PrivateDockerd,
     docker_client: Any,
     base_image: str,
     actuator_factory: Callable[..., ActuatorProcess],
@@ -358,11 +363,12 @@ def test_bad_requests_and_unknown_targets_change_nothing(
         # The executor re-checks the live container: unknown and unmanaged are skips.
         journal = Journal(tmp_path / "direct")
         audit = AuditLog(tmp_path / "direct" / "audit.jsonl")
-        executor = DockerExecutor(docker_client.api, journal, audit)
+        executor = PauseExecutor(DockerEngine(dockerd.url), journal, audit)
         unknown = executor.execute(Step(PAUSE, "f" * 64, "ghost", "newcomer"), "webhook")
         unmanaged = executor.execute(Step(PAUSE, idle[1].id, "idle-1", "newcomer"), "webhook")
         audit.close()
-        dry = DockerExecutor(docker_client.api, journal, AuditLog(tmp_path / "dry.jsonl"), True)
+        dry_audit = AuditLog(tmp_path / "dry.jsonl")
+        dry = PauseExecutor(DockerEngine(dockerd.url), journal, dry_audit, dry_run=True)
         rehearsed = dry.execute(Step(PAUSE, idle[0].id, "idle-0", "newcomer"), "fast")
         dry.audit.close()
         assert rehearsed.result == "dry_run"

@@ -1,5 +1,5 @@
 """Admission without Docker: the actuator's executor and the guard on a real private
-containerd (``actuator/containerd_engine.py``), pods made as the kubelet makes them.
+containerd (``actuator/engine/containerd.py``), pods made as the kubelet makes them.
 
 Each tenant is a busybox shell counting into its own file every 10 ms, read from the host through
 ``/proc/<pid>/root``: a counter that stops advancing is a container that is frozen.
@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 from containerd_support import Pod
 
-from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import FROZEN, THAWED, ContainerFreezer
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.containerd_engine import ContainerdEngine
+from gpuguard.actuator.engine.containerd import ContainerdEngine
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal
 from gpuguard.actuator.safety.lease import GUARD_LEASE
+from gpuguard.actuator.safety.resume import resume_managed_paused
 from gpuguard.ctr import Ctr
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.process import ManagedProcess
@@ -79,9 +80,9 @@ def task_status(containerd: PrivateContainerd, cid: str) -> str:
     return "none"
 
 
-def executor_on(state: Path, containerd: PrivateContainerd) -> DockerExecutor:
+def executor_on(state: Path, containerd: PrivateContainerd) -> PauseExecutor:
     state.mkdir(exist_ok=True)
-    return DockerExecutor(
+    return PauseExecutor(
         engine_of(containerd), Journal(state), AuditLog(state / AUDIT_FILE),
         freezer=ContainerFreezer(),
     )  # fmt: skip
@@ -102,8 +103,10 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
     assert task_status(containerd, cid) == "PAUSED"  # what `ctr tasks list` shows
     cgroup = ContainerFreezer().cgroup(cid, pod.task_pid("server"))
     assert cgroup.state() == FROZEN
-    told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "docker_pause"]
-    assert [(r["container_id"], r["result"]) for r in told] == [(cid, "ok")]
+    told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "runtime_pause"]
+    assert [(r["container_id"], r["result"], r["engine"]) for r in told] == [
+        (cid, "ok", "containerd")
+    ]
 
     assert executor.paused_states([cid, "f" * 64]) == {cid: True, "f" * 64: None}  # reconcile
 
@@ -151,8 +154,8 @@ import sys, time
 from pathlib import Path
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.containerd_engine import ContainerdEngine
-from gpuguard.actuator.admission.executor import DockerExecutor, resume_managed_paused
+from gpuguard.actuator.engine.containerd import ContainerdEngine
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.safety.journal import Journal, JournalLock
 from gpuguard.actuator.admission.policy.types import PAUSE, Step
@@ -170,7 +173,7 @@ def hang(*args, **kwargs):
 freezer = ContainerFreezer()
 freezer.handover = hang  # frozen in its cgroup; containerd never told
 engine = ContainerdEngine(Ctr(address, "k8s.io"))
-executor = DockerExecutor(engine, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
+executor = PauseExecutor(engine, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
 executor.execute(Step(PAUSE, cid, "tenant", "newcomer"), "fast")
 time.sleep(3600)
 """

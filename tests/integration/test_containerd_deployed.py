@@ -286,5 +286,6 @@ def test_the_actuator_image_freezes_pods_as_the_daemonset_runs_it(
     assert waited <= {r["container_id"] for r in pauses}, (audit, logs)
     # frozen in the cgroup as uid 0 without DAC_OVERRIDE, then containerd's own pause
     assert all(r["method"] == "cgroup" for r in pauses), pauses
-    told = [r for r in audit if r["event"] == "docker_pause"]
+    told = [r for r in audit if r["event"] == "runtime_pause"]
     assert told and all(r["result"] in ("ok", "cancelled", "skipped") for r in told), told
+    assert all(r["engine"] == "containerd" for r in told), told

@@ -83,5 +83,6 @@ def test_pods_are_admitted_one_at_a_time_in_fifo_order(
     ]
     assert {ids[n] for n in names[1:]} <= {r["container_id"] for r in pauses}
     assert all(r["method"] == "cgroup" for r in pauses)
-    told = [r for r in audit if r["event"] == "docker_pause"]  # containerd's task pause
+    told = [r for r in audit if r["event"] == "runtime_pause"]  # containerd's task pause
     assert told and all(r["result"] in ("ok", "cancelled", "skipped") for r in told), told
+    assert all(r["engine"] == "containerd" for r in told), told

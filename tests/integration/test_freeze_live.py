@@ -23,7 +23,7 @@ from typing import Any
 import docker.errors
 import pytest
 
-from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import (
     FROZEN,
     THAWED,
@@ -33,6 +33,7 @@ from gpuguard.actuator.admission.freezer import (
 )
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
@@ -114,10 +115,11 @@ def docker_paused(container: Any) -> bool:
     return bool(container.client.api.inspect_container(container.id)["State"]["Paused"])
 
 
-def executor_on(tmp_path: Path, client: Any, freezer: ContainerFreezer | None) -> DockerExecutor:
+def executor_on(tmp_path: Path, url: str, freezer: ContainerFreezer | None) -> PauseExecutor:
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
-    return DockerExecutor(client.api, Journal(state), AuditLog(state / AUDIT_FILE), freezer=freezer)
+    engine = DockerEngine(url)
+    return PauseExecutor(engine, Journal(state), AuditLog(state / AUDIT_FILE), freezer=freezer)
 
 
 def pause(container: Any) -> Step:
@@ -129,10 +131,10 @@ def unpause(container: Any) -> Step:
 
 
 def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
-    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     tenant = tenants("frozen", MANAGED)
-    executor = executor_on(tmp_path, docker_client, ContainerFreezer())
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     outcome = executor.execute(pause(tenant), "fast")
     assert (outcome.result, outcome.method, outcome.detail) == ("ok", "cgroup", "")
     assert outcome.frozen_at is not None and outcome.freeze_ms is not None
@@ -143,9 +145,9 @@ def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
     assert docker_paused(tenant), "docker inspect shows it paused"
     records = read_audit(tmp_path / "state" / AUDIT_FILE)
     action = next(r for r in records if r["event"] == "action")
-    told = next(r for r in records if r["event"] == "docker_pause")
+    told = next(r for r in records if r["event"] == "runtime_pause")
     assert action["method"] == "cgroup" and action["frozen"] <= action["finished"]
-    assert (told["container_id"], told["result"]) == (tenant.id, "ok")
+    assert (told["container_id"], told["result"], told["engine"]) == (tenant.id, "ok", "docker")
     assert told["finished"] >= action["frozen"]
 
     # An operator's `docker unpause` resumes it: Docker froze it last, Docker thaws it.
@@ -159,21 +161,21 @@ def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
 
 
 def test_a_container_being_handed_to_docker_reads_as_paused(
-    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     # Between the hand-over's thaw and runc's freeze Docker shows the container running and
     # its cgroup thawed: reconcile read it as "not paused any more" there, forgot it, and
     # the pause that landed next was never undone (the demo hung on it).
     tenant = tenants("handing", MANAGED)
-    executor = executor_on(tmp_path, docker_client, ContainerFreezer())
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     release = threading.Event()
-    docker_pause = executor._docker_pause_frozen
+    docker_pause = executor._runtime_pause_frozen
 
     def slow_docker_pause(container_id: str) -> None:
         assert release.wait(20), "never released"
         docker_pause(container_id)
 
-    executor._docker_pause_frozen = slow_docker_pause  # type: ignore[method-assign]
+    executor._runtime_pause_frozen = slow_docker_pause  # type: ignore[method-assign]
     try:
         assert executor.execute(pause(tenant), "fast").result == "ok"
         wait_for(lambda: cgroup_of(tenant).state() == THAWED, 10, "the hand-over's thaw")
@@ -189,10 +191,10 @@ def test_a_container_being_handed_to_docker_reads_as_paused(
 
 
 def test_ten_containers_frozen_at_once(
-    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     crowd = [tenants(f"crowd-{i}", MANAGED) for i in range(10)]
-    executor = executor_on(tmp_path, docker_client, ContainerFreezer())
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     with ThreadPoolExecutor(max_workers=8) as pool:
         # First pauses inspect each container (none was vetted); the second round reads
         # only their cgroups, all frozen before the first hand-over to Docker begins.
@@ -209,19 +211,19 @@ def test_ten_containers_frozen_at_once(
             assert all(advancing(c, 0.1) for c in crowd) and executor.journal.paused == {}
     records = read_audit(tmp_path / "state" / AUDIT_FILE)
     vetted = [r for r in records if r.get("action") == "pause"][10:]
-    told = [r for r in records if r["event"] == "docker_pause"]
+    told = [r for r in records if r["event"] == "runtime_pause"]
     assert [r["result"] for r in told] == ["ok"] * 20
     last_frozen = max(r["frozen"] for r in vetted)
     assert last_frozen <= min(r["finished"] for r in told[10:]), "all froze before runc ran"
 
 
 def test_an_unpause_right_after_a_pause_leaves_nothing_held(
-    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     # Docker is told of each freeze in the background, a couple at a time: an unpause that
     # comes first drops a hand-over not yet begun, or waits for the one under way.
     crowd = [tenants(f"flap-{i}", MANAGED) for i in range(6)]
-    executor = executor_on(tmp_path, docker_client, ContainerFreezer())
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     with ThreadPoolExecutor(max_workers=8) as pool:
         executor.execute_many([pause(c) for c in crowd], "fast", pool)
         outcomes = executor.execute_many([unpause(c) for c in crowd], "fast", pool)
@@ -231,19 +233,19 @@ def test_an_unpause_right_after_a_pause_leaves_nothing_held(
         assert not docker_paused(container) and cgroup_of(container).state() == THAWED
         assert stopped(container) == [] and advancing(container, 0.1)
     told = [r["result"] for r in read_audit(tmp_path / "state" / AUDIT_FILE)
-            if r["event"] == "docker_pause"]  # fmt: skip
+            if r["event"] == "runtime_pause"]  # fmt: skip
     print(f"\nhand-overs: {sorted(told)}")
     assert len(told) == 6 and set(told) <= {"ok", "cancelled"}
     assert executor.journal.paused == {}
 
 
 def test_unmanaged_and_gpuguard_containers_are_never_frozen(
-    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     unmanaged = tenants("unmanaged", {"gpuguard.managed": "false"})
     unlabelled = tenants("unlabelled", {})
     component = tenants("component", {**MANAGED, "gpuguard.role": "exporter"})
-    executor = executor_on(tmp_path, docker_client, ContainerFreezer())
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     everyone = [unmanaged, unlabelled, component]
     executor.vet([c.id for c in everyone])  # vetting never makes one pausable
     time.sleep(0.5)
@@ -258,13 +260,13 @@ def test_unmanaged_and_gpuguard_containers_are_never_frozen(
 
 
 def test_without_a_usable_cgroup_a_pause_is_docker_pause(
-    docker_client: Any, tenants: Callable[..., Any], tmp_path: Path
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
     tenant = tenants("fallback", MANAGED)
     elsewhere = ContainerFreezer(Path("/proc"), tmp_path / "no-sysfs")
-    executor = executor_on(tmp_path, docker_client, elsewhere)
+    executor = executor_on(tmp_path, dockerd.url, elsewhere)
     outcome = executor.execute(pause(tenant), "fast")
-    assert (outcome.result, outcome.method) == ("ok", "docker")
+    assert (outcome.result, outcome.method) == ("ok", "runtime_pause")
     assert docker_paused(tenant) and not advancing(tenant)
     assert executor.execute(unpause(tenant), "fast").result == "ok"
     assert advancing(tenant)
@@ -276,14 +278,15 @@ READ_ONLY_CGROUPS = """
 import json, sys
 from pathlib import Path
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
-executor = DockerExecutor(
-    docker_api(url), Journal(state), AuditLog(state / "audit.jsonl"), freezer=ContainerFreezer()
+executor = PauseExecutor(
+    DockerEngine(url), Journal(state), AuditLog(state / "audit.jsonl"), freezer=ContainerFreezer()
 )
 done = [executor.execute(Step(PAUSE, cid, cid[:12], "newcomer"), "fast") for cid in ids]
 print(json.dumps([[o.result, o.method] for o in done]), flush=True)
@@ -309,7 +312,7 @@ def test_a_read_only_cgroup_tree_means_docker_pause(
         assert child.stdin is not None and child.stdout is not None
         paused = json.loads(child.stdout.readline() or "null")
         # The first is refused by the kernel and paused by Docker; the second is not tried.
-        assert paused == [["ok", "docker"], ["ok", "docker"]]
+        assert paused == [["ok", "runtime_pause"], ["ok", "runtime_pause"]]
         assert all(docker_paused(c) and not advancing(c) for c in pair)
         child.stdin.write("\n")
         child.stdin.flush()
@@ -351,8 +354,9 @@ import sys, time
 from pathlib import Path
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.admission.executor import DockerExecutor, docker_api
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal, JournalLock
 from gpuguard.actuator.admission.policy.types import PAUSE, Step
 
@@ -365,12 +369,12 @@ def hang(*args, **kwargs):
     print("hung", flush=True)
     time.sleep(3600)
 
-api, freezer = docker_api(url), ContainerFreezer()
+engine, freezer = DockerEngine(url), ContainerFreezer()
 if crash_at == "before_handover":
     freezer.handover = hang  # frozen in its cgroup; Docker never told
 else:
-    api.pause = hang  # inside the hand-over: processes stopped, cgroup thawed, no runc yet
-executor = DockerExecutor(api, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
+    engine.pause = hang  # inside the hand-over: processes stopped, cgroup thawed, no runc yet
+executor = PauseExecutor(engine, Journal(state), AuditLog(state / "audit.jsonl"), freezer=freezer)
 executor.execute(Step(PAUSE, cid, "tenant", "newcomer"), "fast")
 time.sleep(3600)  # the hand-over to Docker hangs in its own thread
 """

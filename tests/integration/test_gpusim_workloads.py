@@ -9,12 +9,15 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from gpusim_support import exit_code, host_pid, mounts, read_log, wait_event, workload
 
 from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.scenario import SCENARIO_LABEL, Scenario, WorkloadSpec
 from gpuguard.gpusim.client import GpusimClient
 from tests.waiting import wait_for
 
@@ -172,3 +175,38 @@ def test_mig_instances_isolate_containers(
     # a had its instance to itself; b and c shared theirs (paper B's overhead for 2).
     assert seconds["a"] == pytest.approx(alone, rel=0.1)
     assert seconds["b"] > 1.8 * alone and seconds["c"] > 1.8 * alone
+
+
+def test_a_scenario_started_four_at_a_time_keeps_its_order_and_its_containers(
+    gpusim_daemon: Callable[..., GpusimService], docker_client: Any, base_image: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    sim = gpusim_daemon(time_scale=SCALE)
+    specs = [WorkloadSpec(f"conc-{i}", work_seconds=2.0, memory_bytes=30 * 2**20) for i in range(6)]
+    scenario = Scenario("conc", docker_client, sim.dir, tmp_path, specs, start_delay=3.0)
+    try:
+        scenario.start(concurrently=4)
+        scenario.wait(60)
+        result = scenario.result()
+    finally:
+        scenario.remove()
+    assert not result.errors
+    assert [c.name for c in scenario_containers(docker_client, "conc")] == []
+    # every workload ran its task, and each log was read for its own spec
+    assert sorted(t.container for t in result.tasks) == [s.name for s in specs]
+
+    # Two containers of one name: the engine refuses one; the other is kept, then removed.
+    twins = [WorkloadSpec("twin", work_seconds=1.0, memory_bytes=30 * 2**20)] * 2
+    scenario = Scenario("twins", docker_client, sim.dir, tmp_path, twins, start_delay=1.0)
+    try:
+        with pytest.raises(docker.errors.APIError) as refused:
+            scenario.start(concurrently=4)
+        assert refused.value.status_code == 409
+        assert [c.name for c in scenario.containers] == ["twin"]
+    finally:
+        scenario.remove()
+    assert scenario_containers(docker_client, "twins") == []
+
+
+def scenario_containers(client: Any, scenario: str) -> list[Any]:
+    return list(client.containers.list(all=True, filters={"label": f"{SCENARIO_LABEL}={scenario}"}))

@@ -19,18 +19,18 @@ import docker.errors
 import pytest
 import requests
 
-from gpuguard.actuator.admission.executor import docker_api
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
+from tests.support.actuatorcli import actuator_argv
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 MANAGED = {"gpuguard.managed": "true"}
 
 
@@ -82,7 +82,7 @@ def paused_entry(cid: str, name: str, at: float) -> dict[str, Any]:
 def make_guard(state_dir: Path, docker_url: str, max_pause_s: float = 120.0) -> Guard:
     state_dir.mkdir(parents=True, exist_ok=True)
     config = GuardConfig(state_dir, docker_url, max_pause_s, lease_timeout_s=2.0, log_level="info")
-    return Guard(config, docker_api(docker_url), AuditLog(state_dir / AUDIT_FILE))
+    return Guard(config, DockerEngine(docker_url), AuditLog(state_dir / AUDIT_FILE))
 
 
 def test_guard_takes_over_from_a_gone_actuator(
@@ -99,9 +99,9 @@ def test_guard_takes_over_from_a_gone_actuator(
     assert is_paused(docker_client, someone_elses)
     assert json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"] == {}
     assert JournalLock(tmp_path).try_acquire(), "the guard gave the lock back"
-    results = {r["container_id"]: r["result"] for r in read_audit(tmp_path / AUDIT_FILE)
-               if r["event"] == "guard_resume"}  # fmt: skip
-    assert results == {ours.id: "ok", gone.id: "vanished"}
+    records = [r for r in read_audit(tmp_path / AUDIT_FILE) if r["event"] == "guard_resume"]
+    results = {r["container_id"]: (r["result"], r.get("skip_reason")) for r in records}
+    assert results == {ours.id: ("ok", None), gone.id: ("skipped", "vanished")}
 
 
 def test_guard_never_writes_the_journal_of_a_live_actuator(
@@ -204,13 +204,7 @@ def test_actuator_starts_without_docker_and_an_unreadable_journal(
     engine = tmp_path / "engine.sock"  # nothing there yet: Docker is "down"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [
-        sys.executable, "-m", "gpuguard.cli", "actuator", f"--web.listen-address=127.0.0.1:{port}",
-        f"--web.token-file={tmp_path / 'token'}", f"--exporter.url=http://127.0.0.1:{free_port()}",
-        f"--docker.host=unix://{engine}", f"--state.dir={state_dir}", "--node.name=itest",
-        "--mode=webhook", f"--rules.actions={REPO / 'rules' / 'actions.yml'}",
-        f"--rules.files={REPO / 'rules' / '*.rules.yml'}",
-    ]  # fmt: skip
+    argv = actuator_argv(state_dir, f"unix://{engine}", port, tmp_path / "token")
     actuator = ManagedProcess("actuator", argv, tmp_path / "actuator.log").start()
     try:
         actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)
@@ -261,14 +255,7 @@ def test_a_restarted_actuator_listens_at_once_beside_a_hung_docker(tmp_path: Pat
         actuator = None
         try:
             wait_for(lambda: engine.accepted >= 1, 30, "the guard asking the hung engine")
-            argv = [
-                sys.executable, "-m", "gpuguard.cli", "actuator",
-                f"--web.listen-address=127.0.0.1:{port}", f"--web.token-file={tmp_path / 'token'}",
-                f"--exporter.url=http://127.0.0.1:{free_port()}", f"--docker.host={engine.url}",
-                f"--state.dir={state_dir}", "--node.name=itest", "--mode=webhook",
-                f"--rules.actions={REPO / 'rules' / 'actions.yml'}",
-                f"--rules.files={REPO / 'rules' / '*.rules.yml'}",
-            ]  # fmt: skip
+            argv = actuator_argv(state_dir, engine.url, port, tmp_path / "token")
             started = time.monotonic()
             actuator = ManagedProcess("actuator", argv, tmp_path / "actuator.log").start()
             actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import docker
-
-from gpuguard.actuator.admission.executor import DockerExecutor
+from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.app import open_journal
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import FLAGS, Config, validate
 from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.swarm import SwarmMarker
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
-from gpuguard.actuator.nodemarks.nodelist import SwarmMarker
+from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.demo.stack.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,19 +47,18 @@ def actuator_config(tmp_path: Path, **values: Any) -> Config:
 def make_controller(tmp_path: Path, docker_url: str | None = None, **values: Any) -> Controller:
     """A Controller on ``tmp_path/state``; Docker at ``docker_url`` (default: nowhere)."""
     config = actuator_config(tmp_path, **values)
-    api = docker.APIClient(
-        base_url=docker_url or "unix:///nonexistent/docker.sock", version="1.41", timeout=1
-    )
-    journal, journal_lost = open_journal(config.state_dir)  # as the actuator opens it
-    audit = AuditLog(config.state_dir / "audit.jsonl")
-    executor = DockerExecutor(api, journal, audit, retry_delay_s=0.001)
+    engine = DockerEngine(docker_url or "unix:///nonexistent/docker.sock", timeout_s=1)
+    writes = StateWrites()  # one for the state directory, as the actuator has
+    journal, journal_lost = open_journal(config.state_dir, writes)  # as the actuator opens it
+    audit = AuditLog(config.state_dir / "audit.jsonl", writes)
+    executor = PauseExecutor(engine, journal, audit, retry_delay_s=0.001)
     return Controller(
         config,
         lambda: ExporterClient(config.exporter_url, timeout_s=0.5),
         executor,
         journal,
         audit,
-        ActuatorMetrics(config.node_name),
-        SwarmMarker(api, api),
+        ActuatorMetrics(config.node_name, writes=writes),
+        SwarmMarker(engine, engine),
         journal_lost,
     )

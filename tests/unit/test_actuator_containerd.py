@@ -1,21 +1,22 @@
-"""The actuator's containerd engine: containerd's view in the shape the executor reads, and
-the flags that choose it (the real engine is tested against a real containerd in
-``tests/integration/test_containerd_admission.py``)."""
+"""The actuator's containerd engine: containerd's view as the engine interface's containers
+and errors, and the flags that choose it (the real engine is tested against a real
+containerd in ``tests/integration/test_containerd_admission.py``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import docker.errors
 import pytest
-import requests
 
 from gpuguard.actuator.admission.executor import _refuse_pause
 from gpuguard.actuator.config import containerd_address
-from gpuguard.actuator.containerd_engine import ContainerdEngine, _inspect_doc, engine_api
-from gpuguard.actuator.errors import ConfigError
+from gpuguard.actuator.engine import open_engine
+from gpuguard.actuator.engine.containerd import ContainerdEngine, container_state
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.errors import ConfigError, ContainerGone, EngineConflict, EngineDown
 from gpuguard.actuator.guard.program import validate
+from gpuguard.containerd import read_container
 from gpuguard.ctr import Ctr, CtrError, trim_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
@@ -27,11 +28,12 @@ def doc(name: str) -> dict[str, object]:
 
 def test_a_pod_container_is_managed_by_its_pod_label() -> None:
     sandbox = doc("info_sandbox.json")
-    info = _inspect_doc(doc("info_container.json"), "running", 4242, sandbox["Labels"])  # type: ignore[arg-type]
-    assert info["Name"] == "/infer" and info["State"]["Pid"] == 4242
-    assert info["State"]["Running"] and not info["State"]["Paused"]
+    container = read_container(doc("info_container.json"), "running", 4242, sandbox["Labels"])  # type: ignore[arg-type]
+    info = container_state(container)
+    assert info.name == "infer" and info.pid == 4242
+    assert info.running and not info.paused
     assert _refuse_pause(info) is None
-    alone = _inspect_doc(doc("info_container.json"), "running", 4242, None)
+    alone = container_state(read_container(doc("info_container.json"), "running", 4242, None))
     assert _refuse_pause(alone) is not None  # no pod label: unmanaged
 
 
@@ -42,12 +44,8 @@ def test_a_pod_container_is_managed_by_its_pod_label() -> None:
 def test_task_states_read_as_docker_states(
     state: str, running: bool, paused: bool, pid: int
 ) -> None:
-    info = _inspect_doc(doc("info_container.json"), state, 7, None)
-    assert (info["State"]["Running"], info["State"]["Paused"], info["State"]["Pid"]) == (
-        running,
-        paused,
-        pid,
-    )
+    info = container_state(read_container(doc("info_container.json"), state, 7, None))
+    assert (info.status, info.running, info.paused, info.pid) == (state, running, paused, pid)
 
 
 class DownCtr(Ctr):
@@ -68,18 +66,34 @@ class GoneCtr(Ctr):
         raise CtrError("not found")
 
 
-def test_errors_translate_to_the_engine_errors_the_executor_decides_by() -> None:
+class PausedCtr(GoneCtr):
+    """containerd answers; the container's task is paused and refuses another pause."""
+
+    def run(self, *args: str) -> str:
+        if args[:2] == ("containers", "list"):
+            return "a" * 64 + "\n"
+        if args[:2] == ("tasks", "list"):
+            return "TASK PID STATUS\n" + "a" * 64 + " 42 PAUSED\n"
+        return super().run(*args)
+
+
+def test_errors_translate_to_gpuguards_engine_errors() -> None:
     down = ContainerdEngine(DownCtr("/x.sock", "k8s.io"))
-    with pytest.raises(requests.ConnectionError):
+    with pytest.raises(EngineDown, match="containerd unreachable"):
         down.ping()
-    with pytest.raises(requests.ConnectionError):
-        down.inspect_container("a" * 64)
+    with pytest.raises(EngineDown):
+        down.inspect("a" * 64)
+    with pytest.raises(EngineDown):
+        down.pause("a" * 64)
     gone = ContainerdEngine(GoneCtr("/x.sock", "k8s.io"))
-    with pytest.raises(docker.errors.NotFound):
-        gone.inspect_container("a" * 64)
-    with pytest.raises(docker.errors.NotFound):
+    with pytest.raises(ContainerGone):
+        gone.inspect("a" * 64)
+    with pytest.raises(ContainerGone):
         gone.pause("a" * 64)
-    assert gone.info() == {} and gone.containers(all=True) == []
+    assert gone.containers() == []
+    paused = ContainerdEngine(PausedCtr("/x.sock", "k8s.io"))
+    with pytest.raises(EngineConflict, match="is paused"):  # decided from the task's state
+        paused.pause("a" * 64)
 
 
 def test_containerd_address_chooses_the_engine() -> None:
@@ -87,8 +101,10 @@ def test_containerd_address_chooses_the_engine() -> None:
     assert containerd_address({"containerd.address": "unix:///run/c.sock"}) == "unix:///run/c.sock"
     with pytest.raises(ConfigError, match="containerd"):
         containerd_address({"containerd.address": "tcp://x:1"})
-    assert isinstance(engine_api(None, "/run/c.sock", "k8s.io"), ContainerdEngine)
-    assert not isinstance(engine_api("unix:///x.sock", None, "k8s.io"), ContainerdEngine)
+    chosen = open_engine(None, "/run/c.sock", "k8s.io")
+    assert isinstance(chosen, ContainerdEngine) and chosen.name == "containerd"
+    chosen = open_engine("unix:///x.sock", None, "k8s.io")
+    assert isinstance(chosen, DockerEngine) and chosen.name == "docker"
 
 
 def test_the_guard_takes_the_containerd_flags(tmp_path: Path) -> None:

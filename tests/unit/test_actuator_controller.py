@@ -15,6 +15,7 @@ from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import parse_message
 from gpuguard.contract import SkipReason, StepReason, TriggerSource
 from tests.unit.actuator_support import make_controller
+from tests.unit.engine_fakes import FakeEngine
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
 
@@ -271,21 +272,11 @@ def test_duplicate_deliveries_do_not_rewrite_the_journal(tmp_path: Path) -> None
     controller.audit.close()
 
 
-class EngineWithoutContainers:
-    """A Docker engine that answers and knows none of the journalled containers."""
-
-    def ping(self) -> bool:
-        return True
-
-    def containers(self, **_: Any) -> list[dict[str, Any]]:
-        return []
-
-
 def test_forgetting_gone_containers_rewrites_the_journal_once(tmp_path: Path) -> None:
     # Issue 20, item 9: one durable write per forgotten entry made 1,000 gone containers
     # cost 5.4 s of start-up, 3,000 more than 12 s.
     controller = make_controller(tmp_path)
-    controller.executor.api = EngineWithoutContainers()
+    controller.executor.engine = FakeEngine()  # answers, and lists none of them
     now = time.time()
     controller.journal.will_pause_many(
         [PausedEntry(f"{i:064x}", f"gone-{i}", None, 0, now, "newcomer") for i in range(1000)]

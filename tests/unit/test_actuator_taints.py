@@ -9,8 +9,10 @@ import pytest
 
 from gpuguard.actuator.app import node_marker
 from gpuguard.actuator.config import load_config
+from gpuguard.actuator.engine.containerd import ContainerdEngine
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.swarm import SwarmMarker
 from gpuguard.actuator.errors import ConfigError
-from gpuguard.actuator.nodemarks.nodelist import SwarmMarker
 from gpuguard.actuator.nodemarks.taints import (
     LABEL_KEY,
     TAINT_KEY,
@@ -18,6 +20,7 @@ from gpuguard.actuator.nodemarks.taints import (
     is_marked,
     with_mark,
 )
+from gpuguard.ctr import Ctr
 from tests.unit.test_actuator_config import base, files, parse
 
 __all__ = ["files"]  # the fixture
@@ -52,10 +55,13 @@ def test_half_a_mark_is_completed_or_removed() -> None:
 def test_the_node_marker_flag(files: dict[str, str], tmp_path: Path) -> None:
     config = load_config(parse(base(files)))
     assert config.node_marker == "swarm" and config.kubernetes_api_server is None
-    assert isinstance(node_marker(config, None, None), SwarmMarker)
+    docker_engine = DockerEngine("unix:///nonexistent/docker.sock")
+    assert isinstance(node_marker(config, docker_engine), SwarmMarker)
+    # containerd has no Swarm: the node list alone (was a Swarm marker that found no swarm)
+    assert node_marker(config, ContainerdEngine(Ctr("/nonexistent.sock", "k8s.io"))) is None
     config = load_config(parse([*base(files), "--node.marker=kubernetes",
                                 "--kubernetes.api-server=https://10.0.0.1:6443"]))  # fmt: skip
-    marker = node_marker(config, None, None)
+    marker = node_marker(config, docker_engine)
     assert isinstance(marker, TaintMarker) and marker.node_id() == config.node_name
     with pytest.raises(ConfigError, match="node"):
         load_config(parse([*base(files), "--node.marker=taint"]))

@@ -16,6 +16,13 @@ PLACER = ["--placer.url", "http://127.0.0.1:9"]  # never asked: the error comes 
 CASES: list[tuple[str, list[str], str]] = [
     ("gpuguard", [], "the following arguments are required: COMMAND"),
     ("gpuguard", ["psx"], "invalid choice: 'psx'"),
+    # issue 26: each said something else than what was wrong
+    ("gpuguard", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("gpuguard", ["--verison"], "unrecognized arguments: --verison; did you mean --version?"),
+    ("gpuguard exporter", ["--poll.interval", "-1s"], "invalid duration '-1s': must be greater"),
+    ("gpuguard exporter", ["--web.listen-address", "127.0.0.1:99999"], "port 99999 is out of"),
+    ("gpuguard placer", ["--placement.headroom", "-0.5"], "--placement.headroom '-0.5': must be"),
+    ("gpuguard run", ["--deadline", "-9s", "img"], "invalid duration '-9s': must be greater"),
     ("gpuguard exporter", ["--bogus"], "unrecognized arguments: --bogus"),
     ("gpuguard exporter", ["--poll-interval", "1s"], "did you mean --poll.interval?"),
     ("gpuguard exporter", ["--poll.interval"], "--poll.interval: expected one argument"),
@@ -23,6 +30,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("gpuguard exporter", ["--web.listen-address", "10835"], "use host:port"),
     ("gpuguard exporter", ["--gpu.backend", "cuda"], "must be one of auto, nvml, gpusim"),
     ("gpuguard exporter", ["--config.file", MISSING], "cannot read"),
+    ("gpuguard exporter", ["--trust.policy-file", MISSING], "--trust.policy-file"),
+    ("gpuguard exporter", ["--trust.all=maybe"], "expected true or false"),
+    ("gpuguard exporter", ["--trust.all", "--trust.policy-file", MISSING], "exclude each other"),
     ("gpuguard ps", ["--bogus"], "unrecognized arguments: --bogus"),
     ("gpuguard ps", ["--exporter.url"], "expected one argument"),
     ("gpuguard ps", ["--exporter.url", "localhost:10835"], "is not an http(s) URL"),

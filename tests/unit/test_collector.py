@@ -335,6 +335,25 @@ def test_claims_the_trust_policy_rejected_are_counted(setup) -> None:
     assert v("gpuguard_container_claim_rejected", {**c2, "label": "gpuguard.class"}) is None
 
 
+def test_whose_deadline_counts_toward_the_node_and_which_policy_is_in_force(setup) -> None:
+    backend, containers, poller, registry = setup
+    own = replace(container(1, "tenant", deadline_s=1.0), deadline_vouched=False)
+    containers.set(own, container(2, "vouched", deadline_s=9.0), container(3, "none"))
+    backend.next = sample(1.0, {})
+    poller.trust_policy = ("file", "/etc/gpuguard/trust.yml")
+    poller.poll_once()
+    v = registry.get_sample_value
+
+    def labels(i: int, name: str) -> dict[str, str]:
+        return {"node": "node-a", **NO_POD, "container": name, "container_id": cid(i)[:12]}
+
+    assert v("gpuguard_container_deadline_vouched", labels(1, "tenant")) == 0
+    assert v("gpuguard_container_deadline_vouched", labels(2, "vouched")) == 1
+    assert v("gpuguard_container_deadline_vouched", labels(3, "none")) is None  # no deadline
+    policy = {"node": "node-a", "policy": "file", "file": "/etc/gpuguard/trust.yml"}
+    assert v("gpuguard_exporter_trust_policy_info", policy) == 1
+
+
 def test_a_containers_labels_are_kept_while_it_is_the_same_and_remade_when_it_changes() -> None:
     from gpuguard.exporter.collector import _C, LabelCache
 

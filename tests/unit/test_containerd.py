@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from gpuguard.contract import EventType
+from gpuguard.contract import EventType, PriorityClass
 from gpuguard.ctr import Ctr, CtrError, parse_task_list, parse_task_pids, trim_info
 from gpuguard.exporter.containerd import ContainerdIndex, containers_from_docs, parse_event_line
 from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.trust import parse_policy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "containerd"
 SANDBOX = "a" * 64
@@ -122,6 +123,31 @@ def test_container_of_another_pod_gets_no_pod_labels() -> None:
     docs = {SANDBOX: fixture_doc("info_sandbox.json"), CONTAINER: container}
     info = containers_from_docs(docs, {})[CONTAINER]
     assert info.deadline_s is None and not info.managed
+
+
+def test_the_trust_policy_matches_the_namespace_its_sandbox_records() -> None:
+    """A rule on namespace believes the CRI's sandbox, never what a container says."""
+    policy = parse_policy(
+        {"version": 1, "rules": [{"match": {"namespace": "team-a"}, "classes": ["real-time"]}]}
+    )
+    docs = {
+        SANDBOX: fixture_doc("info_sandbox.json"),
+        CONTAINER: fixture_doc("info_container.json"),
+    }
+    info = containers_from_docs(docs, {}, policy)[CONTAINER]
+    assert info.pod_namespace == "team-a" and info.priority_class == PriorityClass.REAL_TIME
+    # a container claiming the namespace without its pod's sandbox: the built-in default
+    alone = containers_from_docs({CONTAINER: docs[CONTAINER]}, {}, policy)[CONTAINER]
+    assert alone.pod_namespace == "team-a" and alone.priority_class == PriorityClass.NORMAL
+    # nor does a container's own label move it to another namespace's rule
+    moved = fixture_doc("info_container.json")
+    moved["Labels"]["io.kubernetes.pod.namespace"] = "kube-system"
+    other = parse_policy(
+        {"version": 1, "rules": [{"match": {"namespace": "kube-system"}, "managed": False}]}
+    )
+    assert containers_from_docs({SANDBOX: docs[SANDBOX], CONTAINER: moved}, {}, other)[
+        CONTAINER
+    ].managed  # its pod's gpuguard.managed=true: the kube-system rule never applied
 
 
 def test_container_the_cri_did_not_make_is_named_by_its_id() -> None:

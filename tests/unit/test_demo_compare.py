@@ -158,3 +158,41 @@ def test_scene_2_report_shows_the_exporter_view_of_each_run() -> None:
     text = "\n".join(scenes.colocation_report(runs))
     assert text.count("srv: 1 requests logged, 1 met their deadline") == 2
     assert text.count("train: 1 steps logged") == 2
+
+
+def test_a_merged_verdict_is_explained_where_it_is_shown() -> None:
+    """Issue 26: scene 2's VERDICT column said ``merged`` and nothing said what it meant."""
+    requests = [request(0, 1.0, 1.5), request(1, 1.9, 2.4)]
+    merged = [seen(0.95, 2.5, None, "merged", "srv")]
+    lines = request_lines("srv", requests, merged, T0, _row)
+    assert "  task 1 | t=0.95s | t=2.50s | 1.55s | merged | #1-#2, 2 met" in lines
+    text = prose(lines)
+    assert "merged: a busy span that showed an idle inside it and went on" in text
+    assert "never judges it against the deadline: neither a hit nor a miss" in text
+    exact = [seen(0.95, 1.55, True, name="srv"), seen(1.85, 2.45, True, name="srv")]
+    assert "merged:" not in prose(request_lines("srv", requests, exact, T0, _row))
+    # scene 1 shows a merged exporter task in its DEADLINE column: explained there too
+    result = ScenarioResult("managed", T0, (task(1.0, 7.0),))
+    assert "merged: a busy span" in prose(
+        scenes.format_result(result, [seen(1.0, 7.1, None, "merged")])
+    )
+    assert "merged:" not in prose(scenes.format_result(result, [seen(1.0, 7.1, True)]))
+
+
+def test_scene_1_means_only_the_tasks_with_a_deadline() -> None:
+    """Issue 26: the mean completion averaged in the batch container, which has no deadline,
+    and did not say so."""
+    batch = TaskResult("batch", 0, 2, T0 + 2.0, T0 + 9.0, None, None, None, None)
+    unmanaged = ScenarioResult("unmanaged", T0, (task(0.0, 6.0), task(0.0, 8.0), batch))
+    managed = ScenarioResult("managed", T0, (task(0.0, 2.0), task(0.0, 4.0), batch))
+    lines = scenes.compare(unmanaged, managed)
+    rows = {line.split("  ")[1].strip(): line.split()[-4:] for line in lines[1:4]}
+    assert rows["mean completion (2 with deadlines)"] == ["7.00s", "3.00s", "(57%", "lower)"]
+    assert lines[1].split()[-2:] == ["9.00s", "9.00s"]  # the total time holds the batch
+    assert lines[1].strip().startswith("total time (all 3 tasks)")
+    assert lines[3].strip().startswith("deadline hit rate (2 with deadlines)")
+    assert lines[-1] == "  (no deadline: the batch container's 1 task(s), in the total only)"
+    alone = ScenarioResult("m", T0, (task(0.0, 2.0),))
+    assert len(scenes.compare(alone, alone)) == 4  # no note without such a task
+    worse = scenes.compare(managed, unmanaged)[2]  # a managed run may lose: said as such
+    assert worse.split()[-2:] == ["(133%", "higher)"]

@@ -33,7 +33,7 @@ def test_frozen_spans_run_from_the_freeze_to_the_thaw_and_an_open_one_to_the_end
     audit = [
         action("unpause", 0.5, "other"),  # thawed without a freeze seen: ignored
         action("pause", 1.0, frozen=0.98),  # frozen at 0.98, recorded at 1.0
-        {"event": "docker_pause", "ts": 1.1, "container": "train", "result": "ok"},
+        {"event": "runtime_pause", "ts": 1.1, "container": "train", "engine": "docker"},
         action("unpause", 2.0, started=1.95),
         action("pause", 3.0, result="failed"),  # not frozen: no span
         action("pause", 3.5),

@@ -120,7 +120,7 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
 
 
 def test_the_image_carries_ctr_for_the_containerd_source() -> None:
-    # exporter/containerd.py and actuator/containerd_engine.py shell out to `ctr`; without
+    # exporter/containerd.py and actuator/engine/containerd.py shell out to `ctr`; without
     # it the containerd source refuses to start ("needs ctr on PATH").
     steps = dockerfile_instructions()
     stages: dict[str, list[tuple[str, str]]] = {}

@@ -138,7 +138,9 @@ def _families() -> set[str]:
     # prometheus_client's Counter("x") exposes x_total
     counters = {"gpuguard_actuator_actions", "gpuguard_actuator_skipped",
                 "gpuguard_actuator_fail_open", "gpuguard_actuator_webhooks",
-                "gpuguard_guard_resumed", "gpuguard_placer_requests"}  # fmt: skip
+                "gpuguard_guard_resumed", "gpuguard_placer_requests",
+                "gpuguard_actuator_state_write_failures",
+                "gpuguard_guard_state_write_failures"}  # fmt: skip
     found -= {"gpuguard_actuator_node_provisionable"} - found  # named in placer/source.py
     return {f"{f}_total" if f in counters else f for f in found}
 

@@ -86,6 +86,16 @@ def test_bad_arguments_are_one_line_and_exit_2(
     assert err.count("\n") == 1 and err.startswith("gpusim")
 
 
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26: ``gpusim --version`` exited 2 (a command was required)."""
+    from gpuguard import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"gpusim {__version__}\n"
+
+
 def test_status_without_daemon(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--socket", "/nonexistent/gpusim.sock"]) == 1
     assert "cannot connect" in capsys.readouterr().err

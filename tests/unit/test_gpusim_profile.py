@@ -65,7 +65,7 @@ def test_unknown_profile_names_the_shipped_ones(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read"):
         load_profile(str(tmp_path / "none.json"))
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ValueError, match="not JSON"):
+    with pytest.raises(ValueError, match="invalid JSON"):
         load_profile(str(tmp_path / "bad.json"))
 
 

@@ -13,18 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.admission.executor import docker_api
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, JournalLock, PausedEntry
+from tests.unit.engine_fakes import FakeEngine
 
 
 @pytest.fixture
 def guard(tmp_path: Path) -> Iterator[Guard]:
     config = GuardConfig(tmp_path, None, 120.0, lease_timeout_s=15.0, log_level="info")
     audit = AuditLog(tmp_path / AUDIT_FILE)
-    yield Guard(config, docker_api(f"unix://{tmp_path}/no-docker.sock"), audit)
+    yield Guard(config, DockerEngine(f"unix://{tmp_path}/no-docker.sock"), audit)
     audit.close()
 
 
@@ -84,23 +85,6 @@ def test_a_hostile_journal_of_a_live_actuator_is_left_to_it(
         actuator.release()
 
 
-class SlowEngine:
-    """A Docker engine that takes ``delay`` seconds to answer each call (a hung or
-    overloaded dockerd, short of its client timeout)."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.unpaused: list[str] = []
-
-    def inspect_container(self, cid: str) -> dict[str, object]:
-        threading.Event().wait(self.delay)
-        return {"State": {"Paused": cid not in self.unpaused}}
-
-    def unpause(self, cid: str) -> None:
-        threading.Event().wait(self.delay)
-        self.unpaused.append(cid)
-
-
 def test_the_guard_does_not_hold_the_journal_through_docker_calls(tmp_path: Path) -> None:
     # Issue 20, item 4: with a hung dockerd each entry cost 3 retries x 5 s under the lock,
     # and a restarted actuator waited 66 s (3 entries) before it could even start.
@@ -109,7 +93,7 @@ def test_the_guard_does_not_hold_the_journal_through_docker_calls(tmp_path: Path
     journal.will_pause_many(
         [PausedEntry(f"{i:064x}", f"rt-{i}", None, 0, now, "newcomer") for i in range(3)]
     )
-    engine = SlowEngine(delay=0.5)
+    engine = FakeEngine(delay=0.5)  # a hung or overloaded dockerd, short of its timeout
     config = GuardConfig(tmp_path, None, 120.0, lease_timeout_s=15.0, log_level="info")
     audit = AuditLog(tmp_path / AUDIT_FILE)
     guard = Guard(config, engine, audit)
@@ -135,45 +119,48 @@ def test_the_guard_stops_at_the_first_unreachable_docker_call(guard: Guard, tmp_
         [PausedEntry(f"{i:064x}", f"rt-{i}", None, 0, now, "newcomer") for i in range(5)]
     )
     calls = []
-    api = guard.api
+    engine = guard.engine
 
     class Counting:
         def __getattr__(self, name: str) -> object:
             calls.append(name)
-            return getattr(api, name)
+            return getattr(engine, name)
 
-    guard.api = Counting()
+    guard.engine = Counting()  # type: ignore[assignment]
     assert check_in_time(guard) == "gone"
-    assert calls.count("inspect_container") <= 3  # one entry's retries, not 5 x 3
+    assert calls.count("inspect") <= 3  # one entry's retries, not 5 x 3
     assert len(json.loads((tmp_path / JOURNAL_FILE).read_text())["paused"]) == 5
 
 
 def test_a_hung_engine_is_not_asked_three_times(tmp_path: Path) -> None:
     # A timeout on an engine that accepted the request will time out again: retrying it
     # only multiplied the wait (3 x 5 s per call). A refused connection is still retried.
-    import requests
-
-    from gpuguard.actuator.admission.executor import docker_call
-    from gpuguard.actuator.errors import DockerUnavailable
+    from gpuguard.actuator.engine.base import retried
+    from gpuguard.actuator.errors import EngineDown
+    from gpuguard.demo.stack.hung_engine import HungEngine
 
     calls = []
+    with HungEngine(tmp_path / "hung.sock") as hung:
+        engine = DockerEngine(hung.url, timeout_s=1)
 
-    def hung() -> None:
+        def ping_hung() -> None:
+            calls.append(1)
+            engine.ping()
+
+        with pytest.raises(EngineDown) as raised:
+            retried(ping_hung, retries=3, delay_s=0.0)
+        assert raised.value.hung and len(calls) == 1
+
+    refusing = DockerEngine(f"unix://{tmp_path}/refused.sock")
+
+    def ping_refused() -> None:
         calls.append(1)
-        raise requests.ReadTimeout("no answer")
-
-    with pytest.raises(DockerUnavailable):
-        docker_call(hung, retries=3, delay_s=0.0)
-    assert len(calls) == 1
-
-    def refused() -> None:
-        calls.append(1)
-        raise requests.ConnectionError("refused")
+        refusing.ping()
 
     calls.clear()
-    with pytest.raises(DockerUnavailable):
-        docker_call(refused, retries=3, delay_s=0.0)
-    assert len(calls) == 3
+    with pytest.raises(EngineDown, match="docker engine unreachable") as raised:
+        retried(ping_refused, retries=3, delay_s=0.0)
+    assert not raised.value.hung and len(calls) == 3
 
 
 def test_the_guard_publishes_what_it_sees(guard: Guard, tmp_path: Path) -> None:
@@ -214,7 +201,7 @@ def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
     )
     assert (config.listen_host, config.listen_port) == ("127.0.0.1", port)
     audit = AuditLog(tmp_path / AUDIT_FILE)
-    guard = Guard(config, docker_api(f"unix://{tmp_path}/none.sock"), audit)
+    guard = Guard(config, DockerEngine(f"unix://{tmp_path}/none.sock"), audit)
     server = guard_server(guard, config.listen_host, config.listen_port)
     assert server is not None
     try:
@@ -255,7 +242,7 @@ def test_the_guard_serves_its_metrics_over_tls_with_basic_auth(tmp_path: Path) -
     )
     assert config.web is not None and config.web.scheme == "https"
     audit = AuditLog(tmp_path / AUDIT_FILE)
-    guard = Guard(config, docker_api(f"unix://{tmp_path}/none.sock"), audit)
+    guard = Guard(config, DockerEngine(f"unix://{tmp_path}/none.sock"), audit)
     server = guard_server(guard, "127.0.0.1", port, WebConfigWatcher(config.web))
     assert server is not None
     try:

@@ -5,26 +5,21 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety.journal import FORMAT_VERSION, JOURNAL_FILE, atomic_write_json
-
-
-class InspectOnly:
-    """A Docker API where the one container the journal names is running, not paused."""
-
-    def inspect_container(self, container_id: str) -> dict[str, Any]:
-        return {"State": {"Paused": False, "Running": False}}
+from tests.unit.engine_fakes import FakeEngine
 
 
 def _guard(state_dir: Path) -> Guard:
     state_dir.mkdir(mode=0o700)
     config = GuardConfig(state_dir, None, 120.0, 15.0, "info")
-    return Guard(config, InspectOnly(), AuditLog(state_dir / AUDIT_FILE))
+    # the one container the journal names is not paused (nor running)
+    engine = FakeEngine(paused=False, running=False)
+    return Guard(config, engine, AuditLog(state_dir / AUDIT_FILE))
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

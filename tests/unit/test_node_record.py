@@ -106,6 +106,25 @@ def test_state_0_takes_more_than_the_miss_ratio_of_judged_tasks() -> None:
     assert gpu_record(device(), [], hits + misses[:1], 100.0, 0.0, any_miss).state == 0
 
 
+def test_a_tenants_own_misses_never_set_the_gpus_state() -> None:
+    """Tasks of a container whose deadline the trust policy does not vouch for (issue 26:
+    misses against a raised 1 s deadline took the node out) count as running, nothing more."""
+    own = "c" * 64
+    misses = [task(70.0, 1.0, ended=75.0), task(76.0, 1.0, ended=90.0)]
+    running = [task(95.0, 1.0, overrun=True)]
+    counted = gpu_record(device(), running, misses, 100.0, 0.0, CONFIG)
+    assert counted.reasons == (StateReason.MISSED_DEADLINE,)
+    mine = gpu_record(device(), running, misses, 100.0, 0.0, CONFIG, frozenset({own}))
+    assert (mine.state, mine.recent_misses, mine.deadline_tasks) == (1, 0, 0)
+    assert (mine.float_time_s, mine.min_slack_s, mine.running_tasks) == (math.inf, None, 1)
+    # the recorder takes the set from the containers it is given
+    info = ContainerInfo(own, "tenant", "img", "running", deadline_s=1.0, deadline_vouched=False)
+    recorder = NodeRecorder("n", CONFIG)
+    record = recorder.update(100.0, GpuSample(100.0, (device(),)), None, tuple(running),
+                             tuple(misses), {own: info})  # fmt: skip
+    assert record.state == 1 and record.gpus[0].recent_misses == 0
+
+
 def test_a_running_overrun_counts_as_a_miss_now() -> None:
     record = gpu_record(device(), [task(90.0, 5.0, overrun=True)], [], 100.0, 0.0, CONFIG)
     assert record.reasons == (StateReason.MISSED_DEADLINE,)

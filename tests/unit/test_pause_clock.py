@@ -21,6 +21,7 @@ from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease, pauseclock
 from gpuguard.actuator.safety.journal import Journal, JournalLock, PausedEntry
 from tests.unit.actuator_support import make_controller
+from tests.unit.engine_fakes import FakeEngine
 
 CID = "c" * 64
 
@@ -85,19 +86,6 @@ def test_the_ledger_gives_the_policy_pause_starts_the_clock_step_cannot_move(
     journal = Journal(tmp_path)
     journal.will_pause(stepped_back_entry(seconds_ago=10))
     assert time.time() - journal.ledger().paused[CID] == pytest.approx(10, abs=1)
-
-
-class FakeEngine:
-    """What the guard asks of Docker: whether a container is paused, and to unpause it."""
-
-    def __init__(self) -> None:
-        self.unpaused: list[str] = []
-
-    def inspect_container(self, cid: str) -> dict[str, Any]:
-        return {"State": {"Paused": cid not in self.unpaused}}
-
-    def unpause(self, cid: str) -> None:
-        self.unpaused.append(cid)
 
 
 @pytest.fixture

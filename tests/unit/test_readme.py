@@ -4,7 +4,9 @@ named with full references once, and every folder in its map."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +113,60 @@ def test_the_folder_map_names_every_folder() -> None:
     layout = README.read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     missing = [f for f in sorted(folders) if f"| `{f}/` |" not in layout]
     assert not missing, f"README's Layout lacks {missing}"
+
+
+def _scratch_checkout(tmp_path: Path) -> tuple[Path, subprocess.Popen[bytes]]:
+    """The Makefile in a scratch directory standing for a checkout after ``make demo``: the
+    venv's ``gpuguard`` (a link to this checkout's) and a ``.stack/`` that records one live
+    process the way the demo records its gpusim (by PID and a name in its command line)."""
+    if not (REPO / ".venv" / "bin" / "gpuguard").exists():
+        pytest.skip("no .venv: make setup makes it")
+    (tmp_path / "Makefile").write_bytes((REPO / "Makefile").read_bytes())
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "gpuguard").symlink_to(REPO / ".venv" / "bin" / "gpuguard")
+    stack = tmp_path / ".stack"
+    (stack / "logs").mkdir(parents=True)
+    (stack / "logs" / "gpusim.log").write_text("serving\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "gpusim"])
+    entry = {"kind": "process", "name": "gpusim", "pid": proc.pid}
+    (stack / "stack.json").write_text(json.dumps([entry]))
+    return tmp_path, proc
+
+
+def test_make_clean_stops_the_demo_and_removes_its_stack(tmp_path: Path) -> None:
+    """Issue 26: ``make clean`` left ``.stack/`` (199 MB) and the demo running."""
+    checkout, proc = _scratch_checkout(tmp_path)
+    try:
+        done = subprocess.run(["make", "-s", "clean"], cwd=checkout, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "stopped 1 processes" in done.stdout
+        assert proc.wait(timeout=10) == -signal.SIGTERM  # stopped by the demo's --stop
+        assert sorted(p.name for p in checkout.iterdir()) == ["Makefile"]
+        assert (REPO / ".venv" / "bin" / "gpuguard").exists()  # only the link went
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_make_clean_leaves_a_stack_with_something_mounted_in_it(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    checkout, proc = _scratch_checkout(tmp_path)
+    mount = checkout / ".stack" / "exec" / "netns"
+    mount.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True,
+                   timeout=10)  # fmt: skip
+    try:
+        (mount / "default").write_text("a namespace dockerd left bound\n")
+        done = subprocess.run(["make", "-s", "clean"], cwd=checkout, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode != 0
+        assert "something is still mounted under .stack/" in done.stderr, done.stderr
+        assert (mount / "default").exists() and (checkout / ".venv").exists()
+    finally:
+        subprocess.run(["umount", str(mount)], check=True, timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

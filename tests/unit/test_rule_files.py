@@ -94,7 +94,7 @@ ALERTS = [rule for rule in rules() if "alert" in rule]
 
 
 def test_contract_parses() -> None:
-    assert len(contract_alerts()) == 15
+    assert len(contract_alerts()) == 16
     assert "gpuguard:container_deadline_hit_ratio:1h" in contract_records()
     assert "gpuguard_gpu_memory_total_bytes" in contract_metrics()
     assert "gpuguard_container_deadline_misses_total" in contract_metrics()

@@ -17,6 +17,7 @@ from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.state import _container_json
 from gpuguard.exporter.trust import Grant, TrustPolicy, apply, parse_policy
+from gpuguard.slo import SloDeclaration
 
 RT, NORMAL, BE = PriorityClass.REAL_TIME, PriorityClass.NORMAL, PriorityClass.BEST_EFFORT
 POLICY_DOC = """
@@ -73,6 +74,106 @@ def test_apply(
     assert tuple(label for label, _ in result.claims_rejected) == rejected
 
 
+SLO = SloDeclaration("vllm:e2e_request_latency_seconds", 0.5)
+
+
+@pytest.mark.parametrize(
+    ("grant", "given", "expected", "rejected"),
+    [
+        # real-time by class alone, where real-time needs a deadline: the first fallback
+        (
+            Grant(real_time_needs_deadline=True),
+            {"class_label": RT},
+            {"priority_class": NORMAL},
+            ("gpuguard.class",),
+        ),
+        # ... with a deadline it stays real-time
+        (
+            Grant(real_time_needs_deadline=True),
+            {"class_label": RT, "deadline_s": 2.0},
+            {"priority_class": RT, "deadline_vouched": True},
+            (),
+        ),
+        # an SLO not believed is not published (no SLO alert, no pressure on neighbours)
+        (Grant(slo=False), {"slo": SLO}, {"slo": None}, ("gpuguard.slo.metric",)),
+        # managed by the policy whatever the labels: gpuguard.role=exporter is not believed
+        (
+            Grant(managed=True),
+            {"managed": False, "role": "exporter"},
+            {"managed": True, "role": None},
+            ("gpuguard.role",),
+        ),
+        # ... a tenant that only leaves out gpuguard.managed is managed, nothing to reject
+        (Grant(managed=True), {}, {"managed": True}, ()),
+        # never paused where the policy says so; a tenant's own role stands where it is not
+        (Grant(managed=False), {"managed": True}, {"managed": False}, ()),
+        (Grant(), {"role": "exporter"}, {"role": "exporter", "managed": False}, ()),
+        # misses kept the tenant's own: the claim stands, the node never hears of it
+        (
+            Grant(misses_mark_node=False),
+            {"deadline_s": 9.0},
+            {"priority_class": RT, "deadline_vouched": False},
+            (),
+        ),
+        # a claim not granted as given never counts toward the node, whatever the grant says
+        (
+            Grant(min_deadline_s=1.0),
+            {"deadline_s": 1e-13},
+            {"deadline_s": 1.0, "deadline_vouched": False},
+            ("gpuguard.deadline",),
+        ),
+        (
+            Grant(frozenset({NORMAL, BE})),
+            {"deadline_s": 9.0},
+            {"priority_class": NORMAL, "deadline_vouched": False},
+            ("gpuguard.class",),
+        ),
+    ],
+)
+def test_apply_bounds(
+    grant: Grant, given: dict[str, Any], expected: dict[str, Any], rejected: tuple[str, ...]
+) -> None:
+    result = apply(grant, info(**given))
+    assert {key: getattr(result, key) for key in expected} == expected
+    assert tuple(label for label, _ in result.claims_rejected) == rejected
+
+
+def test_an_implied_class_says_where_it_came_from() -> None:
+    (rejection,) = apply(Grant(frozenset({NORMAL, BE})), info(deadline_s=9.0)).claims_rejected
+    assert rejection == (
+        "gpuguard.class",
+        "real-time (implied by gpuguard.deadline) is not granted to this container: "
+        "treated as normal",
+    )
+
+
+def test_the_built_in_default() -> None:
+    """What a host several tenants share gets without a flag (docs/security.md says why)."""
+    default = trust.DEFAULT_POLICY
+    assert (default.kind, default.rules) == (trust.DEFAULT, ())
+    assert default.default == Grant(frozenset({NORMAL, BE}), 1.0, slo=False, misses_mark_node=False)
+    # what the issue's hostile tenant tried, each bounded
+    hostile = trust.enforce(default, info(class_label=RT, deadline_s=1e-13, slo=SLO, managed=True))
+    assert (hostile.priority_class, hostile.deadline_s, hostile.slo) == (NORMAL, 1.0, None)
+    assert not hostile.deadline_vouched
+    # an honest tenant without claims is left as it is
+    assert trust.enforce(default, info(managed=True)) == info(managed=True)
+    assert default.describe() == (
+        "built-in default (0 rules; tenants at large: classes normal, best-effort, deadlines "
+        "under 1s raised, no SLO pressure, misses never mark the node)"
+    )
+    assert "single-tenant" in trust.TRUST_ALL.describe()
+
+
+def test_a_file_without_default_gets_the_built_in_one_and_an_empty_default_trusts_all() -> None:
+    rules_only = parse_policy({"version": 1, "rules": [{"match": {"name": "x"}}]})
+    assert rules_only.default == trust.DEFAULT_POLICY.default
+    one_line = parse_policy(yaml.safe_load("{version: 1, default: {}}"))
+    assert one_line.default == Grant() and one_line.rules == ()
+    claim = info(class_label=RT, deadline_s=1e-13, slo=SLO, role="exporter")
+    assert trust.enforce(one_line, claim) == claim
+
+
 def test_first_matching_rule_decides_else_the_default() -> None:
     policy = parse_policy(yaml.safe_load(POLICY_DOC))
     assert policy.grant({"namespace": "inference-prod", "image": "x", "name": "y"}) == Grant(
@@ -97,6 +198,14 @@ def test_first_matching_rule_decides_else_the_default() -> None:
         ("version: 1\nrules: [{match: {name: x}, classes: [gold]}]", "rules[0].classes"),
         ("version: 1\ndefault: {min_deadline: soon}", "default.min_deadline"),
         ("version: 1\ndefault: {classes: []}", "default.classes"),
+        ("version: 1\ndefault: {managed: maybe}", "default.managed: expected true or false"),
+        ("version: 1\ndefault: {slo: 1}", "default.slo: expected true or false"),
+        ("version: 1\ndefault: {misses_mark_node: []}", "default.misses_mark_node"),
+        (
+            "version: 1\nrules: [{match: {name: x}, real_time_needs_deadline: yes please}]",
+            "rules[0].real_time_needs_deadline",
+        ),
+        ("version: 1\ndefault: {pause: never}", "default: expected keys among"),
     ],
 )
 def test_bad_policies_say_why(doc: str, message: str) -> None:
@@ -108,17 +217,17 @@ def inspect_doc(labels: dict[str, str], name: str = "/web", image: str = "nginx"
     return {"Id": "d" * 64, "Name": name, "Config": {"Image": image, "Labels": labels}}
 
 
-def test_container_info_applies_the_policy_by_namespace() -> None:
+def test_container_info_applies_the_policy_but_never_a_docker_namespace_label() -> None:
     policy = parse_policy(yaml.safe_load(POLICY_DOC))
     claim = {"gpuguard.class": "real-time", "gpuguard.deadline": "0.0000000001ms"}
     tenant = container_info(inspect_doc(claim), policy)
     assert tenant.priority_class == NORMAL and tenant.deadline_s == 1.0
     assert [label for label, _ in tenant.claims_rejected] == ["gpuguard.deadline", "gpuguard.class"]
-    served = container_info(
-        inspect_doc({**claim, trust.NAMESPACE_LABEL: "inference-a", "gpuguard.deadline": "50ms"}),
-        policy,
+    # whoever runs `docker run` sets io.kubernetes.pod.namespace: it matches no rule
+    spoofed = container_info(
+        inspect_doc({**claim, "io.kubernetes.pod.namespace": "inference-a"}), policy
     )
-    assert served.priority_class == RT and served.claims_rejected == ()
+    assert spoofed.priority_class == NORMAL and spoofed.deadline_s == 1.0
     # without a policy every claim is believed, as before
     assert container_info(inspect_doc(claim)).priority_class == RT
 
@@ -145,7 +254,13 @@ def test_the_policy_file_is_loaded_once_at_start_up(tmp_path: Path) -> None:
     path.write_text(POLICY_DOC)
     config = load_config(parser.parse_args([f"--trust.policy-file={path}"]), env={})
     assert isinstance(config.trust, TrustPolicy) and len(config.trust.rules) == 2
-    assert load_config(parser.parse_args([]), env={}).trust is trust.TRUST_ALL
+    assert (config.trust.kind, config.trust.path) == (trust.FILE, str(path))
+    # no flag: the built-in default; --trust.all: no policy at all
+    assert load_config(parser.parse_args([]), env={}).trust is trust.DEFAULT_POLICY
+    assert load_config(parser.parse_args(["--trust.all"]), env={}).trust is trust.TRUST_ALL
+    both = parser.parse_args(["--trust.all", f"--trust.policy-file={path}"])
+    with pytest.raises(ConfigError, match="exclude each other"):
+        load_config(both, env={})
     path.write_text("version: 1\ndefault: {classes: [gold]}")
     with pytest.raises(ConfigError, match=r"trust\.policy-file"):
         load_config(parser.parse_args([f"--trust.policy-file={path}"]), env={})
@@ -153,10 +268,39 @@ def test_the_policy_file_is_loaded_once_at_start_up(tmp_path: Path) -> None:
         load_config(parser.parse_args([f"--trust.policy-file={tmp_path / 'none'}"]), env={})
 
 
+def test_trust_all_from_a_config_file_must_be_a_boolean(tmp_path: Path) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    config_file = tmp_path / "exporter.yml"
+    config_file.write_text("trust.all: true\n")
+    args = parser.parse_args([f"--config.file={config_file}"])
+    assert load_config(args, env={}).trust is trust.TRUST_ALL
+    config_file.write_text("trust.all: sometimes\n")
+    with pytest.raises(ConfigError, match=r"--trust\.all: must be true or false"):
+        load_config(args, env={})
+
+
 def test_the_shipped_example_policy_loads() -> None:
     example = Path(__file__).resolve().parents[2] / "deploy" / "trust-policy.example.yml"
     policy = trust.load_policy(example)
-    assert policy.default.classes == frozenset({NORMAL, BE})
-    assert (
-        policy.grant({"namespace": "inference-eu", "image": "", "name": ""}).min_deadline_s == 0.02
-    )
+    at_large = {"namespace": "", "image": "gpuguard/workload:local", "name": "rt-1"}
+    assert policy.grant(at_large) == Grant(
+        frozenset(PriorityClass), 1.0, real_time_needs_deadline=True, slo=False,
+        misses_mark_node=False, managed=True,
+    )  # fmt: skip
+    # an honest tenant's bare 9 s deadline stays real-time, and nothing is rejected (issue 26)
+    honest = trust.enforce(policy, info(deadline_s=9.0, managed=True))
+    assert (honest.priority_class, honest.deadline_s, honest.claims_rejected) == (RT, 9.0, ())
+    # its misses are its own there; an inference namespace's count
+    assert not honest.deadline_vouched
+    served = trust.enforce(policy, info(deadline_s=0.05), namespace="inference-eu")
+    assert (served.priority_class, served.deadline_vouched) == (RT, True)
+    # real-time by class alone at large: normal
+    assert trust.enforce(policy, info(class_label=RT)).priority_class == NORMAL
+
+
+def test_security_md_shows_the_built_in_default_as_the_code_has_it() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    assert f"```yaml\n{trust.DEFAULT_DOC}```" in doc

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import os
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,54 @@ def test_unreadable_or_mismatched_certificates_are_refused(pki: Pki, tmp_path: P
     device = {"cert_file": "/dev/zero", "key_file": str(pki.server_key)}
     with pytest.raises(ConfigError, match="not a regular file"):
         load_web_config(write(tmp_path, {"tls_server_config": device}))
+
+
+def _hash_of_cost(cost: int) -> str:
+    """A well-formed bcrypt hash of ``cost`` (parsing never runs bcrypt on it)."""
+    return f"$2b${cost:02d}$" + bcrypt_hash("x")[7:]
+
+
+def test_bcrypt_cost_is_at_most_12(tmp_path: Path) -> None:
+    """Checks run one at a time: cost 31 let one wrong password hold the checker ~41 hours."""
+    config = load_web_config(write(tmp_path, {"basic_auth_users": {"a": _hash_of_cost(12)}}))
+    assert set(config.users) == {"a"} and webconfig.MAX_BCRYPT_COST == 12
+    for cost, takes in ((13, "0.6 s"), (31, "41 hours")):
+        path = write(tmp_path, {"basic_auth_users": {"a": _hash_of_cost(cost)}})
+        with pytest.raises(ConfigError) as err:
+            load_web_config(path)
+        assert str(err.value) == (
+            f"--web.config.file {path}: basic_auth_users.a: bcrypt cost {cost} is more than 12: "
+            f"each check would take about {takes}, one at a time; hash the password again "
+            "with cost 10"
+        )
+
+
+def test_a_reload_to_a_costlier_hash_keeps_the_old_config(tmp_path: Path) -> None:
+    path = write(tmp_path, {"basic_auth_users": {"a": _hash_of_cost(10)}})
+    clock = Clock()
+    watcher = WebConfigWatcher(load_web_config(path), require_auth=True, clock=clock)
+    first = watcher.current()
+    write(tmp_path, {"basic_auth_users": {"a": _hash_of_cost(31)}})
+    bump_mtime(path)
+    clock.now += 1.0
+    assert watcher.current() is first
+    assert not watcher.last_reload_successful and watcher.failures == 1
+
+
+def test_the_docs_hash_command_makes_a_hash_the_config_takes(tmp_path: Path) -> None:
+    """docs/web-config.md's one-liner (no htpasswd: ``make setup`` does not install it), run
+    with the password on stdin as getpass reads it without a terminal."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "web-config.md").read_text()
+    assert "htpasswd" not in text
+    (line,) = [x for x in text.splitlines() if "bcrypt.hashpw" in x]
+    assert line.startswith(".venv/bin/python -c '")
+    code = line.removeprefix(".venv/bin/python -c '").removesuffix("'")
+    done = subprocess.run([sys.executable, "-c", code], input="s3cret\n", text=True,
+                          capture_output=True, timeout=30, check=True)  # fmt: skip
+    hashed = done.stdout.strip()
+    config = load_web_config(write(tmp_path, {"basic_auth_users": {"prometheus": hashed}}))
+    assert BasicAuth().check(config.users, "prometheus", "s3cret")
+    assert not BasicAuth().check(config.users, "prometheus", "s3cret!")
 
 
 def test_basic_header_parsing() -> None:

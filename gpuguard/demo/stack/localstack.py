@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import shutil
 import socket
 import sys
@@ -44,7 +45,7 @@ Progress = Callable[[str], None]
 # (tests/integration/test_readme_demo.py runs it).
 USER_RUN_EXAMPLE = (
     'gpuguard run --deadline 9s --managed -d --name rt-1 -v "$GPUSIM_DIR:/run/gpusim" '
-    "gpuguard/workload:local --size 13312 --repeat 3"
+    "gpuguard/workload:local --size 13312 --repeat 3 --sleep-between 1"
 )
 
 
@@ -66,6 +67,10 @@ class NodeStack:
     actuator_mode: str = "both"
     extra_actuator_flags: list[str] = field(default_factory=list)
     extra_exporter_flags: list[str] = field(default_factory=list)
+    #: ``--trust.all``: the stack's private engine has one tenant, the demo, bench or test
+    #: that runs it, whose containers claim real-time, short deadlines and SLOs by label
+    #: and must be believed (docs/security.md); False: the exporter's built-in default
+    trust_all: bool = True
     #: a command the actuator runs under (``prlimit --nofile=256:256 --`` in a test)
     launcher: tuple[str, ...] = ()
     #: more ``gpusim serve`` options (``{"device": ["name=a", "name=b"]}``)
@@ -123,6 +128,7 @@ class NodeStack:
             f"--docker.host={self.engine.url}",
             f"--node.name={self.node_name}",
             f"--poll.interval={self.poll_interval}",
+            *(["--trust.all"] if self.trust_all else []),
             *self.extra_exporter_flags,
         )
         self.exporter = ManagedProcess("exporter", argv, self.base_dir / "exporter.log").start()
@@ -351,7 +357,8 @@ class LocalStack:
 
         ``. <dir>/env`` points the docker CLI, ``gpuguard run``, ``gpuguard ps`` and
         ``gpuguard nodes`` at that node, and names its gpusim directory (``GPUSIM_DIR``) to
-        mount at ``/run/gpusim`` in a container running ``gpuguard/workload:local``.
+        mount at ``/run/gpusim`` in a container running ``gpuguard/workload:local``; it puts
+        the ``gpuguard`` that runs the demo on ``PATH``, so a new shell needs nothing else.
         """
         node = self.nodes[0]
         assert node.engine is not None and node.gpusim is not None
@@ -360,15 +367,14 @@ class LocalStack:
             ensure_app_image(client)
         finally:
             client.close()
-        lines = [
-            f"export DOCKER_HOST={node.engine.url}",
-            f"export GPUSIM_DIR={node.gpusim.dir}",
-            f"export GPUGUARD_EXPORTER_URL={node.exporter_url}",
-            f"export GPUGUARD_ACTUATOR_URL={node.actuator_url}",
-        ]
+        values = {
+            "DOCKER_HOST": node.engine.url,
+            "GPUSIM_DIR": str(node.gpusim.dir),
+            "GPUGUARD_EXPORTER_URL": node.exporter_url,
+            "GPUGUARD_ACTUATOR_URL": node.actuator_url,
+        }
         path = self.dir / ENV_FILE
-        path.write_text("# . this file: the demo's first node for docker and gpuguard\n"
-                        + "\n".join(lines) + "\n")  # fmt: skip
+        path.write_text(env_file_text(values, Path(sys.executable).parent))
         return path
 
     def urls_text(self) -> str:
@@ -425,6 +431,16 @@ class LocalStack:
                     shutil.rmtree(child, ignore_errors=True)
                 else:
                     child.unlink(missing_ok=True)
+
+
+def env_file_text(values: dict[str, str], bin_dir: Path) -> str:
+    """``.stack/env``: ``values`` exported, and ``bin_dir`` (the venv's ``bin``, where the
+    ``gpuguard`` running the demo lives) first on ``PATH`` when it holds ``gpuguard``."""
+    lines = ["# . this file: the demo's first node for docker and gpuguard"]
+    if (bin_dir / "gpuguard").exists():
+        lines.append(f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"')
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+    return "\n".join(lines) + "\n"
 
 
 def stop_recorded(directory: Path) -> int:

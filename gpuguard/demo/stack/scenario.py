@@ -12,6 +12,7 @@ import json
 import statistics
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,7 +265,9 @@ class Scenario:
         self.containers: list[Any] = []
         self.released_at = 0.0
 
-    def start(self) -> None:
+    def start(self, concurrently: int = 1) -> None:
+        """Start every container; ``concurrently`` > 1 starts that many at a time (a run of
+        ten containers then needs a shorter lead-in: each start takes ~0.5 s on 2 cores)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.released_at = time.time() + self.start_delay
         mounts = {
@@ -272,6 +275,7 @@ class Scenario:
             str(self.log_dir): {"bind": str(self.log_dir), "mode": "rw"},
         }
         env = {"GPUSIM_SOCKET": str(self.gpusim_dir / "gpusim.sock")}
+        every = []
         for spec in self.specs:
             log_path = self.log_dir / f"{spec.name}.jsonl"
             log_path.unlink(missing_ok=True)
@@ -284,7 +288,19 @@ class Scenario:
             )
             if spec.host_network:
                 kwargs["network_mode"] = "host"  # its /metrics on the host's loopback
-            self.containers.append(self.client.containers.run(**kwargs))
+            every.append(kwargs)
+        if concurrently <= 1:
+            for kwargs in every:
+                self.containers.append(self.client.containers.run(**kwargs))
+            return
+        with ThreadPoolExecutor(concurrently) as pool:
+            futures = [pool.submit(self.client.containers.run, **kwargs) for kwargs in every]
+        # Every container that did start is kept (``remove`` removes it) before a failure
+        # is raised; ``result`` keeps the specs' order.
+        self.containers = [f.result() for f in futures if f.exception() is None]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
 
     def running(self) -> int:
         count = 0
@@ -336,15 +352,20 @@ class Scenario:
 
 
 def run_to_end(
-    node: Any, name: str, specs: list[WorkloadSpec], start_delay: float, timeout: float
+    node: Any,
+    name: str,
+    specs: list[WorkloadSpec],
+    start_delay: float,
+    timeout: float,
+    concurrently: int = 1,
 ) -> ScenarioResult:
     """Run a scenario on a ``NodeStack`` to its end, its containers removed after; raises
-    RuntimeError when a workload failed."""
+    RuntimeError when a workload failed. ``concurrently``: containers started at a time."""
     assert node.gpusim is not None
     client = node.client()
     scenario = Scenario(name, client, node.gpusim.dir, node.base_dir / "logs", specs, start_delay)
     try:
-        scenario.start()
+        scenario.start(concurrently)
         scenario.wait(timeout)
         result = scenario.result()
     finally:

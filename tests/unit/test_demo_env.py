@@ -1,0 +1,46 @@
+"""``.stack/env``, which README's "Your own container" sources before ``gpuguard run``: in a
+new shell, with nothing of gpuguard's on ``PATH``, it is all that is needed (issue 26)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuguard.demo.stack.localstack import env_file_text
+
+#: a login shell's PATH on Debian, without any virtualenv
+NEW_SHELL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _in_new_shell(env_file: Path, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", f". {env_file}\n{script}"],
+        env={"PATH": NEW_SHELL_PATH, "HOME": str(env_file.parent)},
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_the_env_file_puts_the_demos_gpuguard_on_path(tmp_path: Path) -> None:
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "gpuguard").exists():
+        pytest.skip("not run from a virtualenv with the gpuguard script")
+    gpusim_dir = tmp_path / "node 1" / "gpusim"  # a space: the values are quoted
+    env = tmp_path / "env"
+    env.write_text(env_file_text({"GPUSIM_DIR": str(gpusim_dir), "DOCKER_HOST": "unix:///x"},
+                                 bin_dir))  # fmt: skip
+    done = _in_new_shell(env, 'command -v gpuguard; gpuguard --version; echo "$GPUSIM_DIR"')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(bin_dir / "gpuguard"), "gpuguard 0.1.0",
+                                        str(gpusim_dir)]  # fmt: skip
+    # without the file, a new shell has no gpuguard: what the issue's newcomer met
+    bare = subprocess.run(["bash", "-c", "command -v gpuguard"], env={"PATH": NEW_SHELL_PATH},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert bare.returncode != 0
+
+
+def test_no_path_line_without_a_gpuguard_script(tmp_path: Path) -> None:
+    text = env_file_text({"DOCKER_HOST": "unix:///x"}, tmp_path)
+    assert "PATH" not in text and "export DOCKER_HOST=unix:///x\n" in text
