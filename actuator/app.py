@@ -12,6 +12,7 @@ from gpuguard import flags
 from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.fastpath import FastPath
 from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.admission.slosignal import SloSignal
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.controller import Controller
@@ -106,6 +107,19 @@ def node_marker(config: Config, engine: ContainerEngine) -> NodeMarker | None:
     return SwarmMarker(engine, manager)
 
 
+def slo_signal_of(config: Config, metrics: ActuatorMetrics) -> SloSignal | None:
+    """Rate control's poller of Prometheus, where it has one to poll."""
+    if config.policy.best_effort_control != "rate" or config.prometheus_url is None:
+        return None
+    return SloSignal(
+        config.prometheus_url,
+        config.node_name,
+        config.policy.rate.stale_after_s,
+        lambda result: metrics.slo_queries.labels(result).inc(),
+        config.prometheus_client,
+    )
+
+
 def run(config: Config) -> int:
     """Start everything, serve until a signal, resume what we paused, exit."""
     flags.start_logging(config.log_level, config.warnings, "gpuguard.actuator")
@@ -125,6 +139,7 @@ def run(config: Config) -> int:
         None if config.pause_method == "docker" else ContainerFreezer(config.procfs, config.sysfs)
     )
     executor = PauseExecutor(engine, journal, audit, dry_run=config.dry_run, freezer=freezer)
+    slo_signal = slo_signal_of(config, metrics)
     controller = Controller(
         config,
         lambda: ExporterClient(
@@ -136,6 +151,7 @@ def run(config: Config) -> int:
         metrics,
         node_marker(config, engine),
         journal_lost,
+        slo_signal,
     )
     _warn_without_guard(config.state_dir)
     try:
@@ -158,17 +174,23 @@ def run(config: Config) -> int:
     _start_up_reconcile(controller)
     lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
     controller.start_timer()
+    if slo_signal is not None:
+        slo_signal.start()
     fast = None
     if config.mode in ("fast", "both"):
         fast = FastPath(
             controller, ExporterClient(config.exporter_url, 2.0, config.exporter_client)
         )
         fast.start()
-    audit.write("start", mode=config.mode, order=config.policy.order, dry_run=config.dry_run)
+    control = config.policy.best_effort_control
+    audit.write(
+        "start", mode=config.mode, order=config.policy.order, best_effort_control=control,
+        dry_run=config.dry_run,
+    )  # fmt: skip
     log.info(
-        "actuator on %s:%d (node %s, mode %s, order %s%s)",
+        "actuator on %s:%d (node %s, mode %s, order %s, best-effort control %s%s)",
         config.listen_host, server.server_address[1], config.node_name, config.mode,
-        config.policy.order, ", dry run" if config.dry_run else "",
+        config.policy.order, control, ", dry run" if config.dry_run else "",
     )  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -188,6 +210,8 @@ def run(config: Config) -> int:
     if fast is not None:
         fast.stop()
     controller.timer.stop()
+    if slo_signal is not None:
+        slo_signal.stop()
     controller.resume_all("actuator stopping", TriggerSource.RECONCILE)
     audit.write("stop")
     audit.close()

@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gpuguard import files, flags, resources
-from gpuguard.actuator.admission.policy.types import ORDERS, PolicyConfig
+from gpuguard.actuator.admission.policy.types import BEST_EFFORT_CONTROLS, ORDERS, PolicyConfig
+from gpuguard.actuator.admission.ratecontrol import RateLaw
 from gpuguard.actuator.errors import ConfigError
 from gpuguard.actuator.safety.journal import JOURNAL_FILE
 from gpuguard.contract import AlertAction
@@ -90,6 +91,35 @@ FLAGS: tuple[Flag, ...] = (
          " and whose demand is at most this share (0: never)", "float"),
     Flag("policy.best-effort-hold-max", "4s",
          "the hold doubles while freezes follow thaws closely, up to this", "duration"),
+    Flag("policy.best-effort-control", "hold",
+         "best-effort beside real-time work: hold (frozen while it is seen, an adaptive "
+         "hold, a starvation share) or rate (a duty cycle set by the real-time SLO)",
+         metavar="CONTROL"),
+    Flag("besteffort.period", "1s", "rate control: the duty cycle's period", "duration"),
+    Flag("besteffort.floor", 0.1,
+         "rate control: least share of each period best-effort work runs", "ratio"),
+    Flag("besteffort.initial", 0.1,
+         "rate control: the run fraction without an SLO signal, and where control starts",
+         "ratio"),
+    Flag("besteffort.gain", 0.2,
+         "rate control: run fraction taken off per unit of SLO error (error 1: twice the "
+         "error budget missed)", "float"),
+    Flag("besteffort.gain-up", 0.05,
+         "rate control: run fraction added per unit of room (-1: every request in time)",
+         "float"),
+    Flag("besteffort.deadband", 0.1, "rate control: SLO errors within this are noise",
+         "float"),
+    Flag("besteffort.max-step", 0.2, "rate control: most change of one step", "ratio"),
+    Flag("besteffort.settle", "12s",
+         "rate control: a change shows in the SLO signal after this (its 10s window, "
+         "scrape and evaluation)", "duration"),
+    Flag("besteffort.stale-after", "15s",
+         "rate control: an older SLO reading is not believed (towards the floor)", "duration"),
+    Flag("prometheus.url", None,
+         "Prometheus with gpuguard's rules and the tenants' latency (rate control's signal)",
+         metavar="URL"),
+    Flag("prometheus.http-config-file", None, client.flag_help("--prometheus.url"),
+         metavar="PATH"),
     Flag("max-pause", "120s", "longest any container stays paused", "duration"),
     Flag("pause.method", "cgroup",
          "cgroup: freeze the container's cgroup (~1 ms), then docker pause it too; "
@@ -143,6 +173,8 @@ class Config:
     kubernetes_api_server: str | None = None  # None: in-cluster
     web: WebConfig | None = None  # --web.config.file, as read at start-up
     exporter_client: ClientConfig = client.NONE
+    prometheus_url: str | None = None  # rate control's SLO signal; None: none
+    prometheus_client: ClientConfig = client.NONE
 
     def alerts_for(self, action: AlertAction) -> frozenset[str]:
         return frozenset(name for name, act in self.actions.items() if act == action)
@@ -187,6 +219,10 @@ def validate(values: Mapping[str, Any]) -> Config:
         best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
         best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
         best_effort_coexist_demand=flags.share(values, "policy.best-effort-coexist-demand"),
+        best_effort_control=flags.choice(
+            values, "policy.best-effort-control", BEST_EFFORT_CONTROLS
+        ),
+        rate=rate_law(values),
     )
     if policy.best_effort_hold_max_s < policy.best_effort_hold_s:
         raise ConfigError(
@@ -198,6 +234,16 @@ def validate(values: Mapping[str, Any]) -> Config:
         warnings.append(
             "--max-pause is shorter than a best-effort container's frozen part of "
             "--policy.best-effort-window: it will be released for good before its share"
+        )
+    prometheus_url = (
+        flags.http_url(values, "prometheus.url", ("http", "https"))
+        if values.get("prometheus.url")
+        else None
+    )
+    if policy.best_effort_control == "rate" and prometheus_url is None:
+        warnings.append(
+            "--policy.best-effort-control=rate without --prometheus.url: no SLO signal, "
+            "best-effort work runs --besteffort.initial of each period beside real-time work"
         )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
@@ -246,6 +292,40 @@ def validate(values: Mapping[str, Any]) -> Config:
         sysfs=host_path(values, "path.sysfs"),
         web=web,
         exporter_client=exporter_client,
+        prometheus_url=prometheus_url,
+        prometheus_client=client.load_client_config(
+            values["prometheus.http-config-file"], "prometheus.http-config-file"
+        ),
+    )
+
+
+#: rate control's shortest period: each switch is a freeze or a thaw (a thaw: Docker's
+#: unpause, 13-100 ms of runc here)
+MIN_PERIOD_S = 0.1
+
+
+@flags.reraise_as(ConfigError)
+def rate_law(values: Mapping[str, Any]) -> RateLaw:
+    """The ``--besteffort.*`` flags as the rate controller's law."""
+    period = flags.duration(values, "besteffort.period")
+    if period < MIN_PERIOD_S:
+        raise ConfigError(
+            f"--besteffort.period {values['besteffort.period']!r}: must be at least 100ms"
+        )
+    floor = flags.share(values, "besteffort.floor")
+    initial = flags.ratio(values, "besteffort.initial")
+    if initial < floor:
+        raise ConfigError("--besteffort.initial must be at least --besteffort.floor")
+    return RateLaw(
+        period_s=period,
+        floor=floor,
+        initial=initial,
+        gain=flags.positive(values, "besteffort.gain", 10.0),
+        gain_up=flags.positive(values, "besteffort.gain-up", 10.0),
+        deadband=flags.share(values, "besteffort.deadband"),
+        max_step=flags.ratio(values, "besteffort.max-step"),
+        stale_after_s=flags.duration(values, "besteffort.stale-after"),
+        settle_s=flags.duration(values, "besteffort.settle"),
     )
 
 

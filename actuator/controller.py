@@ -31,6 +31,7 @@ from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.types import Decision, Trigger
 from gpuguard.actuator.admission.slo import SloProtection
+from gpuguard.actuator.admission.slosignal import SloSignal, device_readings
 from gpuguard.actuator.admission.targets import decide_targets
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
@@ -70,6 +71,7 @@ class Controller:
         metrics: ActuatorMetrics,
         marker: NodeMarker | None,
         journal_lost: str | None = None,
+        slo_signal: SloSignal | None = None,
     ) -> None:
         self.config = config
         self.exporter = exporter_factory()
@@ -110,6 +112,8 @@ class Controller:
         metrics.journal_writable.set_function(lambda: 0.0 if journal.unwritable else 1.0)
         #: real-time activity, best-effort freezes and holds: the policy's ``Recent``
         self.history = RecentHistory(config.policy)
+        #: rate control's signal (None: no --prometheus.url, open loop)
+        self.slo_signal = slo_signal
         #: decides again when a hold, a share or a quantum falls due (``start_timer``)
         self.timer = DueTimer(self._timed_decision)
         #: protect_slo alerts firing for this node: devices whose best-effort work yields
@@ -174,6 +178,8 @@ class Controller:
             now = time.time()
             trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
             self.history.saw(state, now)
+            if self.config.policy.best_effort_control == "rate":
+                self._rate_control(state, now)
             recent = self.history.snapshot(now)
             ledger = self.journal.ledger()
             pressure = self.slo.pressure.devices(state)
@@ -209,6 +215,25 @@ class Controller:
                 times = (t_wait, t0, t_state, t_decided, done)
                 _log_decision(source, report, times, event_ts)
             return report
+
+    def _rate_control(self, state: ExporterState, now: float) -> None:
+        """A control step of each device's run fraction where one is due (once a period),
+        on the readings the SLO poller last got: never a query under the lock."""
+        attainments = self.slo_signal.latest() if self.slo_signal is not None else []
+        readings, declared = device_readings(state, attainments)
+        if self.slo_signal is None:
+            declared = frozenset()  # no signal can come: open loop
+        steps = self.history.rates.control(readings, declared, now)
+        self.metrics.rate_stepped(steps)
+        for step in steps:
+            if step.changed:
+                gpu, mig = step.device
+                self.audit.write(
+                    "run_fraction",
+                    gpu=gpu if mig is None else f"{gpu}:{mig}",
+                    run_fraction=round(step.run_fraction, 4),
+                    step=step.step,
+                )
 
     def start_timer(self) -> None:
         """Start deciding when holds, shares and quanta fall due."""

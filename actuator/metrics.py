@@ -14,9 +14,12 @@ Sample exposition::
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
+from gpuguard.actuator.admission.history import ControlStep
+from gpuguard.actuator.admission.ratecontrol import RateStep
 from gpuguard.actuator.safety.statewrites import StateWrites, StateWritesCollector
 from gpuguard.contract import Result, SkipReason, TriggerSource, Verb
 
@@ -24,6 +27,10 @@ VERBS = tuple(Verb)
 RESULTS = tuple(Result)
 SKIP_REASONS = tuple(SkipReason)
 TRIGGERS = tuple(TriggerSource)
+RATE_STEPS = tuple(RateStep)
+#: how a query of rate control's SLO signal went (``slosignal.SloSignal``)
+QUERY_OK, QUERY_FAILED = "ok", "failed"
+QUERY_RESULTS = (QUERY_OK, QUERY_FAILED)
 WEBHOOK_CODES = ("200", "400", "401", "413", "415", "503")
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -94,6 +101,26 @@ class ActuatorMetrics:
         self.webhooks = Counter(
             "gpuguard_actuator_webhooks", "Webhook requests by HTTP status.", ["code"], registry=r
         )
+        self.run_fraction = Gauge(
+            "gpuguard_actuator_besteffort_run_fraction",
+            "Rate control: the share of each period best-effort work runs beside active "
+            "real-time work on the device.",
+            ["gpu"],
+            registry=r,
+        )
+        self.control_steps = Counter(
+            "gpuguard_actuator_besteffort_control_steps",
+            "Rate control: control steps of a device's run fraction, by what they did.",
+            ["result"],
+            registry=r,
+        )
+        self.slo_queries = Counter(
+            "gpuguard_actuator_slo_queries",
+            "Rate control: queries of the SLO signal from Prometheus, by result (failed: "
+            "the readings age).",
+            ["result"],
+            registry=r,
+        )
         for kind in VERBS:
             for result in RESULTS:
                 self.actions.labels(kind, result)
@@ -103,6 +130,10 @@ class ActuatorMetrics:
             self.decision_seconds.labels(trigger)
         for code in WEBHOOK_CODES:
             self.webhooks.labels(code)
+        for step in RATE_STEPS:
+            self.control_steps.labels(step)
+        for query_result in QUERY_RESULTS:
+            self.slo_queries.labels(query_result)
         self.node_provisionable.labels(node).set(1)
         self.guard_lease_age.labels(node).set(math.inf)
         self.node = node
@@ -110,6 +141,15 @@ class ActuatorMetrics:
     def guard_seen(self, age_s: float) -> None:
         """The guard lease's age (``GpuguardGuardMissing`` fires when it grows)."""
         self.guard_lease_age.labels(self.node).set(age_s)
+
+    def rate_stepped(self, steps: Iterable[ControlStep]) -> None:
+        """Count control steps and show each device's run fraction (``gpu``: 0, or 0:1)."""
+        for step in steps:
+            self.control_steps.labels(step.step).inc()
+            gpu, mig = step.device
+            self.run_fraction.labels(str(gpu) if mig is None else f"{gpu}:{mig}").set(
+                step.run_fraction
+            )
 
     def skip(self, reason: str | None) -> None:
         """Count a skip; reasons outside the contract's list are audited only."""

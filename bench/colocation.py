@@ -23,8 +23,10 @@ about 0.1-0.15 s after it began; its queued kernels then still drain. That cost 
 per request, so the default requests are 0.5 s long (``--request-work`` x time scale).
 
 Kernels run at ``--time-scale``; the control loop (samples, polls, pauses) runs at real
-speed, so the figures hold for requests of the wall length they have here. The last line
-printed is one JSON object.
+speed, so the figures hold for requests of the wall length they have here. The actuator runs
+with its defaults plus ``--actuator-arg`` (repeatable: ``--actuator-arg=--policy.best-effort-
+control=rate``); its CPU and audit lines per minute in the managed run are printed (each
+pause, unpause and hand-over to Docker is a line). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -42,10 +44,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
 from gpuguard.demo.stack.localstack import NodeStack
+from gpuguard.demo.stack.process import free_port
+from gpuguard.demo.stack.prometheus import PrometheusService
 from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
+from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
 from gpuguard.gpusim.workload.server import percentile
 
 RUNS = ("alone", "shared", "managed")
@@ -55,9 +61,19 @@ def server_spec(run: str, args: argparse.Namespace, device: str = "0") -> Worklo
     flags = ["--rate", f"{args.rate}", "--request-work", f"{args.request_work}"]
     flags += ["--kernels", f"{args.kernels}", "--duration", f"{args.duration}"]
     flags += ["--seed", f"{args.seed}", "--memory-bytes", "1GiB", "--device", device]
+    slo: tuple[tuple[str, str], ...] = ()
+    if args.slo is not None:  # vLLM's histogram on the host's loopback, for Prometheus
+        port = free_port()
+        flags += ["--metrics-port", str(port)]
+        slo = (
+            (labels.SLO_METRIC, E2E_LATENCY),
+            (labels.SLO_TARGET, args.slo),
+            (labels.SLO_OBJECTIVE, args.slo_objective),
+            (labels.SLO_PORT, str(port)),
+        )
     return WorkloadSpec(
         f"{run}-server", kind=WorkloadKind.SERVER, kind_args=tuple(flags),
-        deadline=f"{args.deadline}s",
+        deadline=f"{args.deadline}s", extra_labels=slo, host_network=bool(slo),
     )  # fmt: skip
 
 
@@ -115,6 +131,33 @@ def control_latencies(node: NodeStack, result: ScenarioResult) -> dict[str, list
     return out
 
 
+def start_prometheus(node: NodeStack, base: Path, port: int) -> PrometheusService:
+    """The fast profile on this node's exporter, actuator and tenants (no Alertmanager)."""
+    assert node.engine is not None
+    return PrometheusService(
+        base / "prometheus", port=port, profile="fast",
+        exporters={f"127.0.0.1:{node.exporter_port}": node.node_name},
+        actuators=[f"127.0.0.1:{node.actuator_port}"], alertmanagers=[],
+        tenant_engines=[node.engine.url],
+    ).start()  # fmt: skip
+
+
+def run_fractions(node: NodeStack, start: float, end: float) -> list[tuple[float, float]]:
+    """Rate control's changes of the run fraction within ``[start, end]``: (s in, fraction)."""
+    path = node.base_dir / "actuator" / "audit.jsonl"
+    return [
+        (r["ts"] - start, float(r["run_fraction"]))
+        for r in read_audit(path)
+        if r.get("event") == "run_fraction" and start <= r["ts"] <= end
+    ]
+
+
+def audit_lines(node: NodeStack, start: float, end: float) -> int:
+    """The audit log's lines written within ``[start, end]``."""
+    path = node.base_dir / "actuator" / "audit.jsonl"
+    return sum(start <= record["ts"] <= end for record in read_audit(path))
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -137,26 +180,45 @@ def main() -> int:
     parser.add_argument(
         "--seed", type=int, default=8, help="arrivals (8: 30%% of the GPU in 10 s and in 60 s)"
     )
+    parser.add_argument("--actuator-arg", action="append", default=[], metavar="FLAG",
+                        help="one more actuator flag (repeatable; the = form)")  # fmt: skip
+    parser.add_argument(
+        "--slo", default=None, metavar="TARGET",
+        help="declare the server's latency SLO with this target (a bucket of its histogram: "
+             "1.5s) and run Prometheus: rate control's signal",
+    )  # fmt: skip
+    parser.add_argument("--slo-objective", default="0.99", help="the SLO's objective")
     args = parser.parse_args()
     args.duration = args.duration or (10.0 if args.quick else 60.0)
     share = args.rate * args.request_work * args.time_scale
     base = Path(tempfile.mkdtemp(prefix="ggc-"))
     node = NodeStack(base, "bench", time_scale=args.time_scale, poll_interval=args.poll_interval)
     node.actuator_mode = "fast"
+    node.extra_actuator_flags = list(args.actuator_arg)
     node.gpusim_options = {"device": ["name=gpu0", "name=gpu1"]}
+    prometheus_port = free_port()
+    if args.slo is not None:
+        node.extra_actuator_flags.append(f"--prometheus.url=http://127.0.0.1:{prometheus_port}")
+    prometheus: PrometheusService | None = None
     print(
         f"gpusim time scale {args.time_scale}; server: {args.rate}/s Poisson, "
         f"{1000 * args.request_work * args.time_scale:.0f} ms of kernels each ({share:.0%} of "
         f"the GPU), deadline {args.deadline}s; trainer: steps of "
         f"{1000 * args.step_work * args.time_scale:.0f} ms, sync every {args.sync_every}; "
-        f"{args.duration}s per run; exporter poll {args.poll_interval}; actuator fast path",
+        f"{args.duration}s per run; exporter poll {args.poll_interval}; actuator fast path"
+        f"{' ' + ' '.join(args.actuator_arg) if args.actuator_arg else ''}",
         flush=True,
     )
     results: dict[str, ScenarioResult] = {}
+    actuator_cpu: dict[str, float] = {}
     started = time.time()
     try:
         node.start(progress=lambda line: print("  " + line, flush=True))
         assert node.actuator is not None and node.exporter is not None
+        if args.slo is not None:
+            prometheus = start_prometheus(node, base, prometheus_port)
+            print(f"  prometheus at {prometheus.url}: server SLO {args.slo} at "
+                  f"{args.slo_objective}", flush=True)  # fmt: skip
         for run in RUNS:
             cpu = [cpu_seconds(p.pid) for p in (node.actuator, node.exporter)]
             results[run] = run_one(node, run, args)
@@ -164,9 +226,15 @@ def main() -> int:
                 cpu_seconds(p.pid) - c
                 for p, c in zip((node.actuator, node.exporter), cpu, strict=True)
             ]
+            actuator_cpu[run] = cpu[0]
             print(f"  {run}: done (CPU: actuator {cpu[0]:.2f}s, exporter {cpu[1]:.2f}s)")
         control = control_latencies(node, results["managed"])
+        managed = results["managed"].released_at
+        lines = audit_lines(node, managed, managed + args.duration)
+        fractions = run_fractions(node, managed, managed + args.duration)
     finally:
+        if prometheus is not None:
+            prometheus.stop()
         node.stop()
         shutil.rmtree(base, ignore_errors=True)
     print(report(results, args.duration))
@@ -178,6 +246,15 @@ def main() -> int:
     line = summary(results, args.duration)
     line["freeze_latency_median_ms"] = round(_median(control["freeze_ms"]), 1)
     line["thaw_latency_median_ms"] = round(_median(control["thaw_ms"]), 1)
+    line["audit_lines_per_min_managed"] = round(60 * lines / args.duration, 1)
+    line["actuator_cpu_s_managed"] = round(actuator_cpu["managed"], 2)
+    print(
+        f"managed: actuator CPU {actuator_cpu['managed']:.2f} s, "
+        f"{line['audit_lines_per_min_managed']:.0f} audit lines a minute"
+    )
+    if fractions:
+        print("managed: run fraction " + ", ".join(f"{f:.2f} at {t:.0f}s" for t, f in fractions))
+    line["run_fraction_end"] = fractions[-1][1] if fractions else None
     print(json.dumps(line))
     return 0
 

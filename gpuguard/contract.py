@@ -137,11 +137,14 @@ class StepReason(StrEnum):
     #: deadline less its typical run and ``--policy.slack-margin``): thawed, whatever the
     #: queue says
     SLACK = "slack"
+    #: best-effort beside active real-time work under rate control: frozen or thawed by its
+    #: device's duty cycle (``--policy.best-effort-control=rate``)
+    DUTY_CYCLE = "duty_cycle"
 
 
 #: Unpause reasons that start a chance to run: the journal records when (``Ledger.admitted``).
 ADMITTING_REASONS: frozenset[StepReason] = frozenset(
-    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE, StepReason.SLACK}
+    {StepReason.ADMIT, StepReason.BEST_EFFORT_SHARE, StepReason.SLACK, StepReason.DUTY_CYCLE}
 )
 
 

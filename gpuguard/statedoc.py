@@ -176,6 +176,8 @@ class Container:
     pod: str | None = None
     #: the latency target of the SLO its ``gpuguard.slo.*`` labels declare; None: none
     slo_target_s: float | None = None
+    #: the objective of the latency SLO it declares (``slo.objective``); None: no SLO
+    slo_objective: float | None = None
 
 
 @dataclass(frozen=True)
@@ -342,6 +344,7 @@ def _container(doc: Any, where: str) -> Container:
         namespace=_opt(obj, k.NAMESPACE, str, where),
         pod=_opt(obj, k.POD, str, where),
         slo_target_s=_slo_target(obj, where),
+        slo_objective=_slo_objective(obj, where),
     )
 
 
@@ -350,6 +353,16 @@ def _slo_target(obj: dict[str, Any], where: str) -> float | None:
     if slo is None:
         return None
     return float(_get(slo, SloField.TARGET_S, (int, float), f"{where}.slo"))
+
+
+def _slo_objective(container: dict[str, Any], where: str) -> float | None:
+    slo = _opt(container, ContainerField.SLO, dict, where)
+    if slo is None:
+        return None
+    objective = _get(slo, SloField.OBJECTIVE, (int, float), f"{where}.{ContainerField.SLO}")
+    if not 0 < objective < 1:
+        raise StateError(f"{where}.{ContainerField.SLO}.{SloField.OBJECTIVE} must be in (0, 1)")
+    return float(objective)
 
 
 def _task(doc: Any, where: str) -> Task:

@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
 from gpuguard.contract import StateReason
 from gpuguard.noderecord import MEMORY_MAX, GpuRecord, NodeRecord
 from gpuguard.placer.errors import RecordsUnavailable
 from gpuguard.placer.ranking import NodeView
+from gpuguard.promquery import QueryFailed, instant_query
 from gpuguard.web import client
 from gpuguard.web.client import ClientConfig
 
@@ -186,7 +185,7 @@ class PrometheusSource:
         clock: Callable[[], float] = time.time,
         tls_auth: ClientConfig = client.NONE,
     ) -> None:
-        self.url = url.rstrip("/") + "/api/v1/query"
+        self.base_url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.cache_s = cache_s
         self._clock = clock
@@ -205,17 +204,9 @@ class PrometheusSource:
 
     def _query(self) -> list[Mapping[str, Any]]:
         try:
-            reply = self._session.get(
-                self.url, params={"query": RECORDS_QUERY}, timeout=self.timeout_s
-            )
-            body = reply.json()
-        except (requests.RequestException, ValueError) as exc:
-            raise RecordsUnavailable(f"prometheus at {self.url}: {type(exc).__name__}") from None
-        if reply.status_code != 200 or body.get("status") != "success":
-            error = body.get("error", reply.status_code) if isinstance(body, dict) else "?"
-            raise RecordsUnavailable(f"prometheus at {self.url}: {error}")
-        result: list[Mapping[str, Any]] = body["data"]["result"]
-        return result
+            return instant_query(self._session, self.base_url, RECORDS_QUERY, self.timeout_s)
+        except QueryFailed as exc:
+            raise RecordsUnavailable(str(exc)) from None
 
     def close(self) -> None:
         self._session.close()

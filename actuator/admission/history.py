@@ -1,14 +1,19 @@
 """What the actuator saw lately, for the policy's holds and sliding windows (memory only).
 
 The policy is pure: it gets this as ``policy.Recent`` and says what it saw in the
-``Decision`` (``realtime_devices``); the controller feeds both back here under its lock,
-with what the executor really did. Nothing here survives a restart, which only makes a
-hold start afresh; the journal keeps the freeze in progress (``Ledger.paused``).
+``Decision`` (``realtime_devices``, ``duty_cycles``); the controller feeds both back here
+under its lock, with what the executor really did. Under rate control (``RateHistory``) the
+run fraction of each device and its duty cycle live here too, and the controller's step
+(``ratecontrol.control_step``) runs here once per period. Nothing here survives a restart,
+which only makes a hold start afresh and a run fraction start again at
+``--besteffort.initial``; the journal keeps the freeze in progress (``Ledger.paused``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
@@ -18,6 +23,14 @@ from gpuguard.actuator.admission.policy.types import (
     PolicyConfig,
     Recent,
     Step,
+)
+from gpuguard.actuator.admission.ratecontrol import (
+    Change,
+    DutyCycle,
+    RateLaw,
+    RateStep,
+    SloReading,
+    control_step,
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PRE_KERNEL, Phase, Result, StepReason
@@ -30,6 +43,82 @@ QUICK_REFREEZE_HOLDS = 1.0
 CALM_HOLDS = 4.0
 #: what a container or image was seen to do is remembered this long
 REPEATER_MEMORY_S = 600.0
+
+
+@dataclass(frozen=True)
+class ControlStep:
+    """One control step of a device's run fraction (metrics, audit)."""
+
+    device: DeviceKey
+    step: RateStep
+    run_fraction: float
+    changed: bool
+
+
+class RateHistory:
+    """The rate controller's state, by device: the run fraction it set, its last change,
+    the phase of the duty cycle running there (while real-time work is active), the time of
+    its last step. Not thread-safe: the controller calls it under its lock."""
+
+    def __init__(self, law: RateLaw) -> None:
+        self.law = law
+        self._fraction: dict[DeviceKey, float] = {}
+        self._change: dict[DeviceKey, Change] = {}
+        self._phase: dict[DeviceKey, float] = {}
+        self._stepped_at: dict[DeviceKey, float] = {}
+        #: when each running cycle's control began (a first reading takes a while)
+        self._since: dict[DeviceKey, float] = {}
+
+    def control(
+        self,
+        readings: Mapping[DeviceKey, Sequence[SloReading]],
+        declared: frozenset[DeviceKey],
+        now: float,
+    ) -> list[ControlStep]:
+        """A control step for each device whose duty cycle runs, once per period.
+
+        ``declared``: devices where a real-time container declares an SLO (the others are
+        open loop); ``readings``: the SLO readings of each device's real-time containers.
+        """
+        done = []
+        for device in sorted(self._phase):
+            if now - self._stepped_at.get(device, -math.inf) < self.law.period_s:
+                continue
+            current = self._fraction.get(device, self.law.initial)
+            last = self._change.setdefault(device, Change(now))
+            since = self._since.setdefault(device, now)
+            fraction, step = control_step(
+                current, readings.get(device, ()), device in declared, last, now, self.law, since
+            )
+            self._stepped_at[device] = now
+            self._fraction[device] = fraction
+            changed = fraction != current
+            if changed:
+                self._change[device] = Change(now, step)
+            done.append(ControlStep(device, step, fraction, changed))
+        return done
+
+    def cycles(self) -> dict[DeviceKey, DutyCycle]:
+        """The duty cycles running, at the fractions set now."""
+        return {
+            device: DutyCycle(
+                self._fraction.get(device, self.law.initial), self.law.period_s, phase
+            )
+            for device, phase in self._phase.items()
+        }
+
+    def fractions(self) -> dict[DeviceKey, float]:
+        return dict(self._fraction)
+
+    def ran(self, cycles: Mapping[DeviceKey, DutyCycle] | None) -> None:
+        """Keep the phases of the cycles a decision ran; a device it ran none on is idle
+        (its next cycle starts afresh, frozen first)."""
+        if cycles is None:
+            return  # not planned: nothing changes
+        self._phase = {device: cycle.phase for device, cycle in cycles.items()}
+        self._since = {d: t for d, t in self._since.items() if d in self._phase}
+        for device, cycle in cycles.items():
+            self._fraction.setdefault(device, cycle.run_fraction)
 
 
 class RecentHistory:
@@ -51,6 +140,8 @@ class RecentHistory:
         self._tasks_seen: dict[str, set[str]] = {}  # up to two task ids per container
         self._image_of: dict[str, str] = {}
         self._straight_on: frozenset[str] = frozenset()
+        #: rate control's state (``--policy.best-effort-control=rate``)
+        self.rates = RateHistory(config.rate)
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -127,12 +218,15 @@ class RecentHistory:
             frozen_spans={cid: tuple(spans) for cid, spans in self._spans.items()},
             hold_s=dict(self._hold),
             straight_on=self._straight_on,
+            duty_cycles=self.rates.cycles(),
+            run_fractions=self.rates.fractions(),
         )
 
     def observe(self, decision: Decision, done: Sequence[tuple[Step, Result]], now: float) -> None:
         """Record a decision and what became of its steps."""
         for device in decision.realtime_devices:
             self._realtime_seen[device] = now
+        self.rates.ran(decision.duty_cycles)
         for step, result in done:
             if result not in _DONE:
                 continue

@@ -26,16 +26,29 @@ opportunistic jobs, from inside the container):
   objective: best-effort gets everything real-time can spare. The dead band keeps sampling
   noise from moving it (no chatter); backing off is faster than probing (``gain_up`` <
   ``gain``), since a miss costs a tenant and a lost step costs only throughput.
+* The signal lags: attainment is a share over the rule's window (10 s), scraped and
+  evaluated every second or so. An integral controller that stepped every period on a
+  signal still describing the fraction of several steps ago would keep correcting an error
+  it had already corrected, and overshoot (with a delay of ``D`` steps it stays monotone
+  only for a loop gain under about ``1 / (e (D + 1))``, and the plant's slope is unknown,
+  ten times steeper for a dense server than for a sparse one). So a step uses only readings
+  taken ``settle_s`` (the window plus the scrape and evaluation) after the last change:
+  each step sees what the previous one did, the condition the no-overshoot argument above
+  needs whatever the plant's slope, as long as ``gain`` x slope < 1. Until then the step
+  is ``settling``. One exception: a miss seen after a step *up* backs off at once, since
+  the window before that step held none (the probe failed; waiting would only prolong it).
 * A signal older than ``stale_after_s`` (Prometheus down, the tenant stopped exporting) is
   not believed: the fraction steps down to the floor, the side safe for real-time work.
+  A device whose control began less than ``stale_after_s`` ago and has no reading yet is
+  settling, not stale: a server's first window takes ``settle_s`` to appear.
 * The floor is the starvation guard: a best-effort container runs at least ``floor`` of
-  every period, whatever the signal says.
+  every period, whatever the signal says, so no freeze outlasts ``(1 - floor) x period``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,6 +62,8 @@ class RateStep(StrEnum):
     STALE = "stale"  # no fresh signal: towards the floor
     #: no real-time signal is declared: the configured run fraction, unchanged
     OPEN_LOOP = "open_loop"
+    #: the signal does not yet show what the last change did (``RateLaw.settle_s``)
+    SETTLING = "settling"
 
 
 @dataclass(frozen=True)
@@ -68,12 +83,16 @@ class RateLaw:
     deadband: float = 0.1
     max_step: float = 0.2
     stale_after_s: float = 15.0
+    #: a change shows in the signal this long after it (the rule's window, scrape, evaluation)
+    settle_s: float = 12.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.floor <= self.initial <= 1:
             raise ValueError("need 0 <= floor <= initial <= 1")
         if self.period_s <= 0 or self.stale_after_s <= 0:
             raise ValueError("period and staleness must be positive")
+        if self.settle_s < 0:
+            raise ValueError("settling time must not be negative")
         if min(self.gain, self.gain_up, self.deadband, self.max_step) < 0:
             raise ValueError("gains, dead band and step must not be negative")
 
@@ -119,6 +138,48 @@ def next_run_fraction(
     gain = law.gain if error > 0 else law.gain_up
     step = max(-law.max_step, min(law.max_step, -gain * error))
     return _clamp(current + step, law), RateStep.DOWN if step < 0 else RateStep.UP
+
+
+@dataclass(frozen=True)
+class Change:
+    """A device's last change of run fraction: when, and which way (None: none yet)."""
+
+    at: float
+    step: RateStep | None = None
+
+
+def control_step(
+    current: float,
+    readings: Sequence[SloReading],
+    declared: bool,
+    last: Change,
+    now: float,
+    law: RateLaw,
+    since: float | None = None,
+) -> tuple[float, RateStep]:
+    """One control step of a device: ``next_run_fraction`` on the readings that show what
+    the last change did (``settle_s`` after it; after a step up, any later miss).
+
+    ``since``: when control of the device began (its duty cycle started). Until
+    ``stale_after_s`` after that, no reading is not yet a stale signal: a server's first
+    window takes ``settle_s`` to appear, and its absence then says nothing.
+    """
+    if not declared:
+        return next_run_fraction(current, None, declared, law)  # open loop
+    if worst_error(readings, now, law) is None:
+        if since is not None and now - since < law.stale_after_s:
+            return _clamp(current, law), RateStep.SETTLING
+        return next_run_fraction(current, None, True, law)  # stale
+    settled = worst_error(
+        [r for r in readings if r.measured_at >= last.at + law.settle_s], now, law
+    )
+    if settled is not None:
+        return next_run_fraction(current, settled, True, law)
+    if last.step is RateStep.UP:
+        since_up = worst_error([r for r in readings if r.measured_at > last.at], now, law)
+        if since_up is not None and since_up > law.deadband:
+            return next_run_fraction(current, since_up, True, law)  # the probe hurt: back off
+    return _clamp(current, law), RateStep.SETTLING
 
 
 def _clamp(fraction: float, law: RateLaw) -> float:

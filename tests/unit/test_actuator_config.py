@@ -325,3 +325,53 @@ def test_bad_web_and_client_configs_are_config_errors(
     client.write_text("tls_config: {ca: x}\n")
     with pytest.raises(ConfigError, match=r"--exporter\.http-config-file .*tls_config\.ca"):
         load_config(parse([*base(files), f"--exporter.http-config-file={client}"]))
+
+
+def test_rate_control_flags(files: dict[str, str]) -> None:
+    policy = load_config(parse(base(files))).policy
+    assert policy.best_effort_control == "hold"
+    argv = [*base(files), "--policy.best-effort-control=rate", "--besteffort.period=500ms",
+            "--besteffort.floor=0.05", "--besteffort.initial=0.2", "--besteffort.gain=0.3",
+            "--besteffort.gain-up=0.1", "--besteffort.deadband=0.2", "--besteffort.max-step=0.5",
+            "--besteffort.settle=6s", "--besteffort.stale-after=20s",
+            "--prometheus.url=http://127.0.0.1:9090/"]  # fmt: skip
+    config = load_config(parse(argv))
+    law = config.policy.rate
+    assert config.policy.best_effort_control == "rate"
+    assert (law.period_s, law.floor, law.initial, law.gain, law.gain_up) == (
+        0.5, 0.05, 0.2, 0.3, 0.1,
+    )  # fmt: skip
+    assert (law.deadband, law.max_step, law.settle_s, law.stale_after_s) == (0.2, 0.5, 6.0, 20.0)
+    assert config.prometheus_url == "http://127.0.0.1:9090"
+    assert not any("--prometheus.url" in w for w in config.warnings)
+    # rate control without a signal: open loop, and said so
+    blind = load_config(parse([*base(files), "--policy.best-effort-control=rate"]))
+    assert any("without --prometheus.url" in w for w in blind.warnings)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--policy.best-effort-control=detect"],
+         "--policy.best-effort-control 'detect': must be one of hold, rate"),
+        (["--besteffort.period=50ms"], "--besteffort.period '50ms': must be at least 100ms"),
+        (["--besteffort.period=often"], "--besteffort.period: invalid duration 'often'"),
+        (["--besteffort.floor=1"], "--besteffort.floor '1': must be in [0, 1)"),
+        (["--besteffort.initial=0"], "--besteffort.initial '0': must be in (0, 1]"),
+        (["--besteffort.floor=0.3", "--besteffort.initial=0.2"],
+         "--besteffort.initial must be at least --besteffort.floor"),
+        (["--besteffort.gain=-1"], "--besteffort.gain '-1': must be in (0, 10]"),
+        (["--besteffort.gain-up=lots"], "--besteffort.gain-up 'lots': must be a number"),
+        (["--besteffort.deadband=1"], "--besteffort.deadband '1': must be in [0, 1)"),
+        (["--besteffort.max-step=0"], "--besteffort.max-step '0': must be in (0, 1]"),
+        (["--besteffort.settle=0s"], "--besteffort.settle: invalid duration '0s'"),
+        (["--besteffort.stale-after=x"], "--besteffort.stale-after: invalid duration 'x'"),
+        (["--prometheus.url=prom:9090"], "--prometheus.url 'prom:9090': must be an http/https"),
+        (["--prometheus.http-config-file=/no/such/file"], "--prometheus.http-config-file"),
+    ],
+)  # fmt: skip
+def test_bad_rate_control_values(files: dict[str, str], extra: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(parse([*base(files), *extra]))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)

@@ -291,3 +291,37 @@ def test_forgetting_gone_containers_rewrites_the_journal_once(tmp_path: Path) ->
                  if r["event"] == "reconcile"]  # fmt: skip
     assert len(forgotten) == 1000  # each still audited
     controller.audit.close()
+
+
+def test_rate_control_steps_each_running_cycle_once_a_period(tmp_path: Path) -> None:
+    """Without --prometheus.url there is no signal: the cycle the first decision starts is
+    stepped open loop, counted, and its fraction shown per device."""
+    from tests.unit.test_actuator_policy import container, state, task
+
+    controller = make_controller(
+        tmp_path, **{"policy.best-effort-control": "rate", "besteffort.period": "200ms"}
+    )
+    cs = [container("r", deadline=2.0), container("t", klass="best-effort")]
+    ts = [task("r", "computing", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
+    registry = controller.metrics.registry
+
+    def steps(result: str) -> float | None:
+        value: float | None = registry.get_sample_value(
+            "gpuguard_actuator_besteffort_control_steps_total", {"result": result}
+        )
+        return value
+
+    try:
+        for _ in range(3):
+            fresh = state(cs, ts, util=1.0, timestamp=time.time())
+            controller.decide_now(TriggerSource.FAST, state=fresh)
+            time.sleep(0.25)
+        assert steps("open_loop") == 2.0  # the first decision only started the cycle
+        assert steps("up") == 0.0 and steps("settling") == 0.0
+        fraction = registry.get_sample_value(
+            "gpuguard_actuator_besteffort_run_fraction", {"gpu": "0"}
+        )
+        assert fraction == 0.1
+        assert controller.history.snapshot(time.time()).duty_cycles.keys() == {(0, None)}
+    finally:
+        controller.timer.stop()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, PolicyConfig, Step
+from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw, RateStep, SloReading
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.contract import Phase, Result, StepReason
@@ -137,3 +140,66 @@ def test_what_a_program_does_after_a_task_is_learnt_per_container_and_image() ->
     history.saw(snap([("c1", "t7", "input")]), 105.4)
     history.saw(snap([("c1", "t7", "input"), ("c5", "t8", "input")]), 105.5)
     assert history.snapshot(105.5).straight_on == {"c1"}
+
+
+# --- rate control's state (RateHistory) ------------------------------------------------------
+
+GPU0 = (0, None)
+
+
+def rate_history(**law: float) -> RecentHistory:
+    config = PolicyConfig(best_effort_control="rate", rate=RateLaw(**law))
+    return RecentHistory(config)
+
+
+def run_cycles(history: RecentHistory, cycles: dict[tuple[int, int | None], DutyCycle]) -> None:
+    history.observe(Decision(duty_cycles=cycles), [], 0.0)
+
+
+def test_a_cycle_a_decision_ran_keeps_its_phase_until_one_runs_none() -> None:
+    history = rate_history(initial=0.3)
+    run_cycles(history, {GPU0: DutyCycle(0.3, 1.0, 99.7)})
+    assert history.snapshot(100.0).duty_cycles == {GPU0: DutyCycle(0.3, 1.0, 99.7)}
+    history.observe(Decision(), [], 100.5)  # not planned (stale state, hold): unchanged
+    assert GPU0 in history.snapshot(100.5).duty_cycles
+    run_cycles(history, {})  # real-time work went idle
+    snap = history.snapshot(101.0)
+    assert snap.duty_cycles == {} and snap.run_fractions == {GPU0: 0.3}
+
+
+def test_one_control_step_a_period_and_only_where_a_cycle_runs() -> None:
+    history = rate_history(initial=0.5, floor=0.1, max_step=0.2, period_s=1.0, stale_after_s=3)
+    assert history.rates.control({}, frozenset({GPU0}), 100.0) == []  # no cycle yet
+    run_cycles(history, {GPU0: DutyCycle(0.5, 1.0, 99.5)})
+    # declared, no reading yet: a first window takes a while, stale only after stale_after
+    [step] = history.rates.control({}, frozenset({GPU0}), 100.0)
+    assert (step.step, step.run_fraction, step.changed) == (RateStep.SETTLING, 0.5, False)
+    assert history.rates.control({}, frozenset({GPU0}), 100.5) == []  # within the period
+    [step] = history.rates.control({}, frozenset({GPU0}), 103.0)
+    assert (step.step, step.run_fraction, step.changed) == (RateStep.STALE, 0.3, True)
+    [step] = history.rates.control({}, frozenset({GPU0}), 104.0)
+    assert step.run_fraction == pytest.approx(0.1)
+    # the running cycle takes the new fraction, in the same phase
+    assert history.snapshot(104.0).duty_cycles[GPU0] == DutyCycle(step.run_fraction, 1.0, 99.5)
+    [step] = history.rates.control({}, frozenset(), 105.0)  # nothing declared: open loop
+    assert (step.step, step.run_fraction) == (RateStep.OPEN_LOOP, 0.5)
+    # a cycle that ends and starts again gives its first window time again
+    run_cycles(history, {})
+    run_cycles(history, {GPU0: DutyCycle(0.5, 1.0, 109.5)})
+    [step] = history.rates.control({}, frozenset({GPU0}), 110.0)
+    assert step.step == RateStep.SETTLING
+
+
+def test_a_step_waits_for_a_reading_taken_after_the_last_change_has_settled() -> None:
+    history = rate_history(initial=0.5, gain_up=0.1, settle_s=5.0, period_s=1.0)
+    run_cycles(history, {GPU0: DutyCycle(0.5, 1.0, 0.0)})
+    good = {GPU0: [SloReading(1.0, 0.99, 100.0)]}
+    [step] = history.rates.control(good, frozenset({GPU0}), 100.0)  # the first look
+    assert step.step == RateStep.SETTLING  # nothing changed since: the clock starts now
+    [step] = history.rates.control(good, frozenset({GPU0}), 104.0)
+    assert step.step == RateStep.SETTLING  # reading older than the first look + 5 s
+    later = {GPU0: [SloReading(1.0, 0.99, 105.0)]}
+    [step] = history.rates.control(later, frozenset({GPU0}), 105.0)
+    assert (step.step, step.run_fraction) == (RateStep.UP, pytest.approx(0.6))
+    [step] = history.rates.control(later, frozenset({GPU0}), 106.0)
+    assert step.step == RateStep.SETTLING  # the step up is the new last change

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
 from gpuguard.actuator.admission.ratecontrol import (
+    Change,
     DutyCycle,
     RateLaw,
     RateStep,
     SloReading,
+    control_step,
     next_run_fraction,
     worst_error,
 )
@@ -134,3 +137,89 @@ def test_a_full_run_fraction_never_freezes() -> None:
 def test_a_bad_law_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RateLaw(**kwargs)
+
+
+# --- one control step of a device: which readings count (control_step) --------------------
+
+T0 = 1000.0
+SETTLE = RateLaw(floor=0.1, initial=0.2, gain=0.2, gain_up=0.05, deadband=0.1, max_step=0.2,
+                 stale_after_s=15.0, settle_s=12.0)  # fmt: skip
+
+
+def reading(attainment: float, at: float) -> SloReading:
+    return SloReading(attainment, 0.99, at)
+
+
+@pytest.mark.parametrize(
+    ("readings", "last", "expected", "step"),
+    [
+        # not yet a window that shows the last change: unchanged, whatever it says
+        ([reading(0.995, T0 + 5)], Change(T0), 0.5, RateStep.SETTLING),
+        ([reading(0.9, T0 + 5)], Change(T0, RateStep.DOWN), 0.5, RateStep.SETTLING),
+        ([reading(0.999, T0 + 5)], Change(T0, RateStep.UP), 0.5, RateStep.SETTLING),
+        # a window after it: the law's step on that window alone
+        ([reading(0.97, T0 + 5), reading(1.0, T0 + 12)], Change(T0), 0.55, RateStep.UP),
+        ([reading(0.98, T0 + 13)], Change(T0, RateStep.DOWN), 0.3, RateStep.DOWN),
+        # a miss right after a step up: the probe hurt, back off at once
+        ([reading(0.985, T0 + 3)], Change(T0, RateStep.UP), 0.4, RateStep.DOWN),
+        # ... but not on a window from before the step, nor within the dead band
+        ([reading(0.9, T0 - 1)], Change(T0, RateStep.UP), 0.5, RateStep.SETTLING),
+        ([reading(0.9895, T0 + 3)], Change(T0, RateStep.UP), 0.5, RateStep.SETTLING),
+        # nothing fresh (Prometheus down, no requests): towards the floor at once
+        ([reading(1.0, T0 - 10)], Change(T0 - 30), 0.3, RateStep.STALE),
+        ([], Change(T0), 0.3, RateStep.STALE),
+    ],
+)
+def test_a_control_step_uses_the_readings_that_show_the_last_change(
+    readings: list[SloReading], last: Change, expected: float, step: RateStep
+) -> None:
+    fraction, why = control_step(0.5, readings, True, last, T0 + 14, SETTLE)
+    assert why is step
+    assert fraction == pytest.approx(expected)
+
+
+def test_no_reading_yet_is_settling_until_stale_after_from_the_start_of_control() -> None:
+    fraction, why = control_step(0.5, [], True, Change(T0), T0 + 14, SETTLE, since=T0)
+    assert (fraction, why) == (0.5, RateStep.SETTLING)
+    fraction, why = control_step(0.5, [], True, Change(T0), T0 + 15, SETTLE, since=T0)
+    assert (fraction, why) == (pytest.approx(0.3), RateStep.STALE)
+
+
+def test_without_a_declared_slo_a_step_is_open_loop() -> None:
+    fraction, why = control_step(0.5, [reading(0.5, T0)], False, Change(0), T0, SETTLE)
+    assert (fraction, why) == (SETTLE.initial, RateStep.OPEN_LOOP)
+
+
+def _delayed_loop(law: RateLaw, steps: int, slope: float) -> list[float]:
+    """The law at one step a second against a plant that answers through a 10 s window
+    read 2 s late (a Prometheus rule): attainment = f(the mean run fraction over it)."""
+    history: list[float] = []
+    readings: list[SloReading] = []
+    run, last = law.initial, Change(0.0)
+    for t in range(steps):
+        history.append(run)
+        if t >= 12:
+            window = history[t - 12 : t - 2]
+            mean = sum(window) / len(window)
+            readings.append(SloReading(0.999 - max(0.0, mean - 0.3) * slope, 0.99, float(t)))
+        fraction, step = control_step(run, readings[-1:], True, last, float(t), law)
+        if fraction != run:
+            last = Change(float(t), step)
+        run = fraction
+    return history
+
+
+@pytest.mark.parametrize("slope", [0.02, 0.05, 0.2])
+def test_settling_keeps_a_lagging_signal_from_overshooting(slope: float) -> None:
+    """Why ``settle_s``: the same gains stepping on every reading of a lagging signal
+    overshoot the knee and swing; waiting for a window that shows the last change does not,
+    however steep the plant (a dense server's is ten times a sparse one's)."""
+    knee = 0.3 + 0.009 / slope  # attainment = objective there
+    eager = _delayed_loop(replace(SETTLE, settle_s=0.0), 400, slope)
+    patient = _delayed_loop(SETTLE, 400, slope)
+    assert max(eager) > knee + 0.1, "stepping on every reading overshoots"
+    if slope >= 0.05:  # a steep plant: it never settles
+        assert max(eager[200:]) - min(eager[200:]) > 0.3
+    # settled steps rise to the knee from below and stay (the first step: stale, to the floor)
+    assert all(b >= a for a, b in itertools.pairwise(patient[1:]))
+    assert knee - 0.1 <= patient[-1] <= knee + 0.01

@@ -78,6 +78,10 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   whose requests NVML cannot separate (``light_servers``) freezes no one: it is
   scheduled as a whole, beside its best-effort neighbour, unless its SLO alert fires.
   Containers of the ``normal`` class keep paper B's admission and never freeze anyone.
+  That is ``best_effort_control="hold"``; under ``"rate"`` best-effort work beside active
+  real-time work (or under SLO pressure) runs its device's duty cycle instead (reason
+  ``duty_cycle``; ``besteffort``'s doc), which replaces the hold, the light servers'
+  exception and the starvation share.
 * SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
   fires, ``actuator/admission/slo.py``): a best-effort container on such a device is frozen
   even while
@@ -99,7 +103,7 @@ The modules, by concern (import each thing from the module that defines it):
 * ``precedence``: what is ranked, servers and their SLO signals, the slack of a freeze.
 * ``devices``: each device's plan, and the gangs; ``admit``: what runs on one device.
 * ``yields``: repeaters that yield as they drain or between tasks.
-* ``besteffort``: best-effort freezes, holds and the starvation guard.
+* ``besteffort``: best-effort freezes, holds and the starvation guard; or duty cycles.
 * ``cleanup``: releasing what is gone, and the cap.
 * ``decide``: the composition, one fresh snapshot in, a ``Decision`` out.
 """

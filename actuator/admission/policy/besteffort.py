@@ -1,6 +1,16 @@
-"""Best-effort containers: frozen while real-time work needs one of their devices (or a
-real-time SLO alert fires on one), held past its last activity, thawed for a minimum share
-of every sliding window (the starvation guard).
+"""Best-effort containers beside real-time work, by ``--policy.best-effort-control``:
+
+* ``hold``: frozen while real-time work needs one of their devices (or a real-time SLO alert
+  fires on one), held past its last activity (an adaptive hold), thawed for a minimum share
+  of every sliding window (the starvation guard); a light server whose requests merge
+  freezes no one (``light_servers``). ``plan_best_effort``.
+* ``rate``: while real-time work is active on a device (or its SLO alert fires there), its
+  best-effort containers run the device's duty cycle (``admission/ratecontrol.py``: a
+  period, a run fraction set by feedback on the real-time side's SLO, never under the
+  floor), all in phase; a cycle starts with its frozen part, so work just seen gets the
+  device first. When real-time work goes idle they are thawed after one NVML sample period
+  (a next request is seen within one). The controller subsumes the adaptive hold, the
+  light-server exception and the starvation share. ``plan_best_effort_rate``.
 """
 
 from __future__ import annotations
@@ -19,8 +29,13 @@ from gpuguard.actuator.admission.policy.types import (
     Step,
 )
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import StepReason, TaskBoundary
+
+#: NVML's per-process samples come about this often: real-time work unseen for this long
+#: after its last activity is idle (rate control's only hold)
+NVML_SAMPLE_S = 1 / 6
 
 
 def light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
@@ -45,6 +60,16 @@ class BestEffortPlan:
     steps: list[Step] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
     due: list[float] = field(default_factory=list)
+    #: rate control: the duty cycle of each device where one runs
+    cycles: dict[DeviceKey, DutyCycle] = field(default_factory=dict)
+
+
+def _by_container(views: Sequence[TaskView]) -> dict[str, list[TaskView]]:
+    by_container: dict[str, list[TaskView]] = {}
+    for v in views:
+        if v.cid is not None:
+            by_container.setdefault(v.cid, []).append(v)
+    return by_container
 
 
 def plan_best_effort(
@@ -60,12 +85,8 @@ def plan_best_effort(
     real-time SLO fails on one of them), hold the freeze past its last activity, and keep
     the minimum share of every window."""
     plan = BestEffortPlan()
-    by_container: dict[str, list[TaskView]] = {}
-    for v in views:
-        if v.cid is not None:
-            by_container.setdefault(v.cid, []).append(v)
     window = config.best_effort_window_s
-    for cid, mine in by_container.items():
+    for cid, mine in _by_container(views).items():
         v = mine[0]
         devices = {m.task.device for m in mine}
         hold = recent.hold_s.get(cid, config.best_effort_hold_s)
@@ -103,6 +124,73 @@ def plan_best_effort(
             else:
                 plan.due.append(now + (hold - room))  # the window slides at most 1 s/s
     return plan
+
+
+def plan_best_effort_rate(
+    views: Sequence[TaskView],
+    realtime: frozenset[DeviceKey],
+    now: float,
+    config: PolicyConfig,
+    recent: Recent,
+    slo_pressure: frozenset[DeviceKey] = frozenset(),
+) -> BestEffortPlan:
+    """Run each best-effort container by its devices' duty cycles while real-time work is
+    active there (or its SLO alert fires); thaw it one NVML sample after the work went idle.
+
+    A container on several such devices is frozen while any of their cycles says so. A
+    device's cycle is ``recent``'s; a device without one starts one here, frozen first.
+    """
+    plan = BestEffortPlan()
+    law = config.rate
+    controlled = realtime | slo_pressure
+    for mine in _by_container(views).values():
+        v = mine[0]
+        devices = {m.task.device for m in mine}
+        active = devices & controlled
+        if not active:
+            last_seen = max(recent.realtime_seen.get(d, -math.inf) for d in devices)
+            if v.ours and now - last_seen < NVML_SAMPLE_S:
+                plan.due.append(last_seen + NVML_SAMPLE_S)
+            elif v.ours:
+                plan.steps.append(step_for(UNPAUSE, v, StepReason.REALTIME_IDLE))
+            _keep_idle_cycles(plan, devices, recent, now, law)
+            continue
+        if v.blocker:
+            if not v.paused:
+                plan.skips.append(skip_for(v, v.blocker, "best-effort, but cannot be paused"))
+            continue
+        cycles = [plan.cycles.get(d) or _cycle(d, recent, law, now) for d in sorted(active)]
+        plan.cycles.update(zip(sorted(active), cycles, strict=True))
+        frozen = any(c.frozen_at(now) for c in cycles)
+        if frozen and not v.paused:
+            plan.steps.append(step_for(PAUSE, v, StepReason.DUTY_CYCLE))
+        elif not frozen and v.ours:
+            plan.steps.append(step_for(UNPAUSE, v, StepReason.DUTY_CYCLE))
+        plan.due.append(min(c.next_switch(now) for c in cycles))
+    return plan
+
+
+def _keep_idle_cycles(
+    plan: BestEffortPlan, devices: set[DeviceKey], recent: Recent, now: float, law: RateLaw
+) -> None:
+    """Keep the phase of a device's cycle through an idle gap shorter than a period: work
+    that comes back at once must not start a new cycle, frozen first, while the last one's
+    freeze still holds (that would outlast the floor)."""
+    keep_s = max(law.period_s, NVML_SAMPLE_S)
+    for device in devices:
+        running = recent.duty_cycles.get(device)
+        if running is not None and now - recent.realtime_seen.get(device, -math.inf) < keep_s:
+            plan.cycles.setdefault(device, running)
+
+
+def _cycle(device: DeviceKey, recent: Recent, law: RateLaw, now: float) -> DutyCycle:
+    """The device's running cycle, or a new one at the controller's fraction that starts
+    with its frozen part (a microsecond into it, against rounding)."""
+    running = recent.duty_cycles.get(device)
+    if running is not None:
+        return running
+    fraction = recent.run_fractions.get(device, law.initial)
+    return DutyCycle(fraction, law.period_s, phase=now - fraction * law.period_s - 1e-6)
 
 
 def frozen_in_window(

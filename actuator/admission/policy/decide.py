@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuguard.actuator.admission.policy.besteffort import light_servers, plan_best_effort
+from gpuguard.actuator.admission.policy.besteffort import (
+    light_servers,
+    plan_best_effort,
+    plan_best_effort_rate,
+)
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
 from gpuguard.actuator.admission.policy.precedence import servers
@@ -40,7 +44,8 @@ def decide(
 
     ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
     containers there are frozen sooner and longer); ``slo_at_risk``: those containers (a
-    server at risk takes precedence over one that can afford a wait, ``precedence``).
+    server at risk takes precedence over one that can afford a wait, ``precedence``); under
+    rate control the best-effort duty cycle runs between requests too.
     """
     ledger = ledger or Ledger()
     recent = recent or Recent()
@@ -64,12 +69,19 @@ def decide(
         state.gpus, queued, best_effort, trigger.now, config, ledger, straight_on, between,
         slo_at_risk,
     )  # fmt: skip
-    light = light_servers(state, config.best_effort_coexist_demand)
+    rate = config.best_effort_control == "rate"
+    # under rate control a light server is one more rate-controlled neighbour, not an exception
+    light = set() if rate else light_servers(state, config.best_effort_coexist_demand)
     steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
     realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy - light)
-    be = plan_best_effort(best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure)
+    if rate:
+        be = plan_best_effort_rate(best_effort, realtime, trigger.now, config, recent, slo_pressure)
+    else:
+        be = plan_best_effort(
+            best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure
+        )
     steps += be.steps
     skips += be.skips
     due += be.due
@@ -82,7 +94,12 @@ def decide(
     due += gone_due
     protected = {cid for plan in plans.values() for cid in plan.kept}
     decision = finish(steps, skips, protected, config.max_actions)
-    return replace(decision, realtime_devices=realtime, next_due=min(due, default=None))
+    return replace(
+        decision,
+        realtime_devices=realtime,
+        next_due=min(due, default=None),
+        duty_cycles=be.cycles if rate else None,
+    )
 
 
 def _stale_reason(state: ExporterState, trigger: Trigger, config: PolicyConfig) -> str:

@@ -10,12 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey
 from gpuguard.contract import SkipReason, StepReason, TriggerSource, Verb
 
 PAUSE = Verb.PAUSE
 UNPAUSE = Verb.UNPAUSE
 ORDERS = ("fifo", "edf")
+#: how best-effort work beside real-time work is held back: ``hold`` (frozen while real-time
+#: work is seen, held past it, a starvation share) or ``rate`` (a duty cycle set by feedback)
+BEST_EFFORT_CONTROLS = ("hold", "rate")
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
 REPEAT_GAP_S = 2.0
@@ -58,6 +62,10 @@ class PolicyConfig:
     #: does: before its deadline from its task's start (a ranked task), or from the
     #: freeze's start (a server: a request may have come as it began)
     slack_margin_s: float = 0.5
+    #: ``hold`` or ``rate`` (``BEST_EFFORT_CONTROLS``; ``policy/besteffort.py``)
+    best_effort_control: str = "hold"
+    #: the rate controller's law and duty cycle (``best_effort_control == "rate"``)
+    rate: RateLaw = field(default_factory=RateLaw)
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,7 @@ class Recent:
     ``hold_s``: best-effort container -> its current (adaptive) hold.
     ``straight_on``: containers seen (or whose image was last seen) computing again within
     ``REPEAT_GAP_S`` of a drain with no input phase between: they yield as they drain.
+    ``duty_cycles``, ``run_fractions``: the rate controller's state (``rate`` control only).
     """
 
     realtime_seen: Mapping[DeviceKey, float] = field(default_factory=dict)
@@ -108,6 +117,10 @@ class Recent:
     hold_s: Mapping[str, float] = field(default_factory=dict)
     #: containers seen (or whose image was last seen) going straight on after a drain
     straight_on: frozenset[str] = frozenset()
+    #: rate control: the duty cycles running, by device (``admission/history.py``) ...
+    duty_cycles: Mapping[DeviceKey, DutyCycle] = field(default_factory=dict)
+    #: ... and the run fraction the controller set for every device it has stepped
+    run_fractions: Mapping[DeviceKey, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,3 +156,6 @@ class Decision:
     realtime_devices: frozenset[DeviceKey] = frozenset()
     #: wall time at which a hold, share or quantum falls due: decide again then
     next_due: float | None = None
+    #: rate control: the duty cycle of every device where one runs now (its best-effort
+    #: work beside active real-time work); None: not planned (hold control, stale state)
+    duty_cycles: Mapping[DeviceKey, DutyCycle] | None = None

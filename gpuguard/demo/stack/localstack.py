@@ -238,9 +238,14 @@ class LocalStack:
         swarm: bool = False,
         placer_flags: list[str] | None = None,
         exporter_flags: list[str] | None = None,
+        actuator_flags: list[str] | None = None,
         default_ports: bool = True,
     ) -> None:
-        """``default_ports``: the usual ports when they are free (the demo); else any."""
+        """``default_ports``: the usual ports when they are free (the demo); else any.
+
+        Every actuator is told this stack's Prometheus (``--prometheus.url``: rate control's
+        signal), whose port is chosen before the nodes start.
+        """
         self.dir = directory
         self.swarm = swarm
         self.ports = DEFAULT_PORTS if default_ports else dict.fromkeys(DEFAULT_PORTS, 0)
@@ -251,6 +256,8 @@ class LocalStack:
         self.swarm_node_ids: list[str] = []
         token = make_token_file(directory / "webhook.token")
         names = node_names or [socket.gethostname()]
+        self.prometheus_port = free_port(self.ports["prometheus"])
+        to_prometheus = [f"--prometheus.url=http://127.0.0.1:{self.prometheus_port}"]
         self.nodes = [
             NodeStack(
                 directory / f"node-{i}",
@@ -262,6 +269,7 @@ class LocalStack:
                 poll_interval=poll_interval,
                 token_file=token,
                 extra_exporter_flags=list(exporter_flags or []),
+                extra_actuator_flags=[*to_prometheus, *(actuator_flags or [])],
             )
             for i, name in enumerate(names)
         ]
@@ -296,7 +304,7 @@ class LocalStack:
             self._record()
             self.prometheus = PrometheusService(
                 self.dir / "prometheus",
-                port=free_port(self.ports["prometheus"]),
+                port=self.prometheus_port,
                 profile="fast",
                 exporters={f"127.0.0.1:{n.exporter_port}": n.node_name for n in self.nodes},
                 actuators=[f"127.0.0.1:{n.actuator_port}" for n in self.nodes],
