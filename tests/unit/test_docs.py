@@ -140,7 +140,9 @@ def _families() -> set[str]:
                 "gpuguard_actuator_fail_open", "gpuguard_actuator_webhooks",
                 "gpuguard_guard_resumed", "gpuguard_placer_requests",
                 "gpuguard_actuator_state_write_failures",
-                "gpuguard_guard_state_write_failures"}  # fmt: skip
+                "gpuguard_guard_state_write_failures",
+                "gpuguard_actuator_besteffort_control_steps",
+                "gpuguard_actuator_slo_queries"}  # fmt: skip
     found -= {"gpuguard_actuator_node_provisionable"} - found  # named in placer/source.py
     return {f"{f}_total" if f in counters else f for f in found}
 
