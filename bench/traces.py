@@ -750,9 +750,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("traces: SYNTHETIC stand-in (--synthetic): the figures below say nothing "
                   "about production traffic")  # fmt: skip
             traces = synthetic_traces(args.seed)
+            source = "a synthetic stand-in"
         else:
             directory = find_trace_dir([args.trace_dir] if args.trace_dir else trace_dirs(REPO))
             traces = load_traces(directory)
+            source = str(directory)
         kinds = [k for k in KINDS if args.only is None or k in args.only]
         plans = {k.name: plan_kind(k, traces, sizes, args.seed) for k in kinds}
     except TraceError as exc:
@@ -771,7 +773,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(trace compressed x{COMPRESS:g}, every request x{DENSE_COMPRESS:g}), "
         f"{sizes.parallel} at once; gpusim time scale {args.time_scale:g}; exporter poll "
         f"{args.poll_interval}; actuator {shlex.join(args.actuator_arg) or 'defaults'}; "
-        f"traces from {directory}",
+        f"traces from {source}",
         flush=True,
     )
     per_window: dict[str, list[dict[str, Any]]] = {}
