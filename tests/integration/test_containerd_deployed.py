@@ -259,8 +259,10 @@ def test_the_actuator_image_freezes_pods_as_the_daemonset_runs_it(
         for i in range(3):
             pod = pods(f"dep-{i}", "systemd" if i % 2 else "cgroupfs",
                        {"gpuguard.managed": "true", "gpuguard.deadline": "60s"})  # fmt: skip
-            args = workload_args(sim, f"dep-{i}.log", "--size", "13312",
-                                 "--start-at", f"{start_at + 0.15 * i:.3f}")  # fmt: skip
+            # 4 GiB of input (~0.55 s to copy): the window in which a waiting task must be
+            # frozen, wide enough for a containerized actuator on a loaded 2-core machine
+            args = workload_args(sim, f"dep-{i}.log", "--size", "13312", "--memory-bytes",
+                                 "6GiB", "--start-at", f"{start_at + 0.15 * i:.3f}")  # fmt: skip
             ids[pod.name] = pod.run_python("infer", args, [str(sim.dir)])
         deadline = time.monotonic() + 60
         while not all(exited(containerd, cid) for cid in ids.values()):
