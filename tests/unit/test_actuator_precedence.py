@@ -56,8 +56,10 @@ def burst(name: str, started: float, boundary: str = "open", **kw: Any) -> Any:
 
 
 def on(*names: str) -> Recent:
-    """What the actuator learnt: ``names`` go straight on after a drain."""
-    return Recent(straight_on=frozenset(cid(n) for n in names))
+    """What the actuator learnt: ``names`` begin new tasks computing right after a drain
+    (they serve, and go straight on)."""
+    ids = frozenset(cid(n) for n in names)
+    return Recent(straight_on=ids, serving=ids)
 
 
 def merged_before(st: Any, *names: str) -> Any:
@@ -100,11 +102,11 @@ def test_which_tasks_are_ranked(mode: str, boundary: str, in_servers: bool, rank
 
 
 def test_servers_are_long_lived_burst_containers() -> None:
-    # g and r go straight on after a drain (learnt) and their busy periods merged work
-    # (g's now, r's lately); s declares an SLO. Not m, whose busy period merged but which
-    # was never seen going straight on (a light one-shot: its own host work shows as idle),
-    # nor o, seen going straight on but never merging (a long kernel's samples may flicker
-    # from draining back to computing), nor process-mode p and q
+    # g and r were seen serving (new tasks computing right after a drain) and their busy
+    # periods merged work (g's now, r's lately); s declares an SLO. Not m, whose busy period
+    # merged but which was never seen serving (a light one-shot: its own host work shows as
+    # idle), nor o, seen serving but never merging (a repeater that keeps its memory), nor
+    # process-mode p and q
     names = ("m", "s", "p", "g", "q", "r", "o")
     cs = [server(n, slo=1.0 if n in "sp" else None) for n in names]
     cs[2]["task_mode"] = cs[4]["task_mode"] = "process"
@@ -112,7 +114,7 @@ def test_servers_are_long_lived_burst_containers() -> None:
           burst("q", 5, "merged"), burst("o", 6)]  # fmt: skip
     ts[3]["mode"] = "process"
     st = merged_before(state(cs, ts), "r")
-    assert servers(st, on("g", "q", "r", "o").straight_on) == {cid("s"), cid("g"), cid("r")}
+    assert servers(st, on("g", "q", "r", "o").serving) == {cid("s"), cid("g"), cid("r")}
 
 
 # --- a server's busy period is never ranked --------------------------------------------------
