@@ -43,6 +43,9 @@ QUICK_REFREEZE_HOLDS = 1.0
 CALM_HOLDS = 4.0
 #: what a container or image was seen to do is remembered this long
 REPEATER_MEMORY_S = 600.0
+#: a container seen this many times beginning a new task already computing right after a
+#: drain serves requests (once could be a short input phase no decision happened to see)
+SERVES = 2
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class RecentHistory:
         self._thawed_idle_at: dict[str, float] = {}
         self._hold: dict[str, float] = {}
         self._drained_at: dict[str, float] = {}
+        self._drained_task: dict[str, str] = {}  # the task that drained then
+        #: container -> (last time, times) it began a new task already computing right
+        #: after its last one drained (``Recent.serving``)
+        self._serving: dict[str, tuple[float, int]] = {}
         #: container id or "image:<name>" -> (when, goes straight on)
         self._learnt: dict[str, tuple[float, bool]] = {}
         self._tasks_seen: dict[str, set[str]] = {}  # up to two task ids per container
@@ -148,7 +155,8 @@ class RecentHistory:
 
         It goes *straight on* when, within ``REPEAT_GAP_S`` of a drain, it is seen computing
         again with no input phase in between (its memory stays cached, its next kernel is
-        launched at once: the same task going on, or the next one first seen computing). It
+        launched at once: the same task going on, or the next one first seen computing; the
+        latter, seen twice, is a program that *serves*, ``Recent.serving``). It
         does not when its next task shows its input first (a newcomer pause catches that
         in time), or when it left after a single task (paper B's one-shot). What a program
         does is learnt for its image too: a new container of an image is taken to behave as
@@ -170,17 +178,27 @@ class RecentHistory:
                 continue
             if task.phase == Phase.DRAINING:
                 self._drained_at.setdefault(cid, now)
+                self._drained_task.setdefault(cid, task.task_id)
             elif task.phase == Phase.COMPUTING or task.phase in PRE_KERNEL:
                 drained = self._drained_at.pop(cid, None)
+                drained_task = self._drained_task.pop(cid, None)
                 if drained is not None and now - drained <= REPEAT_GAP_S:
                     self._learn(cid, task.phase == Phase.COMPUTING, now)
+                    if task.phase == Phase.COMPUTING and drained_task != task.task_id:
+                        _, times = self._serving.get(cid, (now, 0))
+                        self._serving[cid] = (now, times + 1)
         for cid in [c for c in self._tasks_seen if c not in running]:
             if len(self._tasks_seen.pop(cid)) == 1:
                 self._learn(cid, False, now, left=True)  # left after one task
             self._drained_at.pop(cid, None)
+            self._drained_task.pop(cid, None)
+            self._serving.pop(cid, None)
             self._image_of.pop(cid, None)
         for cid in [c for c, t in self._drained_at.items() if now - t > REPEAT_GAP_S]:
             del self._drained_at[cid]
+            self._drained_task.pop(cid, None)
+        for cid in [c for c, (t, _) in self._serving.items() if now - t > REPEATER_MEMORY_S]:
+            del self._serving[cid]
         for key in [k for k, (t, _) in self._learnt.items() if now - t > REPEATER_MEMORY_S]:
             del self._learnt[key]
         self._straight_on = frozenset(
@@ -214,6 +232,7 @@ class RecentHistory:
             else:
                 del self._spans[cid]
         return Recent(
+            serving=frozenset(c for c, (_, times) in self._serving.items() if times >= SERVES),
             realtime_seen=dict(self._realtime_seen),
             frozen_spans={cid: tuple(spans) for cid, spans in self._spans.items()},
             hold_s=dict(self._hold),
@@ -243,6 +262,8 @@ class RecentHistory:
             self._thawed_idle_at,
             self._hold,
             self._drained_at,
+            self._drained_task,
+            self._serving,
         ):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]

@@ -16,6 +16,7 @@ from exporter_support import ExporterProcess, sim_mounts, workload_args, workloa
 from test_actuator_live import MANAGED, ActuatorProcess, actuator_factory, exporter_flags
 
 from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.gpusim.workload.arrivals import Arrival, trace_lines
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -225,30 +226,23 @@ def test_a_long_one_shot_never_freezes_a_server_longer_than_its_deadline(
     # (60 kernels, process mode: an exact task) released 5 s after them. srv-slo (0.2 s
     # requests, one a second) declares an SLO: it can afford a bounded wait, so it is frozen
     # for the one-shot once and thawed for its slack before its deadline, not frozen again
-    # for it. srv-plain (0.15 s requests, Poisson 2.5 a second) declares none: once it has
-    # shown it is a server (busy periods merging its requests, going straight on after a
-    # drain) it cannot be judged, and it shares the GPU.
+    # for it. srv-plain (two 0.15 s requests 0.3 s apart every 1.2 s) declares none: once
+    # it has shown it is a server (busy periods that merge its requests, each begun at once
+    # after the last one drained) it cannot be judged, and it shares the GPU.
     actuator = actuator_factory("--mode=fast")
     start_at = time.time() + 5.0
+    pairs = [Arrival(1.2 * i + d, 0.15 / SCALE, 256 * 1024) for i in range(11) for d in (0, 0.3)]
+    trace = sim.dir / "srv-plain.trace.jsonl"
+    trace.write_text("\n".join(trace_lines(pairs)) + "\n")
     plan = {
-        "srv-slo": (["--arrivals", "fixed", "--rate", "1", "--request-work", f"{0.2 / SCALE:g}"],
-                    {"gpuguard.deadline": "2s", **SLO}),
-        "srv-plain": (["--rate", "2.5", "--seed", "7", "--request-work", f"{0.15 / SCALE:g}"],
-                      {"gpuguard.deadline": "2s"}),
+        "srv-slo": (["--arrivals", "fixed", "--rate", "1", "--request-work", f"{0.2 / SCALE:g}",
+                     "--duration", "13"], {"gpuguard.deadline": "2s", **SLO}),
+        "srv-plain": (["--trace", str(trace)], {"gpuguard.deadline": "2s"}),
     }  # fmt: skip
     made = {}
     for name, (flags, labels) in plan.items():
-        module, *args = workload_args(
-            sim,
-            f"{name}.log",
-            *flags,
-            "--duration",
-            "13",
-            "--memory-bytes",
-            "512MiB",
-            "--start-at",
-            f"{start_at:.3f}",
-        )
+        at = ("--memory-bytes", "512MiB", "--start-at", f"{start_at:.3f}")
+        module, *args = workload_args(sim, f"{name}.log", *flags, *at)
         made[name] = run_python_container(
             [module, "server", *args], labels={**MANAGED, **labels},
             extra_mounts=sim_mounts(sim), name=name,

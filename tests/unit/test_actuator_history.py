@@ -74,6 +74,43 @@ def test_gone_containers_are_forgotten() -> None:
     assert snap.frozen_spans == {} and snap.hold_s == {}
 
 
+def test_a_program_serves_when_new_tasks_begin_computing_right_after_a_drain() -> None:
+    # the same task computing again after a drain (a light task's host work, a sample that
+    # flickers) goes straight on but serves nothing; a new task first seen computing right
+    # after the last one drained does, and seen twice it is what servers do (a short input
+    # phase no decision happened to see is once)
+    from gpuguard.actuator.admission.history import REPEATER_MEMORY_S
+
+    history = RecentHistory(CONFIG)
+    history.saw(snap([("c1", "t1", "computing")]), 100.0)
+    history.saw(snap([("c1", "t1", "draining")]), 100.2)
+    history.saw(snap([("c1", "t1", "computing")]), 100.4)
+    recent = history.snapshot(100.4)
+    assert recent.straight_on == {"c1"} and recent.serving == frozenset()
+    history.saw(snap([("c1", "t1", "draining")]), 100.6)
+    history.saw(snap([("c1", "t2", "computing")]), 101.0)
+    assert history.snapshot(101.0).serving == frozenset()  # once
+    history.saw(snap([("c1", "t2", "draining")]), 101.2)
+    history.saw(snap([("c1", "t3", "input")]), 101.4)  # its input shows: not at once
+    history.saw(snap([("c1", "t3", "draining")]), 101.8)
+    history.saw(snap([("c1", "t4", "computing")]), 104.0)  # too long after the drain
+    assert history.snapshot(104.0).serving == frozenset()
+    history.saw(snap([("c1", "t4", "draining")]), 104.2)
+    history.saw(snap([("c1", "t5", "computing")]), 104.5)
+    assert history.snapshot(104.5).serving == {"c1"}
+    # forgotten when the container leaves, or REPEATER_MEMORY_S after it last showed it
+    later = 104.6 + REPEATER_MEMORY_S
+    history.saw(snap([("c1", "t6", "input")]), later)
+    assert history.snapshot(later).serving == frozenset()
+    history.saw(snap([("c1", "t6", "draining")]), later + 0.2)
+    history.saw(snap([("c1", "t7", "computing")]), later + 0.4)
+    history.saw(snap([("c1", "t7", "draining")]), later + 0.6)
+    history.saw(snap([("c1", "t8", "computing")]), later + 0.8)
+    assert history.snapshot(later + 0.8).serving == {"c1"}
+    history.saw(snap([], gone=("c1",)), later + 1.0)
+    assert history.snapshot(later + 1.0).serving == frozenset()
+
+
 def test_due_timer_calls_back_at_the_due_time_and_only_the_latest_counts() -> None:
     fired: list[float] = []
     done = threading.Event()

@@ -365,10 +365,10 @@ def test_a_busy_server_past_its_first_deadline_keeps_its_edf_rank() -> None:
     # a busy period that merged several requests ranks by a request arriving now
     ts[1]["boundary"] = "merged"
     assert acts(run(state(cs, ts, util=1.0), order="edf")) == [(PAUSE, "l")]
-    # but the busy period of a server (it merged, and l is known to go straight on) is not
-    # ranked at all (it was, and l was frozen for t: issue 24's two servers, one worse than
-    # sharing); without an SLO signal it shares
-    both = Recent(straight_on=frozenset({cid("t"), cid("l")}))
+    # but the busy period of a server (it merged, and l was seen serving: new tasks computing
+    # right after a drain) is not ranked at all (it was, and l was frozen for t: issue 24's
+    # two servers, one worse than sharing); without an SLO signal it shares
+    both = Recent(serving=frozenset({cid("t"), cid("l")}))
     d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), PolicyConfig(order="edf"),
                None, both)  # fmt: skip
     assert acts(d) == []

@@ -56,8 +56,10 @@ def burst(name: str, started: float, boundary: str = "open", **kw: Any) -> Any:
 
 
 def on(*names: str) -> Recent:
-    """What the actuator learnt: ``names`` go straight on after a drain."""
-    return Recent(straight_on=frozenset(cid(n) for n in names))
+    """What the actuator learnt: ``names`` begin new tasks computing right after a drain
+    (they serve, and go straight on)."""
+    ids = frozenset(cid(n) for n in names)
+    return Recent(straight_on=ids, serving=ids)
 
 
 def merged_before(st: Any, *names: str) -> Any:
@@ -100,19 +102,29 @@ def test_which_tasks_are_ranked(mode: str, boundary: str, in_servers: bool, rank
 
 
 def test_servers_are_long_lived_burst_containers() -> None:
-    # g and r go straight on after a drain (learnt) and their busy periods merged work
-    # (g's now, r's lately); s declares an SLO. Not m, whose busy period merged but which
-    # was never seen going straight on (a light one-shot: its own host work shows as idle),
-    # nor o, seen going straight on but never merging (a long kernel's samples may flicker
-    # from draining back to computing), nor process-mode p and q
-    names = ("m", "s", "p", "g", "q", "r", "o")
-    cs = [server(n, slo=1.0 if n in "sp" else None) for n in names]
+    # g and r were seen serving (new tasks computing right after a drain) and their busy
+    # periods merged work (g's now, r's lately); s declares an SLO; k, real-time, merged and
+    # goes straight on. Not m, whose busy period merged but which was never seen going on
+    # (a light one-shot: its own host work shows as idle), nor o, seen serving but never
+    # merging (a repeater that keeps its memory), nor n, of the normal class, merged and
+    # straight on only (a light one-shot's kernels flicker from draining back to
+    # computing), nor process-mode p and q
+    names = ("m", "s", "p", "g", "q", "r", "o", "k", "n")
+    cs = [server(x, slo=1.0 if x in "sp" else None) for x in names]
     cs[2]["task_mode"] = cs[4]["task_mode"] = "process"
+    cs[8] = container("n")
     ts = [burst("m", 1, "merged"), burst("p", 3, pid=3), burst("g", 4, "merged"),
-          burst("q", 5, "merged"), burst("o", 6)]  # fmt: skip
+          burst("q", 5, "merged"), burst("o", 6), burst("k", 7, "merged"),
+          burst("n", 8, "merged")]  # fmt: skip
     ts[3]["mode"] = "process"
     st = merged_before(state(cs, ts), "r")
-    assert servers(st, on("g", "q", "r", "o").straight_on) == {cid("s"), cid("g"), cid("r")}
+    recent = Recent(serving=on("g", "q", "r", "o").serving, straight_on=on("k", "n").straight_on)
+    assert servers(st, recent.serving, recent.straight_on) == {
+        cid("s"),
+        cid("g"),
+        cid("r"),
+        cid("k"),
+    }
 
 
 # --- a server's busy period is never ranked --------------------------------------------------

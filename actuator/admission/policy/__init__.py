@@ -42,14 +42,15 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   runs is left alone and recorded as a skip (``kernel_running``), as paper B does.
 * Precedence (``precedence``; issue 24). Queue order, admission and preemption act only
   between ranked tasks: ``process`` and ``memory`` tasks, and the bursts of a container
-  that is no server. A server (a long-lived burst-mode container: it goes straight on after
-  a drain with its memory cached and its busy periods merged work, or it declares a latency
-  SLO) is never ranked, nor yields: NVML cannot see its requests, so its busy period is no
-  task. Its SLO signal judges it instead: one whose protect_slo alert
-  fires (``slo_at_risk``) goes first; one that declares an SLO whose alert does not fire can
-  afford a bounded wait, and is frozen while a ranked task of its class or higher, or a
-  server at risk, runs on its device; one without an SLO cannot be judged and shares the
-  device (``not_ranked``). Two servers without SLO signals share.
+  that is no server. A server (a long-lived burst-mode container: it begins new tasks
+  already computing right after a drain, its memory cached, or goes straight on if
+  real-time, and its busy periods merged work; or it declares a latency SLO) is never
+  ranked, nor yields: NVML cannot see its requests, so its busy period is no task. Its SLO
+  signal judges it instead: one whose protect_slo alert fires (``slo_at_risk``) goes first;
+  one that declares an SLO whose alert does not fire can afford a bounded wait, and is
+  frozen while a ranked task of its class or higher, or a server at risk, runs on its
+  device; one without an SLO cannot be judged and shares the device (``not_ranked``). Two
+  servers without SLO signals share.
 * Slack: no freeze of a real-time container outlasts its slack, whatever the queue says. It
   is thawed (``slack``) at its deadline (else its SLO's target) less its typical run and
   ``slack_margin_s``, from its task's start (a ranked task) or from the freeze's start (a

@@ -12,14 +12,15 @@ worse than sharing). So precedence acts only where it is known to be right:
   task, a repeater). Queue order (class, FIFO, EDF), admission and preemption act among
   these only. A server not yet known as one (below) ranks too; the slack bounds what that
   costs a real-time neighbour.
-* Servers (``servers``): long-lived burst-mode containers, one that goes straight on after
-  a drain with its memory cached (``Recent.straight_on``, learnt per container and image)
-  and whose busy periods merged work (the exporter's ``merged``: nothing but idle gaps,
-  which NVML may not see, part its requests), or one that declares a latency SLO
-  (``gpuguard.slo.*``: it serves requests, and its own histogram says how each fares).
-  Their busy periods are never ranked: they neither queue nor hold the queue, nor yield
-  between requests. Either sign alone is no test: a light one-shot's busy period merges its
-  own host work, and a long kernel's samples may flicker from draining back to computing.
+* Servers (``servers``): long-lived burst-mode containers, one seen beginning new tasks
+  already computing right after a drain, its memory cached (``Recent.serving``; for a
+  real-time one, going straight on after a drain), whose busy periods merged work (the
+  exporter's ``merged``: nothing but idle gaps, which NVML may not see, part its requests),
+  or one that declares a latency SLO (``gpuguard.slo.*``: it serves requests, and its own
+  histogram says how each fares). Their busy periods are
+  never ranked: they neither queue nor hold the queue, nor yield between requests. Either
+  sign alone is no test: a light one-shot's busy period merges its own host work, and a
+  repeater that keeps its memory begins each run at once.
 * The tenant's SLO signal judges a server (``plan_servers``): one whose SLO alert fires
   (``slo_at_risk``, from the protect_slo alerts) is at risk and takes precedence; one that
   declares an SLO whose alert does not fire can afford a bounded wait (``affords``): it is
@@ -52,24 +53,36 @@ from gpuguard.actuator.state import Container, ExporterState
 from gpuguard.contract import Phase, PriorityClass, SkipReason, StepReason, TaskBoundary, TaskMode
 
 
-def servers(state: ExporterState, straight_on: frozenset[str] = frozenset()) -> frozenset[str]:
-    """Burst-mode containers whose busy periods are not tasks: long-lived programs that go
-    straight on after a drain with their memory cached (``straight_on``) and whose busy
-    periods merged work (a ``merged`` task, running or recent), or that declare a latency
-    SLO.
+def servers(
+    state: ExporterState,
+    serving: frozenset[str] = frozenset(),
+    straight_on: frozenset[str] = frozenset(),
+) -> frozenset[str]:
+    """Burst-mode containers whose busy periods are not tasks: long-lived programs whose
+    busy periods merged work (a ``merged`` task, running or recent) and that begin their
+    next task already computing right after a drain, their memory cached (``serving``,
+    ``Recent.serving``); or that declare a latency SLO.
 
-    Either sign alone also fits a one-shot: a light one's own host work shows as idle inside
-    its busy period (``merged``), and a single long kernel's samples may flicker from
-    draining back to computing (``straight_on`` learns that as going on). Together they are
-    a server's requests, which nothing but idle gaps NVML may not see tell apart."""
+    Either sign alone also fits programs that are no server: a light one-shot's own host
+    work shows as idle inside its busy period (``merged``), and a repeater that keeps its
+    memory begins each run at once (``serving``; it yields, as before). Together they are a
+    server's requests, which nothing but idle gaps NVML may not see tell apart. For a
+    real-time container going straight on after a drain (``straight_on``, learnt per image
+    too, and sooner) stands in for ``serving``: a light real-time one-shot taken for a server
+    then shares the device instead of queueing, the side the harm of a wrongly ranked server
+    (missed deadlines) is not on."""
     merged = {t.container_id for t in state.tasks if t.boundary == TaskBoundary.MERGED}
     merged |= {t.container_id for t in state.recent if t.boundary == TaskBoundary.MERGED}
-    return frozenset(
-        c.id
-        for c in state.containers
-        if c.task_mode == TaskMode.BURST
-        and ((c.id in straight_on and c.id in merged) or c.slo_target_s is not None)
-    )
+    found = set()
+    for c in state.containers:
+        if c.task_mode != TaskMode.BURST:
+            continue
+        goes_on = c.id in serving or (
+            c.priority_class == PriorityClass.REAL_TIME and c.id in straight_on
+        )
+        if c.slo_target_s is not None or (c.id in merged and goes_on):
+            found.add(c.id)
+    return frozenset(found)
 
 
 def own_deadline(klass: PriorityClass, container: Container | None) -> float | None:

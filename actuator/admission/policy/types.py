@@ -103,6 +103,9 @@ class Recent:
     """What the actuator saw lately (memory only; the controller keeps it, see
     ``actuator/admission/history.py``). Empty after a restart, which only makes holds start afresh.
 
+    ``serving``: containers seen beginning a new task already computing within
+    ``REPEAT_GAP_S`` of the last one's drain, more than once: their memory stays cached
+    between requests (``precedence.servers``).
     ``realtime_seen``: device -> last time a real-time task ran or waited on it.
     ``frozen_spans``: best-effort container -> its finished freezes (start, end) that reach
     into the last window; the current freeze is ``Ledger.paused``.
@@ -112,6 +115,8 @@ class Recent:
     ``duty_cycles``, ``run_fractions``: the rate controller's state (``rate`` control only).
     """
 
+    #: containers seen serving: a new task computing at once after a drain (twice)
+    serving: frozenset[str] = frozenset()
     realtime_seen: Mapping[DeviceKey, float] = field(default_factory=dict)
     frozen_spans: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     hold_s: Mapping[str, float] = field(default_factory=dict)
