@@ -109,7 +109,14 @@ def node_marker(config: Config, engine: ContainerEngine) -> NodeMarker | None:
 
 def slo_signal_of(config: Config, metrics: ActuatorMetrics) -> SloSignal | None:
     """Rate control's poller of Prometheus, where it has one to poll."""
-    if config.policy.best_effort_control != "rate" or config.prometheus_url is None:
+    if config.policy.best_effort_control != "rate":
+        return None
+    if config.prometheus_url is None:
+        log.info(
+            "best-effort rate control without --prometheus.url: open loop, best-effort work "
+            "runs %.0f%% of each period beside active real-time work (--besteffort.initial)",
+            100 * config.policy.rate.initial,
+        )
         return None
     return SloSignal(
         config.prometheus_url,

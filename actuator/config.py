@@ -91,7 +91,7 @@ FLAGS: tuple[Flag, ...] = (
          " and whose demand is at most this share (0: never)", "float"),
     Flag("policy.best-effort-hold-max", "4s",
          "the hold doubles while freezes follow thaws closely, up to this", "duration"),
-    Flag("policy.best-effort-control", "hold",
+    Flag("policy.best-effort-control", "rate",
          "best-effort beside real-time work: hold (frozen while it is seen, an adaptive "
          "hold, a starvation share) or rate (a duty cycle set by the real-time SLO)",
          metavar="CONTROL"),
@@ -240,11 +240,6 @@ def validate(values: Mapping[str, Any]) -> Config:
         if values.get("prometheus.url")
         else None
     )
-    if policy.best_effort_control == "rate" and prometheus_url is None:
-        warnings.append(
-            "--policy.best-effort-control=rate without --prometheus.url: no SLO signal, "
-            "best-effort work runs --besteffort.initial of each period beside real-time work"
-        )
     exporter_timeout = flags.duration(values, "exporter.timeout")
     policy = PolicyConfig(**{**policy.__dict__, "stale_after_s": exporter_timeout})
     state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)

@@ -136,7 +136,9 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs(
     run_python_container: Callable[..., Any],
     actuator_factory: Callable[..., ActuatorProcess],
 ) -> None:
-    actuator = actuator_factory("--mode=fast")
+    # hold control: frozen for all of the real-time task (rate control, the default, would
+    # run it for its floor of every period: test_ratecontrol_live.py)
+    actuator = actuator_factory("--mode=fast", "--policy.best-effort-control=hold")
     start_at = time.time() + 3.0
     trainer = run_python_container(  # a training loop: many short steps
         workload_args(sim, "trainer.log", "--work-seconds", "2", "--memory-bytes", "1500MiB",

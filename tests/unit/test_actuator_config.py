@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpuguard import flags
+from gpuguard.actuator.admission.ratecontrol import RateLaw
 from gpuguard.actuator.config import add_flags, load_actions, load_config
 from gpuguard.actuator.errors import ConfigError
 
@@ -329,7 +330,14 @@ def test_bad_web_and_client_configs_are_config_errors(
 
 def test_rate_control_flags(files: dict[str, str]) -> None:
     policy = load_config(parse(base(files))).policy
-    assert policy.best_effort_control == "hold"
+    assert policy.best_effort_control == "rate"  # the default: bench/traces.py, issue 24
+    assert policy.rate == RateLaw()  # the flags' defaults are the law's
+    assert (
+        load_config(
+            parse([*base(files), "--policy.best-effort-control=hold"])
+        ).policy.best_effort_control
+        == "hold"
+    )
     argv = [*base(files), "--policy.best-effort-control=rate", "--besteffort.period=500ms",
             "--besteffort.floor=0.05", "--besteffort.initial=0.2", "--besteffort.gain=0.3",
             "--besteffort.gain-up=0.1", "--besteffort.deadband=0.2", "--besteffort.max-step=0.5",
@@ -344,9 +352,10 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
     assert (law.deadband, law.max_step, law.settle_s, law.stale_after_s) == (0.2, 0.5, 6.0, 20.0)
     assert config.prometheus_url == "http://127.0.0.1:9090"
     assert not any("--prometheus.url" in w for w in config.warnings)
-    # rate control without a signal: open loop, and said so
-    blind = load_config(parse([*base(files), "--policy.best-effort-control=rate"]))
-    assert any("without --prometheus.url" in w for w in blind.warnings)
+    # rate control without a signal runs open loop: no warning (the start log says so)
+    blind = load_config(parse(base(files)))
+    assert blind.prometheus_url is None
+    assert not [w for w in blind.warnings if "prometheus" in w or "best-effort" in w]
 
 
 @pytest.mark.parametrize(

@@ -142,7 +142,13 @@ def run(
     now: float = NOW,
     **config: Any,
 ) -> Decision:
-    return decide(st, Trigger("fast", now, node=node, gpu=gpu), PolicyConfig(**config), ledger)
+    return decide(st, Trigger("fast", now, node=node, gpu=gpu), policy(**config), ledger)
+
+
+def policy(**config: Any) -> PolicyConfig:
+    """The knobs, with best-effort work under ``hold`` control unless a test says otherwise
+    (rate control has its own table: test_actuator_policy_rate.py)."""
+    return PolicyConfig(**{"best_effort_control": "hold", **config})
 
 
 def ours(*names: str, at: float = NOW - 1) -> Ledger:
@@ -780,7 +786,7 @@ def test_starvation_guard_thaws_best_effort_for_its_share_of_every_window() -> N
     assert acts(run(state(cs, ts, util=1.0), frozen_for(60), **off)) == []
     # an earlier freeze in the window counts too: 6 s frozen before, 3 s now
     recent = Recent(frozen_spans={cid("t"): ((NOW - 9.5, NOW - 3.5),)})
-    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), PolicyConfig(**window),
+    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), policy(**window),
                frozen_for(3.0), recent)  # fmt: skip
     assert acts(d) == [(UNPAUSE, "t")]
 
@@ -788,7 +794,7 @@ def test_starvation_guard_thaws_best_effort_for_its_share_of_every_window() -> N
 def test_after_its_share_best_effort_is_frozen_again_only_when_a_hold_fits() -> None:
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "computing", 1), task("t", "computing", 2)]
-    config = PolicyConfig(best_effort_min_share=0.1, best_effort_window_s=10.0)
+    config = policy(best_effort_min_share=0.1, best_effort_window_s=10.0)
     thawed_ago = lambda s: Recent(frozen_spans={cid("t"): ((NOW - 9.0 - s, NOW - s),)})  # noqa: E731
     d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), config, None, thawed_ago(0.2))
     assert acts(d) == [] and d.next_due is not None and d.next_due > NOW
@@ -808,10 +814,10 @@ def test_best_effort_stays_frozen_for_the_hold_after_real_time_activity() -> Non
     cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
     ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
     seen = Recent(realtime_seen={(0, None): NOW - 0.2})
-    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("t"), seen)
+    d = decide(state(cs, ts), Trigger("fast", NOW), policy(), ours("t"), seen)
     assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.3)
     longer = Recent(realtime_seen={(0, None): NOW - 0.2}, hold_s={cid("t"): 0.1})
-    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), ours("t"), longer)
+    d = decide(state(cs, ts), Trigger("fast", NOW), policy(), ours("t"), longer)
     assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
 
 
@@ -819,7 +825,7 @@ def test_the_hold_never_freezes_a_running_best_effort_container() -> None:
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "draining", 1), task("t", "computing", 2)]
     seen = Recent(realtime_seen={(0, None): NOW - 0.1})
-    d = decide(state(cs, ts), Trigger("fast", NOW), PolicyConfig(), None, seen)
+    d = decide(state(cs, ts), Trigger("fast", NOW), policy(), None, seen)
     assert acts(d) == []
 
 

@@ -156,7 +156,7 @@ def test_a_light_server_whose_requests_merge_is_rate_controlled_like_any_other()
     ts = [task("r", "computing", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
     merged = EndedTask(cid("r"), NOW - 9, NOW - 2, gpu=0, boundary="merged")
     st = replace(state(cs, ts, util=1.0), recent=(merged,))
-    assert acts(run(st, config=PolicyConfig())) == []
+    assert acts(run(st, config=PolicyConfig(best_effort_control="hold"))) == []
     d = run(st)
     assert acts(d) == [(PAUSE, "t")] and d.realtime_devices == frozenset({GPU0})
 
@@ -194,6 +194,6 @@ def test_a_full_run_fraction_never_freezes() -> None:
 
 def test_hold_control_plans_no_cycle() -> None:
     cs, ts = serving()
-    d = run(state(cs, ts, util=1.0), config=PolicyConfig())
+    d = run(state(cs, ts, util=1.0), config=PolicyConfig(best_effort_control="hold"))
     assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
     assert d.duty_cycles is None

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.types import (
     PAUSE,
@@ -39,6 +41,7 @@ def run(
     **config: Any,
 ) -> Decision:
     trigger = Trigger("fast", NOW)
+    config.setdefault("best_effort_control", "hold")  # protect_slo's freezes under hold control
     return decide(st, trigger, PolicyConfig(**config), ledger, recent, slo_pressure=pressure)
 
 
@@ -238,21 +241,23 @@ class FakeExporter:
         return self.st
 
 
-def controller_with(tmp_path: Path, st: ExporterState | None) -> Any:
-    controller = make_controller(tmp_path)
+def controller_with(tmp_path: Path, st: ExporterState | None, control: str = "hold") -> Any:
+    controller = make_controller(tmp_path, **{"policy.best-effort-control": control})
     controller.exporter = FakeExporter(st)
     return controller
 
 
-def test_protect_slo_freezes_the_best_effort_neighbour_at_once(tmp_path: Path) -> None:
-    controller = controller_with(tmp_path, fresh())
+@pytest.mark.parametrize(
+    ("control", "reason"),
+    [("hold", "slo_pressure"), ("rate", "duty_cycle")],  # rate: its cycle runs, frozen first
+)
+def test_protect_slo_freezes_the_best_effort_neighbour_at_once(
+    tmp_path: Path, control: str, reason: str
+) -> None:
+    controller = controller_with(tmp_path, fresh(), control)
     report = controller.handle_webhook(message(alert("f1", "s")))
     [action] = report.actions
-    assert (action["action"], action["container"], action["reason"]) == (
-        "pause",
-        "t",
-        "slo_pressure",
-    )
+    assert (action["action"], action["container"], action["reason"]) == ("pause", "t", reason)
     assert controller.marks.nodes.provisionable  # a freeze can help: no mark
     events = [r for r in read_audit(controller.config.state_dir / "audit.jsonl")]
     [pressure] = [e for e in events if e.get("event") == "slo_pressure"]

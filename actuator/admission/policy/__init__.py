@@ -79,10 +79,10 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   whose requests NVML cannot separate (``light_servers``) freezes no one: it is
   scheduled as a whole, beside its best-effort neighbour, unless its SLO alert fires.
   Containers of the ``normal`` class keep paper B's admission and never freeze anyone.
-  That is ``best_effort_control="hold"``; under ``"rate"`` best-effort work beside active
-  real-time work (or under SLO pressure) runs its device's duty cycle instead (reason
-  ``duty_cycle``; ``besteffort``'s doc), which replaces the hold, the light servers'
-  exception and the starvation share.
+  That is ``best_effort_control="hold"``; under ``"rate"`` (the default) best-effort work
+  beside active real-time work (or under SLO pressure) runs its device's duty cycle instead
+  (reason ``duty_cycle``; ``besteffort``'s doc), which replaces the hold, the light
+  servers' exception and the starvation share.
 * SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
   fires, ``actuator/admission/slo.py``): a best-effort container on such a device is frozen
   even while

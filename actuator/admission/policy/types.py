@@ -62,8 +62,8 @@ class PolicyConfig:
     #: does: before its deadline from its task's start (a ranked task), or from the
     #: freeze's start (a server: a request may have come as it began)
     slack_margin_s: float = 0.5
-    #: ``hold`` or ``rate`` (``BEST_EFFORT_CONTROLS``; ``policy/besteffort.py``)
-    best_effort_control: str = "hold"
+    #: ``rate`` or ``hold`` (``BEST_EFFORT_CONTROLS``; ``policy/besteffort.py``)
+    best_effort_control: str = "rate"
     #: the rate controller's law and duty cycle (``best_effort_control == "rate"``)
     rate: RateLaw = field(default_factory=RateLaw)
 
