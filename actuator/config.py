@@ -70,10 +70,13 @@ FLAGS: tuple[Flag, ...] = (
          "a task idle this long before its kernel stops counting", "duration"),
     Flag("policy.memory-threshold", 0.95, "never admit above this share of GPU memory", "ratio"),
     Flag("policy.best-effort-min-share", 0.1,
-         "share of each window a frozen best-effort container runs anyway (0: none)", "ratio"),
-    Flag("policy.best-effort-window", "10s", "the window of that share", "duration"),
+         "hold control: share of each window a frozen best-effort container runs anyway "
+         "(0: none)", "ratio"),
+    Flag("policy.best-effort-window", "10s", "hold control: the window of that share",
+         "duration"),
     Flag("policy.slo-best-effort-min-share", 0.02,
-         "that share where a real-time container's SLO alert fires (protect_slo)", "ratio"),
+         "hold control: that share where a real-time container's SLO alert fires "
+         "(protect_slo)", "ratio"),
     Flag("policy.one-at-a-time", False,
          "admit one task per device at a time (paper B), not by headroom", "bool"),
     Flag("policy.preempt", True,
@@ -85,12 +88,14 @@ FLAGS: tuple[Flag, ...] = (
          "a real-time container's freeze ends this long (and its typical run) before its "
          "deadline", "duration"),
     Flag("policy.best-effort-hold", "300ms",
-         "a best-effort freeze outlasts the last real-time activity by this", "duration"),
+         "hold control: a best-effort freeze outlasts the last real-time activity by this",
+         "duration"),
     Flag("policy.best-effort-coexist-demand", 0.5,
-         "best-effort runs on beside a real-time server whose requests NVML cannot separate"
-         " and whose demand is at most this share (0: never)", "float"),
+         "hold control: best-effort runs on beside a real-time server whose requests NVML "
+         "cannot separate and whose demand is at most this share (0: never)", "float"),
     Flag("policy.best-effort-hold-max", "4s",
-         "the hold doubles while freezes follow thaws closely, up to this", "duration"),
+         "hold control: the hold doubles while freezes follow thaws closely, up to this",
+         "duration"),
     Flag("policy.best-effort-control", "rate",
          "best-effort beside real-time work: hold (frozen while it is seen, an adaptive "
          "hold, a starvation share) or rate (a duty cycle set by the real-time SLO)",
@@ -191,6 +196,45 @@ def load_config(args: argparse.Namespace) -> Config:
     return validate(flags.merge(args, FLAGS))
 
 
+#: flags that act only under ``--policy.best-effort-control=hold``
+HOLD_ONLY = (
+    "policy.best-effort-min-share",
+    "policy.best-effort-window",
+    "policy.slo-best-effort-min-share",
+    "policy.best-effort-hold",
+    "policy.best-effort-hold-max",
+    "policy.best-effort-coexist-demand",
+)
+
+
+def _best_effort_warnings(
+    values: Mapping[str, Any], policy: PolicyConfig, max_pause_s: float
+) -> list[str]:
+    """A hold-only flag set under rate control (ignored), and a best-effort freeze longer
+    than ``--max-pause`` (the guard would release it for good before it ends)."""
+    if policy.best_effort_control == "hold":
+        frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
+        if frozen_s < max_pause_s:
+            return []
+        return [
+            "--max-pause is shorter than a best-effort container's frozen part of "
+            "--policy.best-effort-window: it will be released for good before its share"
+        ]
+    defaults = {f.name: f.default for f in FLAGS}
+    changed = [name for name in HOLD_ONLY if values.get(name) != defaults[name]]
+    warnings = [
+        f"--{name} applies only under --policy.best-effort-control=hold "
+        f"(this actuator runs {policy.best_effort_control}): ignored"
+        for name in changed
+    ]
+    if (1 - policy.rate.floor) * policy.rate.period_s >= max_pause_s:
+        warnings.append(
+            "--max-pause is shorter than a best-effort container's frozen part of "
+            "--besteffort.period: it will be released for good before its run"
+        )
+    return warnings
+
+
 @flags.reraise_as(ConfigError)
 def validate(values: Mapping[str, Any]) -> Config:
     """Check every value once; raises ``ConfigError`` with one clear line."""
@@ -229,12 +273,7 @@ def validate(values: Mapping[str, Any]) -> Config:
             "--policy.best-effort-hold-max must be at least --policy.best-effort-hold"
         )
     max_pause_s = flags.duration(values, "max-pause")
-    frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
-    if frozen_s >= max_pause_s:
-        warnings.append(
-            "--max-pause is shorter than a best-effort container's frozen part of "
-            "--policy.best-effort-window: it will be released for good before its share"
-        )
+    warnings += _best_effort_warnings(values, policy, max_pause_s)
     prometheus_url = (
         flags.http_url(values, "prometheus.url", ("http", "https"))
         if values.get("prometheus.url")

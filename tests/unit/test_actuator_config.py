@@ -98,10 +98,32 @@ def test_flags_override_the_config_file(files: dict[str, str], tmp_path: Path) -
 
 
 def test_best_effort_window_longer_than_max_pause_warns(files: dict[str, str]) -> None:
-    config = load_config(parse([*base(files), "--policy.best-effort-window=5m"]))
+    hold = [*base(files), "--policy.best-effort-control=hold"]
+    config = load_config(parse([*hold, "--policy.best-effort-window=5m"]))
     assert any("released for good before its share" in w for w in config.warnings)
-    shorter = load_config(parse([*base(files), "--max-pause=10s"])).warnings
+    shorter = load_config(parse([*hold, "--max-pause=10s"])).warnings
     assert not any("released for good" in w for w in shorter)
+    # rate control: the frozen part of a period is what --max-pause must outlast
+    rate = load_config(parse([*base(files), "--besteffort.period=3m"])).warnings
+    assert any("--besteffort.period: it will be released" in w for w in rate), rate
+    assert not [w for w in load_config(parse(base(files))).warnings if "max-pause" in w]
+
+
+def test_hold_only_flags_under_rate_control_warn_and_change_nothing(
+    files: dict[str, str],
+) -> None:
+    argv = [*base(files), "--policy.best-effort-hold=1s", "--policy.best-effort-min-share=0.3"]
+    config = load_config(parse(argv))
+    ignored = [w for w in config.warnings if "applies only under" in w]
+    assert [w.split()[0] for w in ignored] == [
+        "--policy.best-effort-min-share",
+        "--policy.best-effort-hold",
+    ], config.warnings
+    assert config.policy.best_effort_control == "rate"
+    # under hold they act, without a word
+    held = load_config(parse([*argv, "--policy.best-effort-control=hold"]))
+    assert held.policy.best_effort_hold_s == 1.0 and held.policy.best_effort_min_share == 0.3
+    assert not [w for w in held.warnings if "applies only under" in w]
 
 
 def test_best_effort_guard_can_be_off(files: dict[str, str]) -> None:
