@@ -21,6 +21,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.audit import AuditLog
@@ -181,11 +182,12 @@ class FailOpen:
 def without_pauses(
     decision: Decision, reason: SkipReason = SkipReason.FAIL_OPEN, detail: str = "failing open"
 ) -> Decision:
-    """While failing open: the decision's unpauses stand, its pauses become skips."""
+    """While failing open: the decision's unpauses stand, its pauses become skips; what it
+    saw (real-time devices, duty cycles) and when to decide again stand too."""
     held = tuple(
         Skip(reason, detail, s.container_id, s.task_id, s.gpu)
         for s in decision.steps
         if s.verb == PAUSE
     )
     kept = tuple(s for s in decision.steps if s.verb != PAUSE)
-    return Decision(kept, decision.skips + held)
+    return replace(decision, steps=kept, skips=decision.skips + held)

@@ -129,9 +129,12 @@ def test_pauses_are_held_back_while_failing_open(tmp_path: Path) -> None:
     assert controller.fail_open.holding_open
     pause = Step(PAUSE, "c" * 64, "rt-1", StepReason.NEWCOMER, 0, "t1")
     unpause = Step(UNPAUSE, "d" * 64, "rt-2", StepReason.ADMIT, 0, "t2")
-    held = without_pauses(Decision((pause, unpause)))
+    seen = frozenset({(0, None)})
+    held = without_pauses(Decision((pause, unpause), realtime_devices=seen, next_due=12.5))
     assert held.steps == (unpause,)
     assert [(s.reason, s.container_id) for s in held.skips] == [("fail_open", "c" * 64)]
+    # what the decision saw, and its timer, stand: a hold or a thaw still falls due
+    assert (held.realtime_devices, held.next_due) == (seen, 12.5)
     controller.audit.close()
 
 
