@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
+from gpuguard.demo.stack.process import exit_on_sigterm
 
 # Prints the wall time right after its context exists, then holds it.
 IDLE_CONTEXT = (
@@ -140,4 +141,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

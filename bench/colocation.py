@@ -48,7 +48,7 @@ from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
 from gpuguard.demo.stack.localstack import NodeStack
-from gpuguard.demo.stack.process import free_port
+from gpuguard.demo.stack.process import exit_on_sigterm, free_port
 from gpuguard.demo.stack.prometheus import PrometheusService
 from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
@@ -298,4 +298,5 @@ def summary(results: dict[str, ScenarioResult], duration: float) -> dict[str, An
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import NodeStack
+from gpuguard.demo.stack.process import exit_on_sigterm
 from gpuguard.demo.stack.scenario import (
     ScenarioResult,
     WorkloadSpec,
@@ -374,4 +375,5 @@ def summary(r: CaseResult) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

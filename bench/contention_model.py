@@ -32,7 +32,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from gpuguard.demo.stack.gpusim import GpusimService  # noqa: E402
-from gpuguard.demo.stack.process import stop_pid  # noqa: E402
+from gpuguard.demo.stack.process import exit_on_sigterm, stop_pid  # noqa: E402
 from gpuguard.gpusim.profile import DEFAULT_PROFILE, load_profile  # noqa: E402
 
 COPY_TIME_SCALE = 0.001
@@ -115,4 +115,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

@@ -58,7 +58,7 @@ import requests  # noqa: E402
 from gpuguard.demo.stack.dockerd import PrivateDockerd  # noqa: E402
 from gpuguard.demo.stack.gpusim import GpusimService  # noqa: E402
 from gpuguard.demo.stack.images import ensure_base_image, python_container_kwargs  # noqa: E402
-from gpuguard.demo.stack.process import ManagedProcess, free_port  # noqa: E402
+from gpuguard.demo.stack.process import ManagedProcess, exit_on_sigterm, free_port  # noqa: E402
 
 TIME_SCALE = 0.05
 WORK_S = 20.0  # device-seconds: 1 s at TIME_SCALE when alone
@@ -330,4 +330,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

@@ -41,6 +41,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
+from gpuguard.demo.stack.process import exit_on_sigterm  # noqa: E402
 from gpuguard.demo.stack.reference_collector import GpuguardCollector  # noqa: E402
 from gpuguard.exporter.cgroup import ProcReader  # noqa: E402
 from gpuguard.exporter.collector import TextRenderer  # noqa: E402
@@ -284,4 +285,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.hung_engine import HungEngine
 from gpuguard.demo.stack.images import ensure_base_image
-from gpuguard.demo.stack.process import ManagedProcess, free_port
+from gpuguard.demo.stack.process import ManagedProcess, exit_on_sigterm, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = "bench"
@@ -342,4 +342,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     main()

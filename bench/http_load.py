@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpuguard.demo.stack import httpload
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import NodeStack
+from gpuguard.demo.stack.process import exit_on_sigterm
 
 NODE = "bench"
 MIB = 1024 * 1024
@@ -226,4 +227,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

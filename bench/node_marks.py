@@ -45,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.contract import WorkloadKind
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
+from gpuguard.demo.stack.process import exit_on_sigterm
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, WorkloadSpec
 
 Progress = Callable[[str], None]
@@ -283,4 +284,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

@@ -64,7 +64,7 @@ from replay.judge import merged
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
 from gpuguard.demo.stack.localstack import NodeStack
-from gpuguard.demo.stack.process import ServiceError
+from gpuguard.demo.stack.process import ServiceError, exit_on_sigterm
 from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec, run_to_end
 from gpuguard.gpusim.workload.arrivals import Bursts, bursty_arrivals, trace_lines
 from gpuguard.gpusim.workload.server import percentile
@@ -757,4 +757,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

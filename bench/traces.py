@@ -89,7 +89,7 @@ from replay.trace import (
 
 from gpuguard.contract import PriorityClass, WorkloadKind
 from gpuguard.demo.stack.localstack import NodeStack
-from gpuguard.demo.stack.process import ServiceError
+from gpuguard.demo.stack.process import ServiceError, exit_on_sigterm
 from gpuguard.demo.stack.scenario import ScenarioResult, WorkloadSpec
 from gpuguard.gpusim.workload.arrivals import Arrival, trace_lines
 from gpuguard.gpusim.workload.server import percentile
@@ -875,4 +875,5 @@ def finish(
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()  # a timeout or kill still stops the stack it started
     sys.exit(main())

@@ -14,6 +14,7 @@ On this project's 2-core machine all of these take about 9 minutes together, ``t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -153,6 +154,48 @@ def test_traces_bench_says_in_one_line_which_actuator_flag_was_refused() -> None
     base = next(line for line in out.splitlines() if "dockerd at unix://" in line)
     directory = Path(base.split("unix://", 1)[1]).parents[1]
     assert not directory.exists()  # removed, with everything that ran from it
+
+
+def test_a_bench_stopped_by_sigterm_stops_every_process_it_started() -> None:
+    """A timeout or ``kill`` sends SIGTERM, not Ctrl-C: the bench unwinds as for Ctrl-C, its
+    ``finally`` stopping its dockerd, gpusim, exporter, actuator and guard and removing its
+    containers, and exits 143."""
+    require_binary("dockerd")
+    if os.geteuid() != 0:
+        unavailable("the benchmark's private dockerd needs root")
+    argv = [sys.executable, str(REPO / "bench" / "traces.py"), "--quick", "--windows", "1",
+            "--synthetic"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    directory: Path | None = None
+    try:
+        for line in proc.stdout:  # the whole stack is up once the actuator is
+            seen.append(line)
+            if "dockerd at unix://" in line:
+                directory = Path(line.split("unix://", 1)[1].strip()).parents[1]
+            if "actuator at http" in line and directory is not None:
+                break
+        assert directory is not None, "".join(seen[-30:])
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(directory) in text:
+            left.append(text)
+            with contextlib.suppress(OSError):  # the test leaves nothing behind either way
+                os.kill(int(cmdline.parent.name), signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(seen[-20:]) + rest[-3000:]
+    assert not left, left
+    assert not directory.exists(), rest[-3000:]  # removed, with everything that ran from it
 
 
 def trace_subsets_present() -> bool:

@@ -195,3 +195,15 @@ def free_port(preferred: int = 0) -> int:
                 continue
             return int(sock.getsockname()[1])
     raise ServiceError("no free TCP port on 127.0.0.1")
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (a timeout, ``kill``, CI's stop) unwind the program as Ctrl-C does, so
+    its ``finally`` blocks stop every process it started and remove its containers; a
+    second SIGTERM during that cleanup is ignored."""
+
+    def unwind(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
