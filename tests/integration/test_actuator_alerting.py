@@ -21,9 +21,9 @@ import requests
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
-from gpuguard.demo.stack.process import ServiceError
 from gpuguard.demo.stack.swarm import node_labels
-from tests.prereq import require_binary, unavailable
+from tests.integration.stack_support import running
+from tests.prereq import require_binary
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,13 +50,7 @@ def stack(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
     node.actuator_mode = "webhook"
     # The waiting task below holds an idle context: keep it in the queue for the test.
     node.extra_actuator_flags = ["--policy.input-timeout=60s"]
-    try:
-        stack.start()
-    except ServiceError as exc:
-        stack.stop()
-        unavailable(f"stack did not start: {exc}")
-    yield stack
-    stack.stop()
+    yield from running(stack)
 
 
 def _run(node: NodeStack, client: Any, name: str, labels: dict[str, str], args: list[str]) -> Any:

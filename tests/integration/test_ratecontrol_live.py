@@ -20,12 +20,11 @@ import pytest
 
 from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
-from gpuguard.demo.stack.dockerd import unmount_below
 from gpuguard.demo.stack.localstack import LocalStack
-from gpuguard.demo.stack.process import ServiceError, free_port
+from gpuguard.demo.stack.process import free_port
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
-from tests.integration.test_slo_live import _workload
-from tests.prereq import require_binary, unavailable
+from tests.integration.stack_support import running, workload
+from tests.prereq import require_binary
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,14 +49,7 @@ def stack(short_tmp: Path) -> Iterator[LocalStack]:
     stack = LocalStack(
         short_tmp / "rate", ["rc-node"], time_scale=0.1, default_ports=False, actuator_flags=flags
     )
-    try:
-        stack.start()
-    except ServiceError as exc:
-        stack.stop()
-        unavailable(f"stack did not start: {exc}")
-    yield stack
-    stack.stop()
-    unmount_below(stack.dir)
+    yield from running(stack)
 
 
 def _frozen_spans(audit: Path, since: float) -> list[tuple[float, float]]:
@@ -90,7 +82,7 @@ def test_the_run_fraction_falls_while_the_slo_suffers_and_never_below_the_floor(
         # 300 ms requests twice a second, target 500 ms: met alone, missed beside the
         # trainer's kernels when it runs through most of a request
         made.append(
-            _workload(
+            workload(
                 node, client, SERVER,
                 {labels.CLASS: "real-time", labels.SLO_METRIC: E2E_LATENCY,
                  labels.SLO_TARGET: "500ms", labels.SLO_OBJECTIVE: "0.9",
@@ -105,7 +97,7 @@ def test_the_run_fraction_falls_while_the_slo_suffers_and_never_below_the_floor(
         [alone] = wait_for(lambda: prometheus.query(signal), 45, "the server's 10 s attainment")
         record_property("attainment_alone", alone["value"][1])
         made.append(
-            _workload(
+            workload(
                 node, client, TRAINER, {labels.MANAGED: "true", labels.CLASS: "best-effort"},
                 ["train", "--duration", RUN_S, "--step-work", "0.5", "--kernels", "4",
                  "--sync-every", "5"],

@@ -24,13 +24,12 @@ import requests
 
 from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
-from gpuguard.demo.stack.dockerd import unmount_below
-from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
-from gpuguard.demo.stack.process import ServiceError, free_port
+from gpuguard.demo.stack.process import free_port
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
 from tests.dashboards import load_dashboards, panel_queries
-from tests.prereq import require_binary, unavailable
+from tests.integration.stack_support import running, workload
+from tests.prereq import require_binary
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -53,29 +52,7 @@ def stack(short_tmp: Path) -> Iterator[LocalStack]:
         short_tmp / "slo", ["slo-node"], time_scale=0.1, default_ports=False,
         actuator_flags=["--policy.best-effort-control=hold"],
     )  # fmt: skip
-    try:
-        stack.start()
-    except ServiceError as exc:
-        stack.stop()
-        unavailable(f"stack did not start: {exc}")
-    yield stack
-    stack.stop()
-    unmount_below(stack.dir)  # the engine's own stop did; a second look costs nothing
-
-
-def _workload(
-    node: NodeStack, client: Any, name: str, container_labels: dict[str, str], args: list[str]
-) -> Any:
-    assert node.gpusim is not None
-    kwargs = python_container_kwargs(
-        ["gpuguard.gpusim.workload", *args, "--socket", str(node.gpusim.socket)],
-        labels=container_labels,
-        extra_mounts={str(node.gpusim.dir): {"bind": str(node.gpusim.dir), "mode": "rw"}},
-        name=name,
-    )
-    if "--metrics-port" in args:
-        kwargs["network_mode"] = "host"  # its /metrics on the host's loopback
-    return client.containers.run(**kwargs)
+    yield from running(stack)
 
 
 def _paused(client: Any, container: Any) -> bool:
@@ -101,7 +78,7 @@ def test_a_failing_slo_freezes_the_best_effort_neighbour(
     made: list[Any] = []
     port = free_port()
     try:
-        server = _workload(
+        server = workload(
             node,
             client,
             SERVER,
@@ -116,7 +93,7 @@ def test_a_failing_slo_freezes_the_best_effort_neighbour(
              "--request-work", "0.3", "--metrics-port", str(port)],
         )  # fmt: skip
         made.append(server)
-        trainer = _workload(
+        trainer = workload(
             node,
             client,
             TRAINER,
@@ -230,7 +207,7 @@ def test_a_failing_slo_with_nothing_to_freeze_marks_the_node(stack: LocalStack) 
     port = free_port()
     server = None
     try:
-        server = _workload(
+        server = workload(
             node,
             client,
             "slo-alone",
