@@ -112,11 +112,22 @@ def slo_signal_of(config: Config, metrics: ActuatorMetrics) -> SloSignal | None:
     if config.policy.best_effort_control != "rate":
         return None
     if config.prometheus_url is None:
-        log.info(
-            "best-effort rate control without --prometheus.url: open loop, best-effort work "
-            "runs %.0f%% of each period beside active real-time work (--besteffort.initial)",
-            100 * config.policy.rate.initial,
-        )
+        law = config.policy.rate
+        if law.max_slowdown:
+            log.info(
+                "best-effort rate control without --prometheus.url: no SLO signal; best-effort "
+                "work runs beside active real-time work as much as its measured demand allows "
+                "for a real-time slowdown of %g (--besteffort.max-slowdown), %.0f%% of each "
+                "period until its demand is known (--besteffort.initial)",
+                law.max_slowdown, 100 * law.initial,
+            )  # fmt: skip
+        else:
+            log.info(
+                "best-effort rate control without --prometheus.url: open loop, best-effort "
+                "work runs %.0f%% of each period beside active real-time work "
+                "(--besteffort.initial)",
+                100 * law.initial,
+            )
         return None
     return SloSignal(
         config.prometheus_url,

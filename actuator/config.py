@@ -120,6 +120,9 @@ FLAGS: tuple[Flag, ...] = (
          "scrape and evaluation)", "duration"),
     Flag("besteffort.stale-after", "15s",
          "rate control: an older SLO reading is not believed (towards the floor)", "duration"),
+    Flag("besteffort.max-slowdown", 1.05,
+         "rate control without an SLO: the real-time side's mean slowdown the best-effort "
+         "side may cause, from its measured demand (0: run --besteffort.initial)", "float"),
     Flag("prometheus.url", None,
          "Prometheus with gpuguard's rules and the tenants' latency (rate control's signal)",
          metavar="URL"),
@@ -360,7 +363,22 @@ def rate_law(values: Mapping[str, Any]) -> RateLaw:
         max_step=flags.ratio(values, "besteffort.max-step"),
         stale_after_s=flags.duration(values, "besteffort.stale-after"),
         settle_s=flags.duration(values, "besteffort.settle"),
+        max_slowdown=_slowdown_bound(values),
     )
+
+
+def _slowdown_bound(values: Mapping[str, Any]) -> float:
+    """``--besteffort.max-slowdown``: 0 (none), or above 1 and at most 10."""
+    name = "besteffort.max-slowdown"
+    if not isinstance(values[name], bool) and values[name] in (0, "0"):
+        return 0.0
+    bound = flags.positive(values, name, 10.0)
+    if bound <= 1:
+        raise ConfigError(
+            f"--{name} {values[name]!r}: must be above 1 (1.05: the real-time side at most "
+            "5% slower on average) and at most 10, or 0 for none"
+        )
+    return bound
 
 
 @flags.reraise_as(ConfigError)

@@ -30,6 +30,7 @@ from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.types import Decision, Trigger
+from gpuguard.actuator.admission.ratecontrol import besteffort_demand
 from gpuguard.actuator.admission.slo import SloProtection
 from gpuguard.actuator.admission.slosignal import SloSignal, device_readings
 from gpuguard.actuator.admission.targets import decide_targets
@@ -218,12 +219,13 @@ class Controller:
 
     def _rate_control(self, state: ExporterState, now: float) -> None:
         """A control step of each device's run fraction where one is due (once a period),
-        on the readings the SLO poller last got: never a query under the lock."""
+        on the readings the SLO poller last got (never a query under the lock), or where
+        no SLO is declared, on the best-effort side's measured demand."""
         attainments = self.slo_signal.latest() if self.slo_signal is not None else []
         readings, declared = device_readings(state, attainments)
         if self.slo_signal is None:
-            declared = frozenset()  # no signal can come: open loop
-        steps = self.history.rates.control(readings, declared, now)
+            declared = frozenset()  # no SLO signal can come: interference or open loop
+        steps = self.history.rates.control(readings, declared, now, besteffort_demand(state))
         self.metrics.rate_stepped(steps)
         for step in steps:
             if step.changed:
@@ -233,6 +235,7 @@ class Controller:
                     gpu=gpu if mig is None else f"{gpu}:{mig}",
                     run_fraction=round(step.run_fraction, 4),
                     step=step.step,
+                    signal=step.signal,
                 )
 
     def start_timer(self) -> None:

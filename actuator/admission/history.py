@@ -31,6 +31,7 @@ from gpuguard.actuator.admission.ratecontrol import (
     RateStep,
     SloReading,
     control_step,
+    interference_step,
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PRE_KERNEL, Phase, Result, StepReason
@@ -56,6 +57,9 @@ class ControlStep:
     step: RateStep
     run_fraction: float
     changed: bool
+    #: what set it: ``slo`` (a declared SLO), ``interference`` (the best-effort demand) or
+    #: ``none`` (open loop)
+    signal: str = "none"
 
 
 class RateHistory:
@@ -77,11 +81,14 @@ class RateHistory:
         readings: Mapping[DeviceKey, Sequence[SloReading]],
         declared: frozenset[DeviceKey],
         now: float,
+        demand: Mapping[DeviceKey, float | None] | None = None,
     ) -> list[ControlStep]:
         """A control step for each device whose duty cycle runs, once per period.
 
-        ``declared``: devices where a real-time container declares an SLO (the others are
-        open loop); ``readings``: the SLO readings of each device's real-time containers.
+        ``declared``: devices where a real-time container declares an SLO, controlled on
+        ``readings`` (the SLO readings of each device's real-time containers); the others
+        on ``demand`` (``ratecontrol.besteffort_demand``: the interference law), open loop
+        where it is unknown.
         """
         done = []
         for device in sorted(self._phase):
@@ -90,15 +97,20 @@ class RateHistory:
             current = self._fraction.get(device, self.law.initial)
             last = self._change.setdefault(device, Change(now))
             since = self._since.setdefault(device, now)
-            fraction, step = control_step(
-                current, readings.get(device, ()), device in declared, last, now, self.law, since
-            )
+            if device in declared:
+                signal = "slo"
+                fraction, step = control_step(
+                    current, readings.get(device, ()), True, last, now, self.law, since
+                )
+            else:
+                fraction, step = interference_step(current, (demand or {}).get(device), self.law)
+                signal = "none" if step is RateStep.OPEN_LOOP else "interference"
             self._stepped_at[device] = now
             self._fraction[device] = fraction
             changed = fraction != current
             if changed:
                 self._change[device] = Change(now, step)
-            done.append(ControlStep(device, step, fraction, changed))
+            done.append(ControlStep(device, step, fraction, changed, signal))
         return done
 
     def cycles(self) -> dict[DeviceKey, DutyCycle]:

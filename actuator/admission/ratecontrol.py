@@ -43,6 +43,31 @@ opportunistic jobs, from inside the container):
   settling, not stale: a server's first window takes ``settle_s`` to appear.
 * The floor is the starvation guard: a best-effort container runs at least ``floor`` of
   every period, whatever the signal says, so no freeze outlasts ``(1 - floor) x period``.
+
+Without a declared SLO, the signal is the interference the exporter can measure
+(``interference_fraction``). What it cannot measure is the real-time side's own slowdown:
+a process's NVML share is its share of SM time, which time-slicing conserves (a request
+stretched to twice its length beside a busy kernel shows half the share for twice as long),
+so only a real-time process that fills whole 1/6 s samples shows a drop, and a server's
+short requests never do. What it can measure is how much of the device the best-effort side
+takes when it runs: each best-effort container's demand, its SM share while it computes
+alone (``Container.demand_sm_ratio``, learnt from whole samples with nothing else active).
+A real-time kernel runs at ``1 / (2 f2)`` of its speed while one other kernel shares the
+device (``f2``: the contention curve's overhead at two, ``gpuguard/slowdown.py``; paper B's
+1.08), so with best-effort demand ``u`` running ``r`` of each period, the real-time side's
+mean speed is ``1 - r u c`` (``c = 1 - 1 / (2 f2)``, 0.54) and its mean slowdown
+``1 / (1 - r u c)``. The run fraction is the largest whose slowdown stays within
+``max_slowdown``: ``r = (1 - 1 / max_slowdown) / (u c)``, clamped to ``[floor, 1]`` and
+slewed by ``max_step`` a step. The default 1.05 keeps a best-effort container that fills
+the device at the floor (``r`` = 0.09 for ``u`` = 1), where open loop kept it, and lets one
+that uses a fifth of it run 0.44 of each period. Why this law: the measured demand does not
+depend on the run fraction (it is measured while the container runs alone), so there is no
+loop to oscillate; the fraction follows the measurement in at most ``1 / max_step`` steps
+and stays (a change under ``FRACTION_DEADBAND`` is the measurement's jitter: none). An
+unknown demand (a container not yet seen alone for whole samples: one whose real-time
+neighbour never idles) is not guessed: the fraction is ``initial`` (open loop).
+The slowdown leaves out the NVML sample the best-effort side runs through before real-time
+work is seen (the same for every fraction).
 """
 
 from __future__ import annotations
@@ -52,6 +77,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpuguard.actuator.state import DeviceKey, ExporterState
+from gpuguard.contract import PriorityClass
+from gpuguard.slowdown import slowdown_factor
+
+#: the speed a kernel loses while one other kernel time-slices the device with it
+CONTENTION = 1 - 1 / (2 * slowdown_factor(2))
+#: the interference law leaves a run fraction within this of its target as it is (a
+#: measured demand moves by a few hundredths from sample to sample)
+FRACTION_DEADBAND = 0.02
+
 
 class RateStep(StrEnum):
     """What one control step did, and why (audit and metrics)."""
@@ -60,7 +95,7 @@ class RateStep(StrEnum):
     DOWN = "down"  # it suffers past its objective: best-effort runs less
     HOLD = "hold"  # within the dead band
     STALE = "stale"  # no fresh signal: towards the floor
-    #: no real-time signal is declared: the configured run fraction, unchanged
+    #: no SLO is declared and the best-effort demand is unknown: the configured fraction
     OPEN_LOOP = "open_loop"
     #: the signal does not yet show what the last change did (``RateLaw.settle_s``)
     SETTLING = "settling"
@@ -85,6 +120,9 @@ class RateLaw:
     stale_after_s: float = 15.0
     #: a change shows in the signal this long after it (the rule's window, scrape, evaluation)
     settle_s: float = 12.0
+    #: without an SLO: the real-time side's mean slowdown the best-effort side may cause,
+    #: from its measured demand (``interference_fraction``); 0: open loop at ``initial``
+    max_slowdown: float = 1.05
 
     def __post_init__(self) -> None:
         if not 0 <= self.floor <= self.initial <= 1:
@@ -95,6 +133,8 @@ class RateLaw:
             raise ValueError("settling time must not be negative")
         if min(self.gain, self.gain_up, self.deadband, self.max_step) < 0:
             raise ValueError("gains, dead band and step must not be negative")
+        if self.max_slowdown != 0 and self.max_slowdown <= 1:
+            raise ValueError("the slowdown bound must be above 1 (or 0: none)")
 
 
 @dataclass(frozen=True)
@@ -180,6 +220,47 @@ def control_step(
         if since_up is not None and since_up > law.deadband:
             return next_run_fraction(current, since_up, True, law)  # the probe hurt: back off
     return _clamp(current, law), RateStep.SETTLING
+
+
+def interference_fraction(demand: float, law: RateLaw) -> float:
+    """The largest run fraction at which best-effort work of this ``demand`` (the summed
+    SM share of a device's best-effort containers while each computes alone) slows the
+    real-time side by at most ``law.max_slowdown`` on average (module doc). Pure."""
+    interference = min(1.0, max(0.0, demand)) * CONTENTION
+    if interference <= 0:
+        return 1.0
+    return _clamp((1 - 1 / law.max_slowdown) / interference, law)
+
+
+def besteffort_demand(state: ExporterState) -> dict[DeviceKey, float | None]:
+    """Each device's best-effort demand: the summed SM share of the managed best-effort
+    containers with a task there, each as it computes alone (``demand_sm_ratio``); None
+    where one of them has not shown it yet. Pure."""
+    demand: dict[DeviceKey, float | None] = {}
+    seen: set[tuple[DeviceKey, str]] = set()
+    for task in state.tasks:
+        container = state.container(task.container_id)
+        if container is None or container.priority_class != PriorityClass.BEST_EFFORT:
+            continue
+        if not container.managed or (task.device, container.id) in seen:
+            continue
+        seen.add((task.device, container.id))
+        share, total = container.demand_sm_ratio, demand.get(task.device, 0.0)
+        demand[task.device] = None if share is None or total is None else total + share
+    return demand
+
+
+def interference_step(current: float, demand: float | None, law: RateLaw) -> tuple[float, RateStep]:
+    """One step of a device without a declared SLO: towards ``interference_fraction`` by at
+    most ``max_step``; open loop at ``initial`` where the demand is unknown or the bound is
+    off (``max_slowdown`` 0)."""
+    if demand is None or not law.max_slowdown:
+        return next_run_fraction(current, None, False, law)
+    target = interference_fraction(demand, law)
+    if abs(target - current) < FRACTION_DEADBAND:
+        return _clamp(current, law), RateStep.HOLD  # the demand's own jitter: no change
+    step = max(-law.max_step, min(law.max_step, target - current))
+    return _clamp(current + step, law), RateStep.DOWN if step < 0 else RateStep.UP
 
 
 def _clamp(fraction: float, law: RateLaw) -> float:

@@ -142,6 +142,10 @@ def _train_parser() -> _Parser:
     parser.add_argument("--step-work", type=SECONDS, default=0.05, help="kernel seconds a step")
     parser.add_argument("--kernels", type=POSITIVE_INT, default=4, help="kernels per step")
     parser.add_argument("--sync-every", type=POSITIVE_INT, default=10, help="steps per sync")
+    parser.add_argument(
+        "--input-wait", type=NON_NEGATIVE, default=0.0,
+        help="seconds on the host after each sync, the device idle (a data loader's wait)",
+    )  # fmt: skip
     return parser
 
 

@@ -2,9 +2,11 @@
 
 Each step launches a few kernels without waiting; every ``--sync-every`` steps the loop
 waits for the device (like ``loss.item()``), so up to that many steps of kernels are queued
-ahead of the GPU. Each step ends with a mark (a CUDA event): at each sync the loop logs
-when the device finished every step since the last sync, and its steps per second. A
-frozen loop launches nothing more; the device is busy until its queued steps drain.
+ahead of the GPU; ``--input-wait`` then keeps the device idle while the host prepares the
+next batch (a data-loader-bound loop, which uses a part of the device). Each step ends with
+a mark (a CUDA event): at each sync the loop logs when the device finished every step since
+the last sync, and its steps per second. A frozen loop launches nothing more; the device is
+busy until its queued steps drain.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def run_train(args: argparse.Namespace, devices: Devices, log: EventLog) -> None
             step += 1
             if step % args.sync_every == 0:
                 steps.report(devices.synchronize(), log)
+                if args.input_wait:
+                    time.sleep(args.input_wait)  # the next batch: the device waits for it
         steps.report(devices.synchronize(), log)
     except Stopped:
         pass  # SIGTERM: the queue's replies may be half read; report what was synced

@@ -7,6 +7,10 @@ gpusim with a managed best-effort trainer. The actuator polls Prometheus for the
 by a duty cycle. It starts at a run fraction of 0.8, where the trainer's kernels stretch
 most requests past the target: the SLO suffers, the fraction falls; and however it falls,
 the trainer runs in every period (the floor), so no freeze lasts a whole period.
+
+Without an SLO the fraction follows the trainer's measured demand (the interference law):
+a data-loader-bound trainer that uses about a fifth of the device runs well above the floor
+beside a real-time server, at the fraction its demand allows.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from gpuguard import labels
+from gpuguard.actuator.admission.ratecontrol import RateLaw, interference_fraction
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.localstack import LocalStack
 from gpuguard.demo.stack.process import free_port
@@ -52,11 +58,11 @@ def stack(short_tmp: Path) -> Iterator[LocalStack]:
     yield from running(stack)
 
 
-def _frozen_spans(audit: Path, since: float) -> list[tuple[float, float]]:
-    """The trainer's freezes by its duty cycle: (frozen at, thawed at), from the audit log."""
+def _frozen_spans(audit: Path, since: float, name: str = TRAINER) -> list[tuple[float, float]]:
+    """A trainer's freezes by its duty cycle: (frozen at, thawed at), from the audit log."""
     spans, frozen_at = [], None
     for record in read_audit(audit):
-        if record.get("event") != "action" or record.get("container") != TRAINER:
+        if record.get("event") != "action" or record.get("container") != name:
             continue
         if record.get("result") != "ok" or record["ts"] < since:
             continue
@@ -135,6 +141,69 @@ def test_the_run_fraction_falls_while_the_slo_suffers_and_never_below_the_floor(
             if r.get("container") == TRAINER and r.get("event") == "action"
         }
         assert reasons <= {"duty_cycle", "realtime_idle"}, reasons
+    finally:
+        for container in made:
+            container.remove(force=True)
+        client.close()
+
+
+def test_without_an_slo_a_light_trainer_runs_the_fraction_its_measured_demand_allows(
+    stack: LocalStack, record_property: Any
+) -> None:
+    node = stack.nodes[0]
+    client = node.client()
+    made: list[Any] = []
+    audit = node.state_dir / "audit.jsonl"
+    law = RateLaw(floor=FLOOR, initial=INITIAL)  # the stack's bound is the default, 1.05
+    try:
+        # a real-time server with no SLO: 300 ms requests once a second (idle 70% of the
+        # time, when the trainer computes alone and shows its demand)
+        made.append(
+            workload(
+                node, client, "rc-plain", {labels.CLASS: "real-time"},
+                ["server", "--arrivals", "fixed", "--rate", "1", "--duration", RUN_S,
+                 "--request-work", "3.0", "--kernels", "6"],
+            )
+        )  # fmt: skip
+        # 20 ms steps, each after 60 ms of host input: about a quarter of the device
+        made.append(
+            workload(
+                node, client, "rc-light", {labels.MANAGED: "true", labels.CLASS: "best-effort"},
+                ["train", "--duration", RUN_S, "--step-work", "0.2", "--kernels", "1",
+                 "--sync-every", "1", "--input-wait", "0.06"],
+            )
+        )  # fmt: skip
+        light = made[-1].id
+        started = time.time()
+
+        def demand() -> float | None:
+            state = requests.get(node.exporter_url + "/api/v1/state", timeout=5).json()
+            mine = [c for c in state["containers"] if c["id"] == light]
+            return mine[0]["demand_sm_ratio"] if mine else None
+
+        measured = wait_for(demand, 60, "the light trainer's demand")
+        record_property("demand", round(measured, 3))
+        assert 0.1 < measured < 0.5, measured  # it computes a part of each period, not all
+
+        def settled() -> list[dict[str, Any]] | None:
+            steps = [
+                r for r in read_audit(audit)
+                if r.get("event") == "run_fraction" and r["ts"] >= started
+                and r.get("signal") == "interference"
+            ]  # fmt: skip
+            wanted = interference_fraction(demand() or measured, law)
+            near = steps and abs(steps[-1]["run_fraction"] - wanted) < 0.08
+            return steps if near else None
+
+        steps = wait_for(settled, 60, "the run fraction at the light trainer's", interval=1)
+        final = steps[-1]["run_fraction"]
+        record_property("run_fraction", final)
+        record_property("interference_steps", len(steps))
+        assert final > FLOOR + 0.1, steps  # well above the floor a busy trainer gets
+        assert all(FLOOR <= r["run_fraction"] <= 1 for r in steps)
+        # it still runs the duty cycle beside the server's requests: frozen, thawed
+        spans = _frozen_spans(audit, started, "rc-light")
+        assert spans, "never frozen beside the server"
     finally:
         for container in made:
             container.remove(force=True)

@@ -364,7 +364,7 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
             "--besteffort.floor=0.05", "--besteffort.initial=0.2", "--besteffort.gain=0.3",
             "--besteffort.gain-up=0.1", "--besteffort.deadband=0.2", "--besteffort.max-step=0.5",
             "--besteffort.settle=6s", "--besteffort.stale-after=20s",
-            "--prometheus.url=http://127.0.0.1:9090/"]  # fmt: skip
+            "--besteffort.max-slowdown=1.2", "--prometheus.url=http://127.0.0.1:9090/"]  # fmt: skip
     config = load_config(parse(argv))
     law = config.policy.rate
     assert config.policy.best_effort_control == "rate"
@@ -372,6 +372,9 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
         0.5, 0.05, 0.2, 0.3, 0.1,
     )  # fmt: skip
     assert (law.deadband, law.max_step, law.settle_s, law.stale_after_s) == (0.2, 0.5, 6.0, 20.0)
+    assert law.max_slowdown == 1.2
+    off = load_config(parse([*base(files), "--besteffort.max-slowdown=0"])).policy.rate
+    assert off.max_slowdown == 0  # open loop at --besteffort.initial
     assert config.prometheus_url == "http://127.0.0.1:9090"
     assert not any("--prometheus.url" in w for w in config.warnings)
     # rate control without a signal runs open loop: no warning (the start log says so)
@@ -397,6 +400,12 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
         (["--besteffort.max-step=0"], "--besteffort.max-step '0': must be in (0, 1]"),
         (["--besteffort.settle=0s"], "--besteffort.settle: invalid duration '0s'"),
         (["--besteffort.stale-after=x"], "--besteffort.stale-after: invalid duration 'x'"),
+        (["--besteffort.max-slowdown=1"],
+         "--besteffort.max-slowdown '1': must be above 1 (1.05: the real-time side at most"),
+        (["--besteffort.max-slowdown=0.5"], "--besteffort.max-slowdown '0.5': must be above 1"),
+        (["--besteffort.max-slowdown=11"], "--besteffort.max-slowdown '11': must be in (0, 10]"),
+        (["--besteffort.max-slowdown=slow"],
+         "--besteffort.max-slowdown 'slow': must be a number"),
         (["--prometheus.url=prom:9090"], "--prometheus.url 'prom:9090': must be an http/https"),
         (["--prometheus.http-config-file=/no/such/file"], "--prometheus.http-config-file"),
     ],

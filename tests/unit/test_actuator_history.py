@@ -9,7 +9,13 @@ import pytest
 
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, PolicyConfig, Step
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw, RateStep, SloReading
+from gpuguard.actuator.admission.ratecontrol import (
+    DutyCycle,
+    RateLaw,
+    RateStep,
+    SloReading,
+    interference_fraction,
+)
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.contract import Phase, Result, StepReason
@@ -225,6 +231,25 @@ def test_one_control_step_a_period_and_only_where_a_cycle_runs() -> None:
     run_cycles(history, {GPU0: DutyCycle(0.5, 1.0, 109.5)})
     [step] = history.rates.control({}, frozenset({GPU0}), 110.0)
     assert step.step == RateStep.SETTLING
+
+
+def test_without_an_slo_the_measured_demand_sets_the_fraction_and_says_so() -> None:
+    history = rate_history(initial=0.1, floor=0.1, max_step=0.2, period_s=1.0)
+    run_cycles(history, {GPU0: DutyCycle(0.1, 1.0, 99.9)})
+    # not yet seen alone: open loop at the initial fraction
+    [step] = history.rates.control({}, frozenset(), 100.0, {GPU0: None})
+    assert (step.step, step.run_fraction, step.signal) == (RateStep.OPEN_LOOP, 0.1, "none")
+    # a light trainer (a fifth of the device): up one slewed step a period, to the bound
+    [step] = history.rates.control({}, frozenset(), 101.0, {GPU0: 0.2})
+    assert (step.step, step.signal) == (RateStep.UP, "interference")
+    assert step.run_fraction == pytest.approx(0.3)
+    [step] = history.rates.control({}, frozenset(), 102.0, {GPU0: 0.2})
+    [step] = history.rates.control({}, frozenset(), 103.0, {GPU0: 0.2})
+    assert step.run_fraction == pytest.approx(interference_fraction(0.2, history.rates.law))
+    assert history.snapshot(103.0).duty_cycles[GPU0].run_fraction == step.run_fraction
+    # a declared SLO takes over from the demand
+    [step] = history.rates.control({}, frozenset({GPU0}), 104.0, {GPU0: 0.2})
+    assert step.signal == "slo"
 
 
 def test_a_step_waits_for_a_reading_taken_after_the_last_change_has_settled() -> None:

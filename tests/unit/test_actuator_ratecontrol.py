@@ -8,15 +8,22 @@ from dataclasses import replace
 import pytest
 
 from gpuguard.actuator.admission.ratecontrol import (
+    CONTENTION,
+    FRACTION_DEADBAND,
     Change,
     DutyCycle,
     RateLaw,
     RateStep,
     SloReading,
+    besteffort_demand,
     control_step,
+    interference_fraction,
+    interference_step,
     next_run_fraction,
     worst_error,
 )
+from gpuguard.slowdown import slowdown_factor
+from tests.unit.test_actuator_policy import container, state, task
 
 LAW = RateLaw(floor=0.1, initial=0.2, gain=0.2, gain_up=0.05, deadband=0.1, max_step=0.2)
 
@@ -223,3 +230,112 @@ def test_settling_keeps_a_lagging_signal_from_overshooting(slope: float) -> None
     # settled steps rise to the knee from below and stay (the first step: stale, to the floor)
     assert all(b >= a for a, b in itertools.pairwise(patient[1:]))
     assert knee - 0.1 <= patient[-1] <= knee + 0.01
+
+
+# --- without a declared SLO: the interference law --------------------------------------
+
+INTERFERENCE = RateLaw(floor=0.1, initial=0.2, max_step=0.2, max_slowdown=1.05)
+
+
+def test_the_contention_constant_is_the_curves_at_two_kernels() -> None:
+    # paper B: two concurrent matmuls take 23.271 s against 10.795 s alone, so each runs at
+    # 10.795 / 23.271 of its speed and loses the rest
+    assert pytest.approx(1 - 10.795 / 23.271) == CONTENTION
+    assert pytest.approx(1 - 1 / (2 * slowdown_factor(2))) == CONTENTION
+
+
+@pytest.mark.parametrize(
+    ("demand", "max_slowdown", "expected"),
+    [
+        # a best-effort side that fills the device: the floor (0.089 wanted), as open loop
+        (1.0, 1.05, 0.1),
+        (1.7, 1.05, 0.1),  # two in phase that each fill it: no more than one
+        # a fifth of the device: (1 - 1/1.05) / (0.2 x 0.536) = 0.444
+        (0.2, 1.05, (1 - 1 / 1.05) / (0.2 * CONTENTION)),
+        # a looser bound lets the same container run more
+        (0.2, 1.2, 1.0),
+        (0.5, 1.2, (1 - 1 / 1.2) / (0.5 * CONTENTION)),
+        # nothing computing: no interference, it may run all the time
+        (0.0, 1.05, 1.0),
+        (-0.1, 1.05, 1.0),  # never below nothing
+    ],
+)
+def test_the_largest_fraction_within_the_slowdown_bound(
+    demand: float, max_slowdown: float, expected: float
+) -> None:
+    law = replace(INTERFERENCE, max_slowdown=max_slowdown)
+    fraction = interference_fraction(demand, law)
+    assert fraction == pytest.approx(expected)
+    assert law.floor <= fraction <= 1
+    if law.floor < fraction < 1:  # inside the clamp it is exactly the bound
+        slowdown = 1 / (1 - fraction * min(1.0, demand) * CONTENTION)
+        assert slowdown == pytest.approx(max_slowdown)
+
+
+@pytest.mark.parametrize(
+    ("current", "demand", "max_slowdown", "expected", "step"),
+    [
+        # demand unknown, or the bound off: open loop at the configured fraction
+        (0.7, None, 1.05, 0.2, RateStep.OPEN_LOOP),
+        (0.7, 0.2, 0.0, 0.2, RateStep.OPEN_LOOP),
+        # towards the law's fraction by at most max_step a step
+        (0.2, 0.2, 1.05, 0.4, RateStep.UP),
+        (0.4, 0.2, 1.05, (1 - 1 / 1.05) / (0.2 * CONTENTION), RateStep.UP),
+        (0.9, 1.0, 1.05, 0.7, RateStep.DOWN),
+        (0.15, 1.0, 1.05, 0.1, RateStep.DOWN),
+        # there already, or within the demand's jitter of it: held
+        (0.1, 1.0, 1.05, 0.1, RateStep.HOLD),
+        (1.0, 0.0, 1.05, 1.0, RateStep.HOLD),
+        (0.105, 0.84, 1.05, 0.105, RateStep.HOLD),  # 0.106 wanted
+        (0.43, 0.2, 1.05, 0.43, RateStep.HOLD),  # 0.444 wanted
+    ],
+)
+def test_one_interference_step(
+    current: float, demand: float | None, max_slowdown: float, expected: float, step: RateStep
+) -> None:
+    law = replace(INTERFERENCE, max_slowdown=max_slowdown)
+    fraction, why = interference_step(current, demand, law)
+    assert why is step
+    assert fraction == pytest.approx(expected)
+
+
+def test_the_interference_law_settles_without_overshoot_and_stays() -> None:
+    """The demand does not depend on the fraction: the law reaches its fraction from either
+    side, monotonically, within 1 / max_step steps, and holds there."""
+    for start, demand in itertools.product((0.1, 0.5, 1.0), (0.05, 0.2, 0.6, 1.0)):
+        target = interference_fraction(demand, INTERFERENCE)
+        fraction, trail = start, [start]
+        for _ in range(10):
+            fraction, _ = interference_step(fraction, demand, INTERFERENCE)
+            trail.append(fraction)
+        assert abs(trail[-1] - target) < FRACTION_DEADBAND
+        moves = [b - a for a, b in itertools.pairwise(trail)]
+        assert all(m >= -1e-12 for m in moves) or all(m <= 1e-12 for m in moves), trail
+        assert trail[6:] == [trail[-1]] * len(trail[6:]), trail
+
+
+def test_a_devices_demand_is_its_managed_best_effort_containers_summed() -> None:
+    snap = state(
+        [
+            container("rt", klass="real-time", demand=0.9),
+            container("be-a", klass="best-effort", demand=0.15),
+            container("be-b", klass="best-effort", demand=0.25),
+            container("be-c", klass="best-effort", demand=None),
+            container("be-free", klass="best-effort", demand=0.8, managed=False),
+        ],
+        [
+            task("rt", "computing", 1, gpu=0),
+            task("be-a", "computing", 2, gpu=0),
+            task("be-a", "computing", 3, gpu=0, pid=4242),  # a second process: counted once
+            task("be-b", "computing", 4, gpu=0),
+            task("be-c", "computing", 5, gpu=1),
+            task("be-a", "computing", 6, gpu=2),
+            task("be-free", "computing", 7, gpu=2),  # not ours to freeze: not in the cycle
+        ],
+        gpus=3,
+    )
+    demand = besteffort_demand(snap)
+    assert demand[(0, None)] == pytest.approx(0.4)
+    assert demand[(1, None)] is None  # one of them not yet seen alone: unknown
+    assert demand[(2, None)] == pytest.approx(0.15)
+    assert set(demand) == {(0, None), (1, None), (2, None)}

@@ -93,6 +93,20 @@ def test_train_logs_each_step_when_the_device_finished_it(daemon: Daemon, tmp_pa
     assert 25 < summary["steps_per_s"] <= 50
 
 
+def test_train_input_wait_leaves_the_device_idle_between_steps(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    # 20 ms steps (0.4 s of work at scale 0.05), each followed by 30 ms of host input: the
+    # device computes about 40% of the loop's time (the demand a trainer like it shows)
+    argv = ["train", "--steps", "8", "--sync-every", "1", "--step-work", "0.4"]
+    events = run(daemon, tmp_path, *argv, "--kernels", "1", "--input-wait", "0.03")
+    steps = of(events, "step")
+    gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(steps)]
+    assert min(gaps) >= 0.02 + 0.03 - 0.005  # a step's work and the input wait before it
+    summary = events[-1]
+    assert 8 < summary["steps_per_s"] < 21  # 1 / 50 ms at most, with launch overheads
+
+
 def test_oneshot_light_task_spreads_its_kernels_over_host_work(
     daemon: Daemon, tmp_path: Path
 ) -> None:
@@ -193,6 +207,7 @@ def test_bad_traces(trace: str, message: str) -> None:
         ["server", "--rate", "5"],  # endless
         ["server", "--rate", "5", "--trace", "t.jsonl", "--requests", "1"],
         ["train", "--sync-every", "0"],
+        ["train", "--input-wait", "-1"],
         ["train", "--devices", "0,0"],
         ["oneshot", "--backend", "cuda", "--device", "0:1"],
         ["mine", "--size", "1"],
