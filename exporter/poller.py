@@ -83,6 +83,7 @@ class PollSnapshot:
     default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
     demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
     typical_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
+    longest_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
     #: the trust policy in force: (kind, file) (exporter/trust.py)
     trust_policy: tuple[str, str] = (TRUSTING, "")
 
@@ -197,6 +198,7 @@ class Poller:
             default_task_mode=self.tracker.rules.default_mode,
             demand=self.tracker.demand_view(),
             typical_run=dict(self.tracker.typical_run),
+            longest_run=self.tracker.longest_run(),
             trust_policy=self.trust_policy,
         )
         self.snapshot = snapshot

@@ -49,6 +49,7 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         ContainerField.CLASS_ERROR: info.class_error,
         ContainerField.DEMAND_SM_RATIO: snap.demand.get(info.id),
         ContainerField.TYPICAL_RUN_S: snap.typical_run.get(info.id),
+        ContainerField.LONGEST_RUN_S: snap.longest_run.get(info.id),
         ContainerField.SLO: _slo_json(info),
         # Kubernetes identity (containerd source); null on a Docker host
         ContainerField.NAMESPACE: info.pod_namespace,

@@ -96,6 +96,8 @@ _ALONE_SLACK = 0.01
 DEMAND_EWMA_ALPHA = 0.3
 #: samples alone a running task needs before its share stands for its container's demand
 RUNNING_DEMAND_SAMPLES = 6
+#: ``longest_run`` looks at this many of a container's last tasks
+LONGEST_OF = 32
 
 RUN_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -367,6 +369,8 @@ class Tracker:
         self.stats: dict[str, ContainerStats] = {}
         self.demand: dict[str, float] = {}  # container id -> expected SM share (EWMA)
         self.typical_run: dict[str, float] = {}  # container id -> a task's run time (EWMA)
+        #: container id -> its last ``LONGEST_OF`` run times (``longest_run``)
+        self._runs: dict[str, deque[float]] = {}
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
 
     # -- per poll ---------------------------------------------------------------------
@@ -429,7 +433,7 @@ class Tracker:
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
-        for table in (self.stats, self.demand, self.typical_run):
+        for table in (self.stats, self.demand, self.typical_run, self._runs):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]
 
@@ -455,6 +459,7 @@ class Tracker:
             "stats": len(self.stats),
             "demand": len(self.demand),
             "typical_run": len(self.typical_run),
+            "runs": len(self._runs),
             "histograms": len(self._hist),
             "recent": len(self.recent),
         }
@@ -656,6 +661,16 @@ class Tracker:
         self.typical_run[task.container_id] = (
             run_s if old is None else DEMAND_EWMA_ALPHA * run_s + (1 - DEMAND_EWMA_ALPHA) * old
         )
+        runs = self._runs.get(task.container_id)
+        if runs is None:
+            runs = self._runs[task.container_id] = deque(maxlen=LONGEST_OF)
+        runs.append(run_s)
+
+    def longest_run(self) -> dict[str, float]:
+        """Each container's longest run of its last ``LONGEST_OF`` tasks (as ``typical_run``
+        learns them): a server's requests are heavy-tailed, and the actuator keeps a freeze
+        short enough for the long ones too, not for the mean."""
+        return {cid: max(runs) for cid, runs in self._runs.items()}
 
     def _count(
         self,

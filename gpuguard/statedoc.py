@@ -84,6 +84,7 @@ class ContainerField(_Fields):
     CLASS_ERROR: Final = "class_error"
     DEMAND_SM_RATIO: Final = "demand_sm_ratio"
     TYPICAL_RUN_S: Final = "typical_run_s"
+    LONGEST_RUN_S: Final = "longest_run_s"
     SLO: Final = "slo"
     NAMESPACE: Final = "namespace"
     POD: Final = "pod"
@@ -165,6 +166,8 @@ class Container:
     demand_sm_ratio: float | None = None
     #: a task's typical run time (exact task boundaries only); None: not learnt yet
     typical_run_s: float | None = None
+    #: the longest run of its last tasks (as ``typical_run_s``); None: none learnt yet
+    longest_run_s: float | None = None
     image: str = ""
     state: str = "running"
     #: its program, never its arguments ("" when unknown)
@@ -337,6 +340,7 @@ def _container(doc: Any, where: str) -> Container:
         gpus=tuple(_check(g, str, f"gpus[{i}]", where) for i, g in enumerate(_list(obj, k.GPUS))),
         demand_sm_ratio=_opt_float(obj, k.DEMAND_SM_RATIO, where),
         typical_run_s=_opt_float(obj, k.TYPICAL_RUN_S, where),
+        longest_run_s=_opt_float(obj, k.LONGEST_RUN_S, where),
         image=_opt(obj, k.IMAGE, str, where) or "",
         state=_opt(obj, k.STATE, str, where) or "running",
         command=_opt(obj, k.COMMAND, str, where) or "",

@@ -720,6 +720,26 @@ def test_a_task_that_runs_on_and_on_stands_for_its_demand_meanwhile() -> None:
     assert cid(1) not in h.tracker.demand
 
 
+def test_the_longest_of_its_last_runs_is_kept_beside_the_mean() -> None:
+    # one process, one task per process: runs of 0.2, 0.6 and 0.2 s (polls 0.1 s apart)
+    h = Harness(container(1))
+    t = 0.0
+    for n, polls in enumerate((2, 6, 2)):
+        pid = 100 + n
+        h.own(pid, 1, pid)
+        for i in range(polls + 1):
+            h.poll(t + 0.1 * i, {pid: GIB}, sm={pid: 1.0})
+        h.poll(t + 0.1 * (polls + 1), {})
+        t += 2.0
+    typical, longest = h.tracker.typical_run[cid(1)], h.tracker.longest_run()[cid(1)]
+    runs = [r.run_s for r in h.tracker.recent if r.run_s is not None]
+    assert len(runs) == 3 and longest == pytest.approx(max(runs))
+    assert typical < longest  # the mean of a heavy tail leaves too little slack
+    assert longest > 2 * min(runs)
+    h.tracker.forget_containers({})
+    assert h.tracker.longest_run() == {}
+
+
 def test_tables_stay_bounded_under_process_and_container_churn() -> None:
     # issue 9: ~290 B per process forever
     h = Harness(history=8)
@@ -738,6 +758,7 @@ def test_tables_stay_bounded_under_process_and_container_churn() -> None:
         "stats": 1,
         "demand": 1,
         "typical_run": 1,
+        "runs": 1,
         "histograms": 1,
         "recent": 8,
     }

@@ -239,6 +239,7 @@ def test_rejections_are_in_the_state_json() -> None:
         default_task_mode = "burst"
         demand: dict[str, float] = {}
         typical_run: dict[str, float] = {}
+        longest_run: dict[str, float] = {}
 
     doc = _container_json(rejected, Snap())  # type: ignore[arg-type]
     assert doc["class"] == BE

@@ -82,6 +82,7 @@ class _Snap:
     default_task_mode = TaskMode.BURST
     demand: dict[str, float] = {}
     typical_run: dict[str, float] = {}
+    longest_run: dict[str, float] = {}
 
 
 def as_state(info: ContainerInfo) -> dict[str, Any]:

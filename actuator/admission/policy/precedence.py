@@ -31,7 +31,8 @@ worse than sharing). So precedence acts only where it is known to be right:
   server whose kernels run is left alone, as any task: ``kernel_running``.)
 * Slack (``thaw_at``): no freeze of a real-time container outlasts its slack, whatever the
   queue says. Its freeze ends (``slack``) at its deadline (``gpuguard.deadline``, else its
-  SLO's target) less its typical run time (when learnt) and ``--policy.slack-margin``,
+  SLO's target) less its run (``spare_s``: the longest of its last tasks, when learnt) and
+  ``--policy.slack-margin``,
   counted from its task's start for a ranked task (the deadline is that task's) and from the
   freeze's start for a server, or for a burst that merged or was late when the freeze began
   (``on_own_clock``: a request may have come just as it began). A real-time task whose
@@ -94,9 +95,14 @@ def own_deadline(klass: PriorityClass, container: Container | None) -> float | N
 
 
 def spare_s(container: Container | None, deadline: float, config: PolicyConfig) -> float:
-    """How long it may wait: its deadline less its typical run and the margin."""
-    typical = container.typical_run_s if container is not None else None
-    return deadline - (typical or 0.0) - config.slack_margin_s
+    """How long it may wait: its deadline less its run and the margin. Its run is the
+    longest of its last tasks, not their mean: a server's requests are heavy-tailed, and
+    the one that arrives as a freeze begins may be a long one (a freeze sized by the mean
+    run cost a 2.3 s request deadline on a production trace, ``bench/traces.py`` pair)."""
+    if container is None:
+        return deadline - config.slack_margin_s
+    run = max(container.typical_run_s or 0.0, container.longest_run_s or 0.0)
+    return deadline - run - config.slack_margin_s
 
 
 def thaw_at(view: TaskView, now: float, config: PolicyConfig) -> float | None:

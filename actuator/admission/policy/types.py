@@ -58,7 +58,7 @@ class PolicyConfig:
     #: best-effort work is not frozen for a real-time container whose requests NVML cannot
     #: separate (its busy periods merge them) and whose demand is at most this share
     best_effort_coexist_demand: float = 0.5
-    #: a real-time container's freeze ends this long (and its typical run) before its slack
+    #: a real-time container's freeze ends this long (and its longest recent run) before its slack
     #: does: before its deadline from its task's start (a ranked task), or from the
     #: freeze's start (a server: a request may have come as it began)
     slack_margin_s: float = 0.5
