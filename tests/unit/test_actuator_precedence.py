@@ -272,25 +272,39 @@ def test_its_typical_run_shortens_the_wait() -> None:
     assert acts(d) == [(UNPAUSE, "s")] and d.steps[0].reason == "slack"
 
 
-def test_its_longest_recent_run_not_its_mean_shortens_the_wait() -> None:
-    """A server's requests are heavy-tailed: the one arriving as the freeze began may be
-    its longest. With a mean run of 0.1 s it would wait 1.4 s of its 2 s deadline; with a
-    0.8 s request among its last ones, 0.7 s (bench/traces.py's pair: a freeze sized by the
-    mean left a 1 s request 2.76 s against its 2.33 s deadline)."""
-    cs, ts = oneshot_and_server(paused=True)
-    cs[1]["typical_run_s"], cs[1]["longest_run_s"] = 0.1, 0.8
-    ts[1] = burst("s", 2, paused=True)
-    d = run(state(cs, ts, util=1.0), frozen("s", 0.6))
-    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.1)
-    d = run(state(cs, ts, util=1.0), frozen("s", 0.7))
-    assert acts(d) == [(UNPAUSE, "s")] and d.steps[0].reason == "slack"
-    # not yet frozen: frozen while it affords it, for its deadline less that run
+@pytest.mark.parametrize(
+    ("typical", "longest", "thawed_after"),
+    [
+        # its first task: its deadline (2 s) less the margin (0.5 s)
+        (None, None, 1.5),
+        # it has run tasks before: what arrives as the freeze begins may be a whole request,
+        # and a few short ones say nothing of a heavy tail: half its deadline is left it
+        (0.1, 0.3, 0.5),
+        # ... or its longest recent run, where that is longer (not the mean: 0.1 s would
+        # leave 1.4 s, and on bench/traces.py's pair a freeze sized by the mean left a 1 s
+        # request 2.76 s against its 2.33 s deadline)
+        (0.1, 1.2, 0.3),
+    ],
+)
+def test_a_repeating_containers_freeze_leaves_it_its_longest_run_or_half_its_deadline(
+    typical: float | None, longest: float | None, thawed_after: float
+) -> None:
     cs, ts = oneshot_and_server()
-    cs[1]["typical_run_s"], cs[1]["longest_run_s"] = 0.1, 0.8
+    cs[1]["typical_run_s"], cs[1]["longest_run_s"] = typical, longest
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "s")] and d.next_due == pytest.approx(NOW + 0.7)
-    # a run as long as its deadline less the margin leaves no slack: never frozen for it
-    cs[1]["longest_run_s"] = 1.5
+    assert acts(d) == [(PAUSE, "s")] and d.next_due == pytest.approx(NOW + thawed_after)
+    cs, ts = oneshot_and_server(paused=True)
+    cs[1]["typical_run_s"], cs[1]["longest_run_s"] = typical, longest
+    ts[1] = burst("s", 2, paused=True)
+    d = run(state(cs, ts, util=1.0), frozen("s", thawed_after - 0.05))
+    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.05)
+    d = run(state(cs, ts, util=1.0), frozen("s", thawed_after))
+    assert acts(d) == [(UNPAUSE, "s")] and d.steps[0].reason == "slack"
+
+
+def test_a_run_as_long_as_its_deadline_less_the_margin_leaves_it_unfrozen() -> None:
+    cs, ts = oneshot_and_server()
+    cs[1]["typical_run_s"], cs[1]["longest_run_s"] = 0.4, 1.5
     d = run(state(cs, ts, util=1.0))
     assert acts(d) == [] and reasons(d) == ["not_ranked"]  # it cannot afford a wait: shares
 

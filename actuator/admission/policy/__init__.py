@@ -52,7 +52,7 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   device; one without an SLO cannot be judged and shares the device (``not_ranked``). Two
   servers without SLO signals share.
 * Slack: no freeze of a real-time container outlasts its slack, whatever the queue says. It
-  is thawed (``slack``) at its deadline (else its SLO's target) less its longest recent run and
+  is thawed (``slack``) at its deadline (else its SLO's target) less its run (``spare_s``) and
   ``slack_margin_s``, from its task's start (a ranked task) or from the freeze's start (a
   server, or a burst that merged or ran late); ``next_due`` says when. A real-time task
   whose slack is spent is not frozen (``no_slack``), and one thawed so is not frozen again
