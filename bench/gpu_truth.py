@@ -58,12 +58,9 @@ def plan(rig: Rig, quick: bool) -> dict[str, Any]:
         "polls": [0.1] if quick and not on_gpu else [0.1, 0.02],
         "oneshot": ["--size", "8192", "--repeat", "3" if quick else "8", "--sleep-between", "0.6"]
         + ([] if on_gpu else ["--work-seconds", "10"]),
-        # requests a second apart on the device, two on gpusim: on a loaded 2-core machine
-        # a late request and the next one on time came less than --task.idle-gap apart and
-        # merged into one detected task (CI: 3 of 4 matched)
         "server": [
             "--rate",
-            "1.0" if on_gpu else "0.5",
+            "1.0",
             "--arrivals",
             "fixed",
             "--requests",
