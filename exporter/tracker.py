@@ -369,8 +369,10 @@ class Tracker:
         self.stats: dict[str, ContainerStats] = {}
         self.demand: dict[str, float] = {}  # container id -> expected SM share (EWMA)
         self.typical_run: dict[str, float] = {}  # container id -> a task's run time (EWMA)
-        #: container id -> its last ``LONGEST_OF`` run times (``longest_run``)
+        #: container id -> its last ``LONGEST_OF`` run times, and the longest of them
+        #: (``longest_run``: kept as each run is learnt, not recomputed every poll)
         self._runs: dict[str, deque[float]] = {}
+        self._longest: dict[str, float] = {}
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
 
     # -- per poll ---------------------------------------------------------------------
@@ -433,7 +435,7 @@ class Tracker:
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
-        for table in (self.stats, self.demand, self.typical_run, self._runs):
+        for table in (self.stats, self.demand, self.typical_run, self._runs, self._longest):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]
 
@@ -665,12 +667,13 @@ class Tracker:
         if runs is None:
             runs = self._runs[task.container_id] = deque(maxlen=LONGEST_OF)
         runs.append(run_s)
+        self._longest[task.container_id] = max(runs)
 
     def longest_run(self) -> dict[str, float]:
         """Each container's longest run of its last ``LONGEST_OF`` tasks (as ``typical_run``
         learns them): a server's requests are heavy-tailed, and the actuator keeps a freeze
         short enough for the long ones too, not for the mean."""
-        return {cid: max(runs) for cid, runs in self._runs.items()}
+        return dict(self._longest)
 
     def _count(
         self,
