@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show devices and processes")
     status.add_argument("--socket", type=Path, default=None, metavar="PATH", help=socket_help)
     status.add_argument("--json", action="store_true", help="print the raw status reply")
+    for command in (serve, status):
+        command.add_argument("--version", action="version", version=f"gpusim {__version__}")
     return parser
 
 

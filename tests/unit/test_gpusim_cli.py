@@ -86,12 +86,13 @@ def test_bad_arguments_are_one_line_and_exit_2(
     assert err.count("\n") == 1 and err.startswith("gpusim")
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 26: ``gpusim --version`` exited 2 (a command was required)."""
+@pytest.mark.parametrize("argv", [["--version"], ["serve", "--version"], ["status", "--version"]])
+def test_version(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpusim --version`` and each command's: the version, exit 0 (no command required)."""
     from gpuguard import __version__
 
     with pytest.raises(SystemExit) as exc:
-        main(["--version"])
+        main(argv)
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"gpusim {__version__}\n"
 
