@@ -443,6 +443,16 @@ def env_file_text(values: dict[str, str], bin_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def running_recorded(directory: Path) -> list[dict[str, Any]]:
+    """The processes a stack recorded in ``directory`` that still run (none: no stack up)."""
+    path = directory / RECORD
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [e for e in entries if _is_ours(int(e["pid"]), e["name"])]
+
+
 def stop_recorded(directory: Path) -> int:
     """Stop every process a stack recorded in ``directory``; returns how many were alive."""
     path = directory / RECORD
