@@ -97,6 +97,21 @@ def test_version(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"gpusim {__version__}\n"
 
 
+@pytest.mark.parametrize("env", [False, True])
+def test_serve_makes_no_directory_for_a_socket(
+    env: bool, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the default socket's directory is made: a mistyped path creates nothing."""
+    missing = Path("/nonexistent-gpusim-test/dir/x.sock")
+    if env:
+        monkeypatch.setenv("GPUSIM_SOCKET", str(missing))
+    assert main(["serve"] if env else ["serve", "--socket", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no directory {missing.parent}" in err
+    assert ("$GPUSIM_SOCKET" if env else "--socket") in err
+    assert not Path("/nonexistent-gpusim-test").exists()
+
+
 def test_status_without_daemon(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--socket", "/nonexistent/gpusim.sock"]) == 1
     assert "cannot connect" in capsys.readouterr().err

@@ -367,12 +367,7 @@ class LocalStack:
             ensure_app_image(client)
         finally:
             client.close()
-        values = {
-            "DOCKER_HOST": node.engine.url,
-            "GPUSIM_DIR": str(node.gpusim.dir),
-            "GPUGUARD_EXPORTER_URL": node.exporter_url,
-            "GPUGUARD_ACTUATOR_URL": node.actuator_url,
-        }
+        values = user_env(node.engine.url, node.gpusim, node.exporter_url, node.actuator_url)
         path = self.dir / ENV_FILE
         path.write_text(env_file_text(values, Path(sys.executable).parent))
         return path
@@ -431,6 +426,20 @@ class LocalStack:
                     shutil.rmtree(child, ignore_errors=True)
                 else:
                     child.unlink(missing_ok=True)
+
+
+def user_env(
+    docker_host: str, gpusim: GpusimService, exporter_url: str, actuator_url: str
+) -> dict[str, str]:
+    """What ``.stack/env`` exports: the engine, the exporter and actuator, and gpusim's
+    directory (to mount in containers) and socket (for ``gpusim status`` on the host)."""
+    return {
+        "DOCKER_HOST": docker_host,
+        "GPUSIM_DIR": str(gpusim.dir),
+        "GPUSIM_SOCKET": str(gpusim.socket),
+        "GPUGUARD_EXPORTER_URL": exporter_url,
+        "GPUGUARD_ACTUATOR_URL": actuator_url,
+    }
 
 
 def env_file_text(values: dict[str, str], bin_dir: Path) -> str:
