@@ -92,9 +92,12 @@ def cmd_ps(args: argparse.Namespace) -> int:
 
 
 def _seconds(value: float | None, signed: bool = False) -> str:
+    """Seconds to a tenth; a value that rounds to zero is ``0.0s`` (``+0.0s``), never
+    ``-0.0s``."""
     if value is None:
         return "-"
-    return f"{value:+.1f}s" if signed else f"{value:.1f}s"
+    shown = round(value, 1) or 0.0  # -0.0 is falsy: it becomes 0.0
+    return f"{shown:+.1f}s" if signed else f"{shown:.1f}s"
 
 
 def ps_rows(state: ExporterState, show_all: bool = False) -> list[dict[str, str]]:

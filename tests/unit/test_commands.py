@@ -115,6 +115,12 @@ FINISHED = {**STATE, "recent": [
 ]}  # fmt: skip
 
 
+def test_ps_never_shows_minus_zero() -> None:
+    doc = {**STATE, "tasks": [{**STATE["tasks"][0], "slack_s": -0.04, "elapsed_s": -0.01}]}
+    (row,) = [r for r in ps_rows(parse_state(doc)) if r["NAME"] == "rt-1"]
+    assert (row["SLACK"], row["ELAPSED"]) == ("+0.0s", "0.0s")
+
+
 def test_ps_counts_met_and_missed_of_each_container_also_a_finished_one() -> None:
     rows = {r["NAME"]: r for r in ps_rows(parse_state(FINISHED), show_all=True)}
     assert (rows["old"]["MET"], rows["old"]["MISSED"]) == ("3", "1")
