@@ -27,7 +27,7 @@ from gpuguard.demo.compare import (
     verdict_legend,
     wrap,
 )
-from gpuguard.demo.marks import alert_exprs, mark_lines, marked_by, node_marks
+from gpuguard.demo.marks import mark_lines, marked_by, node_marks
 from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, TaskResult, WorkloadSpec
 from gpuguard.demo.timeline import Panel, Span, draw, frozen_spans, lanes
@@ -108,7 +108,13 @@ def run_both(stack: Any, count: int, size: int) -> str:
     except (requests.RequestException, ValueError):
         still = []
     marks = node_marks(audit, still)
-    lines += ["", *mark_lines(marks, releases, time.time(), alert_exprs()), ""]
+    misses = [
+        (run.result.name, task.ended_at)
+        for run in (*first.values(), *second.values())
+        for task in run.seen or []
+        if task.met is False
+    ]
+    lines += ["", *mark_lines(marks, releases, time.time(), misses), ""]
     frozen = frozen_spans(audit, time.time())
     for scene, runs, title in (
         ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),
