@@ -11,6 +11,7 @@ import pytest
 
 from gpuguard.cli import main
 from gpuguard.demo.stack.localstack import RECORD, running_recorded, write_record
+from tests.waiting import wait_for
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the demo checks for root before anything else")
@@ -20,6 +21,8 @@ def test_a_second_demo_refuses_while_one_is_up_and_leaves_it_running(
     # a process whose command line names it as the demo's exporter, as the record says
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "exporter"])
     try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        wait_for(lambda: b"exporter" in cmdline.read_bytes(), 10, "the stand-in's exec")
         write_record(tmp_path, [{"kind": "process", "name": "exporter", "pid": proc.pid}])
         assert [e["pid"] for e in running_recorded(tmp_path)] == [proc.pid]
         status = main(["demo", "--dir", str(tmp_path)])
