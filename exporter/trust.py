@@ -156,7 +156,7 @@ default:
   # nor are its own misses: they never take the node out of placement
   misses_mark_node: false
   # gpuguard.role (never paused) is for gpuguard's own containers, which an operator starts:
-  # a managed tenant's own role is not believed, so it is paused like any managed tenant
+  # a managed tenant's own role is not believed, so it ranks as any managed tenant
   roles: []
 """
 
@@ -220,7 +220,7 @@ def apply(grant: Grant, info: ContainerInfo) -> ContainerInfo:
         if grant.managed:
             why = f"{role} is not believed: the policy manages this container"
         elif role not in grant.roles:
-            why = f"{role} is not granted to this container: it is paused like any managed one"
+            why = f"{role} is not granted to this container: treated as any managed tenant"
         else:
             why = ""
         if why:
