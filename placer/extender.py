@@ -20,8 +20,11 @@ case: so does ``parse_args``. ``NodeNames`` comes when the extender is configure
 (whole ``v1.Node`` objects, echoed back as they came); a result answers in the same field.
 
 A pod declares itself with pod labels or annotations: ``gpuguard.deadline`` (without it the
-pod is not real-time: every node passes and scores 0), ``gpuguard.memory`` and
-``gpuguard.runtime`` (optional, as the placer's ``memory`` and ``runtime`` parameters).
+pod is not real-time: every node passes and scores 0), ``gpuguard.memory`` (a byte size:
+Kubernetes quantities such as ``20Gi``) and ``gpuguard.runtime`` (optional); durations as
+container labels write them, Go's forms included (``1m30s``: ``gpuguard/units.py``). A
+declaration that cannot be read fails every node, unresolvable, with the reason, which
+kube-scheduler's ``FitError`` puts in the pod's ``FailedScheduling`` event.
 Nothing is reserved: kube-scheduler never says which node it chose (docs/kubernetes.md).
 Prometheus unreachable is a 503, which kube-scheduler takes as the extender failing: with
 ``ignorable: true`` it schedules without gpuguard (fail open), counted here as
@@ -195,16 +198,15 @@ def declared_request(args: ExtenderArgs) -> Request | None:
     try:
         return Request(
             deadline_s=parse_duration(labels.DEADLINE, deadline),
-            memory_bytes=parse_memory(memory) if memory is not None else 0,
+            memory_bytes=(
+                parse_memory(memory, labels.PLACEMENT_MEMORY) if memory is not None else 0
+            ),
             runtime_s=(
                 parse_duration(labels.PLACEMENT_RUNTIME, runtime) if runtime is not None else None
             ),
         )
     except BadRequest as exc:
-        text = str(exc)
-        if memory is not None and text.startswith("memory "):
-            text = f"{labels.PLACEMENT_MEMORY}: {text}"
-        raise DeclarationError(text) from None
+        raise DeclarationError(str(exc)) from None
 
 
 def _declared(args: ExtenderArgs, key: str) -> str | None:

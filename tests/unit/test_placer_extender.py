@@ -305,7 +305,7 @@ def test_the_declaration_comes_from_labels_or_annotations() -> None:
         ({"gpuguard.deadline": "soon"}, {}, "gpuguard.deadline: invalid duration"),
         ({"gpuguard.deadline": "2d"}, {}, "gpuguard.deadline: invalid duration"),
         ({"gpuguard.deadline": "90000s"}, {}, "gpuguard.deadline: at most"),
-        ({"gpuguard.deadline": "9s", "gpuguard.memory": "lots"}, {}, "gpuguard.memory: memory"),
+        ({"gpuguard.deadline": "9s", "gpuguard.memory": "lots"}, {}, "gpuguard.memory: invalid"),
         ({"gpuguard.deadline": "9s"}, {"gpuguard.runtime": ""}, "gpuguard.runtime: invalid"),
     ],
 )
