@@ -61,7 +61,7 @@ def claim_journal(state_dir: Path, writes: StateWrites | None = None) -> Journal
     except OSError as exc:
         log.error("cannot lock %s: pausing nothing, and writing nothing, until it can", lock.path)
         lock.writes.failed("lock", lock.path, exc)
-    lease.renew(state_dir / lease.ACTUATOR_LEASE, writes)
+    lease.renew_actuator(state_dir, writes)
     return lock
 
 
@@ -190,7 +190,7 @@ def run(config: Config) -> int:
     # Listening first: the engine may hang for its whole timeout, and /healthz should say so
     # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
     _start_up_reconcile(controller)
-    lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
+    lease.renew_actuator(config.state_dir, writes)
     controller.start_timer()
     if slo_signal is not None:
         slo_signal.start()
@@ -216,7 +216,7 @@ def run(config: Config) -> int:
     while not stop.is_set():
         started = time.monotonic()
         # The guard takes over when this lease is not renewed: a stuck loop counts as dead.
-        lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
+        lease.renew_actuator(config.state_dir, writes)
         metrics.guard_seen(lease.age(config.state_dir / lease.GUARD_LEASE))
         try:
             controller.maintain()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import math
 import signal
 import threading
 import time
@@ -179,7 +180,8 @@ class Guard:
         """Look at the actuator and do what its state calls for, then renew the guard's
         lease (a resume never waits for a write); returns the verdict."""
         self.seen.last_check = time.time()
-        self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
+        held = lease.read_actuator(self.config.state_dir)
+        self.seen.actuator_lease_age_s = math.inf if held is None else held.age()
         left: JournalContent | None = None
         if self._take_lock():
             verdict = "gone"
@@ -191,7 +193,6 @@ class Guard:
                 self.lock.release()
             self._take_over(left)
         else:
-            held = lease.read(self.config.state_dir / lease.ACTUATOR_LEASE)
             stuck = held is None or held.age() > self.config.lease_timeout_s
             verdict = "stuck" if stuck else "alive"
             self._watch(resume_all=stuck)
