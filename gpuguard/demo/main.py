@@ -33,17 +33,17 @@ def run(args: argparse.Namespace) -> int:
         stopped = LocalStack.stop_recorded(args.dir)
         print(f"gpuguard demo: stopped {stopped} processes" if stopped else "nothing running")
         return 0
-    unusable = dir_problem(args.dir)
-    if unusable:
-        print(f"gpuguard demo: --dir {args.dir}: {unusable}", file=sys.stderr)
-        return 2
     if os.geteuid() != 0:
         print("gpuguard demo: needs root, for the private dockerd it starts: run it with sudo "
               "(sudo make demo)", file=sys.stderr)  # fmt: skip
         return 2
+    unusable = dir_problem(args.dir)
+    if unusable:
+        print(f"gpuguard demo: --dir {args.dir}: {unusable}", file=sys.stderr)
+        return 2
     up = running_recorded(args.dir)
     if up:
-        stop = "make stop" if args.dir.resolve() == Path(".stack").resolve() else (
+        stop = "make stop (or: gpuguard demo --stop)" if args.dir == Path(".stack") else (
             f"gpuguard demo --stop --dir {args.dir}")  # fmt: skip
         print(f"gpuguard demo: a demo stack is already up in {args.dir} ({len(up)} of its "
               f"processes run; its URLs are in {args.dir / 'env'}): stop it first with "

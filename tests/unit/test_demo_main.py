@@ -13,8 +13,26 @@ from gpuguard.cli import main
 from gpuguard.demo.stack.localstack import RECORD, running_recorded, write_record
 from tests.waiting import wait_for
 
+ROOT_FIRST = pytest.mark.skipif(os.geteuid() != 0, reason="the demo checks for root first")
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the demo checks for root before anything else")
+
+@ROOT_FIRST
+@pytest.mark.parametrize(
+    ("where", "needle"),
+    [("/proc/nope", "--dir /proc/nope: cannot make it or write in it (No such file"),
+     ("/etc/hostname/x", "--dir /etc/hostname/x: cannot make it or write in it (Not a dir")],
+)  # fmt: skip
+def test_a_directory_the_demo_cannot_use_is_one_line_and_exit_2(
+    where: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--dir", where]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("gpuguard demo: ")
+    assert needle in err
+    assert not Path(where).exists()
+
+
+@ROOT_FIRST
 def test_a_second_demo_refuses_while_one_is_up_and_leaves_it_running(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
