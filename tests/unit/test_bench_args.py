@@ -21,6 +21,8 @@ CASES = [
     ("colocation.py", ["--sync-every", "-1"], "--sync-every: must be an integer of at least 1"),
     ("colocation.py", ["--lead-in", "-3"], "--lead-in: must be above 0"),
     ("contention.py", ["--time-scale", "-0.1"], "--time-scale: must be above 0"),
+    ("contention_model.py", ["--time-scale", "0"], "--time-scale: must be above 0"),
+    ("contention_model.py", ["--max-n", "0"], "--max-n: must be an integer of at least 1"),
     ("realtime.py", ["--time-scale", "0"], "--time-scale: must be above 0"),
     ("gpu_truth.py", ["--time-scale", "-1"], "--time-scale: must be above 0"),
     ("node_marks.py", ["--time-scale", "-1"], "--time-scale: must be above 0"),
