@@ -54,6 +54,9 @@ import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from standins.slow_prometheus import SlowPrometheus  # noqa: E402
 
 from gpuguard.contract import Phase, TaskMode  # noqa: E402
 from gpuguard.exporter.model import DeviceSample  # noqa: E402
@@ -73,7 +76,6 @@ from gpuguard.placer.ranking import NodeView, Policy, Request, rank  # noqa: E40
 from gpuguard.placer.reservations import Reservations  # noqa: E402
 from gpuguard.placer.service import Placer  # noqa: E402
 from gpuguard.placer.source import PrometheusSource, views_from_samples  # noqa: E402
-from tests.support.slow_prometheus import SlowPrometheus  # noqa: E402
 
 GIB = 2**30
 CONTEXT_BYTES = 300 * 2**20

@@ -10,10 +10,12 @@ after it.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -24,7 +26,9 @@ from gpuguard.placer.service import Placer
 from gpuguard.placer.source import PrometheusSource
 from gpuguard.promquery import QueryFailed, instant_query
 from gpuguard.web.server import HttpServer
-from tests.support.slow_prometheus import SlowPrometheus
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from standins.slow_prometheus import SlowPrometheus
 
 NODES = ["gpu-a", "gpu-b"]
 FILTER = f"{extender.PATH_PREFIX}/{extender.FILTER_VERB}"
