@@ -26,18 +26,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import Decision, Trigger
 from gpuguard.actuator.admission.ratecontrol import besteffort_demand
-from gpuguard.actuator.admission.slo import SloProtection
 from gpuguard.actuator.admission.slosignal import SloSignal, device_readings
-from gpuguard.actuator.admission.targets import decide_targets
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
+from gpuguard.actuator.decision import Decision, Trigger
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.execution.reconcile import Reconciler
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks.marks import NodeMarks
@@ -46,8 +45,9 @@ from gpuguard.actuator.report import Report, Reporter
 from gpuguard.actuator.routing import Delivery, Handler, by_action
 from gpuguard.actuator.safety.failopen import FailOpen, without_pauses
 from gpuguard.actuator.safety.journal import Journal
-from gpuguard.actuator.safety.reconcile import Reconciler
+from gpuguard.actuator.slo import SloProtection
 from gpuguard.actuator.state import ExporterState
+from gpuguard.actuator.targets import admission_targets, dropped_report
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import AlertAction, SkipReason, TriggerSource
@@ -123,8 +123,6 @@ class Controller:
             config.alerts_for(AlertAction.PROTECT_SLO),
             config.node_mark_ttl_s,
             audit,
-            self.fetch_state,
-            self.decide_now,
         )
         #: each alert action's handler, called in this order on every webhook: protect_slo
         #: leaves mark_node the alerts it cannot relieve; resume_all saves the alert
@@ -312,7 +310,17 @@ class Controller:
         if not alerts:
             return Report()
         with self._lock:
-            return self.slo.on_alerts(alerts, delivery)
+            self.slo.take(alerts, delivery.now)
+            report = Report()
+            try:
+                state: ExporterState | None = self.fetch_state()
+                report = self.decide_now(TriggerSource.WEBHOOK, alert=alerts[0].name, state=state)
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("protect_slo: no fresh state, nothing done: %s", exc)
+                report.exporter_down = True
+                state = None
+            self.slo.leave_for_marks(delivery, state)
+            return report
 
     def _on_mark_node(self, alerts: list[Alert], delivery: Delivery) -> Report:
         """The node list reads the whole message (protect_slo's unrelieved alerts mark too);
@@ -332,7 +340,16 @@ class Controller:
             return self.resume_all(why, TriggerSource.WEBHOOK)
 
     def _on_admission(self, alerts: list[Alert], delivery: Delivery) -> Report:
-        return decide_targets(alerts, self.decide_now)
+        """Decide once for each node (and GPU) the firing ``admission`` alerts name."""
+        targets, dropped = admission_targets(alerts)
+        report = dropped_report(dropped)
+        for node, gpu, name in targets:
+            try:
+                report.merge(self.decide_now(TriggerSource.WEBHOOK, gpu=gpu, node=node, alert=name))
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("webhook %s: no fresh state, nothing done: %s", name, exc)
+                report.exporter_down = True
+        return report
 
     def save_alerts(self) -> None:
         """Journal the resolved episodes (of every alert, whatever its action) and the
@@ -388,7 +405,8 @@ class Controller:
             self.marks.expire(time.time())
             self.fail_open.expire(time.time())
             self.save_alerts()
-            self.slo.expire(time.time(), state)
+            if self.slo.expire(time.time()) and state is not None:
+                self.decide_now(TriggerSource.RECONCILE, state=state)  # thaw what it alone held
             if self.marks.pending:
                 self.marks.apply()
             self.metrics.paused_containers.set(len(self.journal.paused))

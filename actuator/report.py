@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuguard.actuator.admission.executor import Outcome
-from gpuguard.actuator.admission.policy.types import Decision, Skip, Step
 from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.decision import Decision, Skip, Step
+from gpuguard.actuator.execution.executor import Outcome
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.contract import Result, TriggerSource
 

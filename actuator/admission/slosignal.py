@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuguard.actuator.admission.pressure import SHORT_ID, device_of
 from gpuguard.actuator.admission.ratecontrol import SloReading
-from gpuguard.actuator.admission.slo import SHORT_ID, device_of
 from gpuguard.actuator.metrics import QUERY_FAILED, QUERY_OK
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PriorityClass

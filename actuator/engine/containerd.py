@@ -7,7 +7,7 @@ longer listed is ``ContainerGone``; a task not in the state a pause or resume ne
 ``EngineConflict``; anything else ``EngineRefused``. Containers are read by the shared layer
 (``gpuguard/containerd.py``), as the exporter reads them.
 
-So the freeze is the same runtime-agnostic cgroup freeze (``actuator/admission/freezer.py``,
+So the freeze is the same runtime-agnostic cgroup freeze (``actuator/engine/freezer.py``,
 by container id and task PID, under either kubelet cgroup driver), handed over to
 containerd's own task pause so ``ctr tasks list`` and the kubelet's view agree; the journal,
 the guard and the maximum pause work unchanged. On a Kubernetes node ``gpuguard.managed``

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import flags
-from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import (
     ENGINE_FLAGS,
@@ -53,6 +52,7 @@ from gpuguard.actuator.config import (
 )
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.errors import ConfigError, EngineDown
 from gpuguard.actuator.guard.metrics import Seen, guard_server
 from gpuguard.actuator.safety import lease

@@ -23,8 +23,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import Alert

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import files
-from gpuguard.actuator.admission.policy.types import Ledger
+from gpuguard.actuator.decision import Ledger
 from gpuguard.actuator.safety.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
 from gpuguard.actuator.safety.statewrites import StateWrites

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuguard.actuator.admission.targets import MAX_ADMISSION_NODES, admission_targets
+from gpuguard.actuator.targets import MAX_ADMISSION_NODES, admission_targets
 from gpuguard.actuator.webhook import Alert
 
 T0 = datetime(2025, 11, 22, tzinfo=UTC)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.admission.executor import _refuse_pause
 from gpuguard.actuator.config import containerd_address
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.containerd import ContainerdEngine, container_state
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.errors import ConfigError, ContainerGone, EngineConflict, EngineDown
+from gpuguard.actuator.execution.executor import _refuse_pause
 from gpuguard.actuator.guard.program import validate
 from gpuguard.containerd import read_container
 from gpuguard.ctr import Ctr, CtrError, trim_info

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.admission.freezer import (
+from gpuguard.actuator.engine.freezer import (
     FREEZING,
     FROZEN,
     THAWED,

@@ -8,7 +8,6 @@ import time
 import pytest
 
 from gpuguard.actuator.admission.history import RecentHistory
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, PolicyConfig, Step
 from gpuguard.actuator.admission.ratecontrol import (
     DutyCycle,
     RateLaw,
@@ -16,6 +15,7 @@ from gpuguard.actuator.admission.ratecontrol import (
     SloReading,
     interference_fraction,
 )
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Decision, PolicyConfig, Step
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.contract import Phase, Result, StepReason

@@ -10,7 +10,8 @@ import pytest
 
 from gpuguard.actuator.admission.policy.besteffort import NVML_SAMPLE_S
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -19,7 +20,6 @@ from gpuguard.actuator.admission.policy.types import (
     Recent,
     Trigger,
 )
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey, EndedTask
 from tests.unit.test_actuator_policy import NOW, acts, cid, container, ours, reasons, state, task
 

@@ -84,7 +84,7 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   (reason ``duty_cycle``; ``besteffort``'s doc), which replaces the hold, the light
   servers' exception and the starvation share.
 * SLO pressure (``slo_pressure``: devices where a real-time container's latency SLO alert
-  fires, ``actuator/admission/slo.py``): a best-effort container on such a device is frozen
+  fires, ``actuator/slo.py``): a best-effort container on such a device is frozen
   even while
   no real-time task runs or waits there (between the server's requests, which NVML's samples
   see too late to freeze for), and its starvation share is ``slo_best_effort_min_share``

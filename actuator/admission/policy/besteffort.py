@@ -19,7 +19,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Ledger,
@@ -28,8 +30,6 @@ from gpuguard.actuator.admission.policy.types import (
     Skip,
     Step,
 )
-from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import StepReason, TaskBoundary
 

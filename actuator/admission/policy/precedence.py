@@ -48,8 +48,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuguard.actuator.admission.policy.order import CLASS_RANK
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState
 from gpuguard.contract import Phase, PriorityClass, SkipReason, StepReason, TaskBoundary, TaskMode
 

@@ -42,15 +42,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from gpuguard import labels
-from gpuguard.actuator.admission.freezer import (
-    THAWED,
-    Cgroup,
-    CgroupGone,
-    ContainerFreezer,
-    FreezerError,
-)
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.engine.base import (
     Answer,
     Attempt,
@@ -58,6 +51,13 @@ from gpuguard.actuator.engine.base import (
     ContainerState,
     attempt,
     retried,
+)
+from gpuguard.actuator.engine.freezer import (
+    THAWED,
+    Cgroup,
+    CgroupGone,
+    ContainerFreezer,
+    FreezerError,
 )
 from gpuguard.actuator.errors import EngineError, EngineRefused
 from gpuguard.actuator.safety.journal import Journal, JournalUnwritable, PausedEntry
