@@ -19,8 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from gpuguard import files, flags, resources
-from gpuguard.actuator.admission.ratecontrol import RateLaw
-from gpuguard.actuator.decision import BEST_EFFORT_CONTROLS, ORDERS, PolicyConfig
+from gpuguard.actuator.decision import BEST_EFFORT_CONTROLS, ORDERS, PolicyConfig, RateLaw
 from gpuguard.actuator.errors import ConfigError
 from gpuguard.actuator.safety.journal import JOURNAL_FILE
 from gpuguard.contract import AlertAction

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 from gpuguard.actuator.admission.ratecontrol import (
     Change,
-    DutyCycle,
-    RateLaw,
     RateStep,
     SloReading,
     control_step,
@@ -29,7 +27,9 @@ from gpuguard.actuator.decision import (
     REPEAT_GAP_S,
     UNPAUSE,
     Decision,
+    DutyCycle,
     PolicyConfig,
+    RateLaw,
     Recent,
     Step,
 )

@@ -10,13 +10,14 @@ import pytest
 
 from gpuguard.actuator.admission.policy.besteffort import NVML_SAMPLE_S
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,
+    DutyCycle,
     Ledger,
     PolicyConfig,
+    RateLaw,
     Recent,
     Trigger,
 )

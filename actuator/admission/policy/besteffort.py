@@ -20,12 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
+    DutyCycle,
     Ledger,
     PolicyConfig,
+    RateLaw,
     Recent,
     Skip,
     Step,
