@@ -32,9 +32,9 @@ from gpuguard.actuator.safety.journal import (
     Journal,
     JournalContent,
     JournalCorrupt,
-    JournalLock,
     set_aside,
 )
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.contract import TriggerSource
 from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher

@@ -1,19 +1,8 @@
 """The actuator's control loop: fresh state -> ``decide`` -> executor, under one lock.
 
-Webhooks, the fast path and the maintenance loop all come through here, so decisions never
-interleave. The controller composes the parts and holds the lock; the work is done by
-parts it calls under that lock: ``NodeMarks`` (the node list, the journal's copy and the
-Swarm label), ``FailOpen`` (when admission steps aside and everything is resumed: the
-exporter unseen, or a ``resume_all`` alert firing for this node), ``Reconciler`` (the
-journal against Docker, ``--max-pause``), ``SloProtection`` (``protect_slo``: while a
-real-time container's SLO alert fires for this node, every decision freezes the
-best-effort containers on its GPUs sooner and longer; when none of them can be frozen,
-the alert marks the node like a ``mark_node`` alert) and ``Reporter`` (counting and
-auditing what became of each decision).
-
-A webhook's alerts are put in order first (``AlertOrder``: a late duplicate from a
-clustered Alertmanager is dropped), then each goes to the handler of its action
-(``routes``, one per ``AlertAction``).
+Webhooks, the fast path, the timer and the maintenance loop all come through here, so
+decisions never interleave. The controller composes the parts and calls them in order under
+that lock; no part calls back into it. Its parts: docs/design-notes.md, "The controller".
 """
 
 from __future__ import annotations
@@ -28,8 +17,7 @@ from typing import Any
 
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.ratecontrol import besteffort_demand
-from gpuguard.actuator.admission.slosignal import SloSignal, device_readings
+from gpuguard.actuator.admission.slosignal import SloSignal
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
@@ -41,7 +29,8 @@ from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks.marks import NodeMarks
 from gpuguard.actuator.nodemarks.nodelist import NodeMarker
-from gpuguard.actuator.report import Report, Reporter
+from gpuguard.actuator.ratesteps import step_rates
+from gpuguard.actuator.report import Report, Reporter, log_decision
 from gpuguard.actuator.routing import Delivery, Handler, by_action
 from gpuguard.actuator.safety.failopen import FailOpen, without_pauses
 from gpuguard.actuator.safety.journal import Journal
@@ -178,7 +167,9 @@ class Controller:
             trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
             self.history.saw(state, now)
             if self.config.policy.best_effort_control == "rate":
-                self._rate_control(state, now)
+                step_rates(
+                    self.history.rates, self.slo_signal, state, now, self.metrics, self.audit
+                )
             recent = self.history.snapshot(now)
             ledger = self.journal.ledger()
             pressure = self.slo.pressure.devices(state)
@@ -212,29 +203,8 @@ class Controller:
             self.metrics.decision_seconds.labels(source).observe(done - t0)
             if decision.steps:
                 times = (t_wait, t0, t_state, t_decided, done)
-                _log_decision(source, report, times, event_ts)
+                log_decision(source, report, times, event_ts)
             return report
-
-    def _rate_control(self, state: ExporterState, now: float) -> None:
-        """A control step of each device's run fraction where one is due (once a period),
-        on the readings the SLO poller last got (never a query under the lock), or where
-        no SLO is declared, on the best-effort side's measured demand."""
-        attainments = self.slo_signal.latest() if self.slo_signal is not None else []
-        readings, declared = device_readings(state, attainments)
-        if self.slo_signal is None:
-            declared = frozenset()  # no SLO signal can come: interference or open loop
-        steps = self.history.rates.control(readings, declared, now, besteffort_demand(state))
-        self.metrics.rate_stepped(steps)
-        for step in steps:
-            if step.changed:
-                gpu, mig = step.device
-                self.audit.write(
-                    "run_fraction",
-                    gpu=gpu if mig is None else f"{gpu}:{mig}",
-                    run_fraction=round(step.run_fraction, 4),
-                    step=step.step,
-                    signal=step.signal,
-                )
 
     def start_timer(self) -> None:
         """Start deciding when holds, shares and quanta fall due."""
@@ -422,24 +392,3 @@ class Controller:
                 )
             if state is not None:
                 self.history.forget({c.id for c in state.containers})
-
-
-def _log_decision(
-    source: TriggerSource,
-    report: Report,
-    times: tuple[float, float, float, float, float],
-    event_ts: float | None,
-) -> None:
-    """One line per decision that did something, with where its time went."""
-    t_wait, t0, t_state, t_decided, done = times
-    log.info(
-        "%s decision: %s in %.1f ms (lock %.1f, state %.1f, decide %.1f, act %.1f)%s",
-        source,
-        ", ".join(f"{a['action']} {a['container']}={a['result']}" for a in report.actions),
-        1000 * (done - t0),
-        1000 * (t0 - t_wait),
-        1000 * (t_state - t0),
-        1000 * (t_decided - t_state),
-        1000 * (done - t_decided),
-        "" if event_ts is None else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
-    )

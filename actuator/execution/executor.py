@@ -19,7 +19,14 @@ from typing import TypeVar
 
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
-from gpuguard.actuator.engine.base import Answer, Attempt, ContainerEngine, attempt, retried
+from gpuguard.actuator.engine.base import (
+    Answer,
+    Attempt,
+    ContainerEngine,
+    ContainerState,
+    attempt,
+    retried,
+)
 from gpuguard.actuator.engine.freezer import Cgroup, ContainerFreezer
 from gpuguard.actuator.execution.handover import CGROUP, RUNTIME_PAUSE, Handovers
 from gpuguard.actuator.execution.outcome import Outcome, done, not_done, with_freeze
@@ -55,7 +62,7 @@ class PauseExecutor:
         self.retry_delay_s = retry_delay_s
         #: None: the runtime's pause only (``--pause.method=docker``)
         self.freezer = freezer
-        self.vetting = Vetting(engine, freezer, self._call)
+        self.vetting = Vetting(freezer, self._inspect)
         self.handovers: Handovers | None = None
         if freezer is not None:
             self.handovers = Handovers(
@@ -297,7 +304,7 @@ class PauseExecutor:
         out = {}
         for cid in container_ids:
             state = states.get(cid)
-            if state is False and (cid in handing_over or self.vetting.held(cid)):
+            if state is False and (cid in handing_over or self.vetting.held(cid, self.freezer)):
                 state = True
             out[cid] = state
         return out
@@ -308,6 +315,9 @@ class PauseExecutor:
 
     def _attempt(self, call: Callable[[str], T], container_id: str) -> Attempt[T]:
         return attempt(self.engine, call, container_id, self.retries, self.retry_delay_s)
+
+    def _inspect(self, container_id: str) -> ContainerState:
+        return self._call(functools.partial(self.engine.inspect, container_id))
 
     def _call(self, call: Callable[[], T]) -> T:
         return retried(call, self.retries, self.retry_delay_s)

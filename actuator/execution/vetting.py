@@ -8,7 +8,6 @@ here raises: a container that cannot be frozen is left to the runtime's pause.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -18,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpuguard import labels
-from gpuguard.actuator.engine.base import ContainerEngine, ContainerState
+from gpuguard.actuator.engine.base import ContainerState
 from gpuguard.actuator.engine.freezer import (
     THAWED,
     Cgroup,
@@ -58,14 +57,11 @@ class Vetting:
     """The live checks and cgroups of the containers that may be paused; thread-safe."""
 
     def __init__(
-        self,
-        engine: ContainerEngine,
-        freezer: ContainerFreezer | None,
-        call: Callable[[Callable[[], ContainerState]], ContainerState],
+        self, freezer: ContainerFreezer | None, inspect: Callable[[str], ContainerState]
     ) -> None:
-        self.engine = engine
+        """``inspect(container_id)``: the live container, retried; raises the engine's errors."""
         self.freezer = freezer
-        self._call = call
+        self._inspect = inspect
         self._vetted: dict[str, Vetted] = {}
         self._vetting: set[str] = set()
         self._lock = threading.Lock()
@@ -95,8 +91,7 @@ class Vetting:
 
     def _vet_one(self, container_id: str) -> None:
         try:
-            inspect = functools.partial(self.engine.inspect, container_id)
-            self.remember(container_id, self._call(inspect))
+            self.remember(container_id, self._inspect(container_id))
         except EngineError as exc:
             log.debug("vetting %s: %s", container_id[:12], exc)
         except Exception:  # a background check must never take the pool down
@@ -193,18 +188,18 @@ class Vetting:
             frozen[cid] = Frozen(cgroup, asked_at, time.time(), took_ms)
         return frozen
 
-    def held(self, container_id: str) -> bool:
+    def held(self, container_id: str, freezer: ContainerFreezer | None) -> bool:
         """True when the container's cgroup is frozen, or a freeze left a process stopped."""
-        if self.freezer is None:
+        if freezer is None:
             return False
         vetted = self._vetted.get(container_id)
         try:
             if vetted is not None:
                 cgroup = vetted.cgroup
             else:
-                info = self._call(functools.partial(self.engine.inspect, container_id))
-                cgroup = self.freezer.cgroup(container_id, info.pid)
-            return self.freezer.held(cgroup)
+                info = self._inspect(container_id)
+                cgroup = freezer.cgroup(container_id, info.pid)
+            return freezer.held(cgroup)
         except (FreezerError, EngineRefused):
             return False
 

@@ -43,8 +43,8 @@ from typing import Any
 
 from gpuguard import flags
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import (
-    ENGINE_FLAGS,
+from gpuguard.actuator.config import ENGINE_FLAGS
+from gpuguard.actuator.configfiles import (
     containerd_address,
     engine_url,
     host_path,
@@ -61,11 +61,11 @@ from gpuguard.actuator.safety.journal import (
     Journal,
     JournalContent,
     JournalCorrupt,
-    JournalLock,
     PausedEntry,
     load,
     set_aside,
 )
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
 from gpuguard.actuator.safety.resume import resume_container, resume_managed_paused
 from gpuguard.contract import Result, SkipReason

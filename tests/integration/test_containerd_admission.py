@@ -157,7 +157,8 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.engine.containerd import ContainerdEngine
 from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.engine.freezer import ContainerFreezer
-from gpuguard.actuator.safety.journal import Journal, JournalLock
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.decision import PAUSE, Step
 from gpuguard.ctr import Ctr
 

@@ -357,7 +357,8 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
-from gpuguard.actuator.safety.journal import Journal, JournalLock
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.decision import PAUSE, Step
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

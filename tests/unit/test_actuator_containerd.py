@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.config import containerd_address
+from gpuguard.actuator.configfiles import containerd_address
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.containerd import ContainerdEngine, container_state
 from gpuguard.actuator.engine.docker import DockerEngine
