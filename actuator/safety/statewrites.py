@@ -2,10 +2,8 @@
 
 The state directory can fill up (ENOSPC), be remounted read-only (EROFS, or EACCES for a
 user who lost write access), or hold a file of the wrong type (a directory where the lease
-goes). Before, each of these crashed the actuator at start (its PID into ``journal.lock``,
-its lease) or made the guard fail every check before it reached the resume (21 tracebacks
-in 12 s). Now every writer in the state directory (journal, leases, lock, audit log)
-reports each attempt here and goes on: a failed write is counted
+goes). Every writer in the state directory (journal, leases, lock, audit log) reports each
+attempt here and goes on: a failed write is counted
 (``gpuguard_actuator_state_write_failures_total{file,reason}``, the guard's
 ``gpuguard_guard_state_write_failures_total``), logged once when a file starts failing (or
 fails for another reason) and once when it is written again, and retried by its writer at

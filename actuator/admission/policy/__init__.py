@@ -40,7 +40,7 @@ pause/unpause steps (and the skips, with reasons) that admit GPU tasks:
   would not (``preempt_futile``; run times from the container's learnt ``typical_run_s``,
   else only deadlines already past count). With preemption off, a task whose kernel already
   runs is left alone and recorded as a skip (``kernel_running``), as paper B does.
-* Precedence (``precedence``; issue 24). Queue order, admission and preemption act only
+* Precedence (``precedence``). Queue order, admission and preemption act only
   between ranked tasks: ``process`` and ``memory`` tasks, and the bursts of a container
   that is no server. A server (a long-lived burst-mode container: it begins new tasks
   already computing right after a drain, its memory cached, or goes straight on if

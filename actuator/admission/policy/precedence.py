@@ -3,9 +3,9 @@
 NVML samples a process about every 1/6 s, so it cannot see where one request of a busy
 server ends and the next begins: a server's busy period may merge many requests, and the
 moment it began says nothing of those still waiting in it. Ranking two such periods (FIFO,
-EDF), or freezing a server behind a long one-shot, harmed production traffic (issue 24: a
-server frozen 13.1 s behind a one-shot, two requests missed; of two servers, one fared
-worse than sharing). So precedence acts only where it is known to be right:
+EDF), or freezing a server behind a long one-shot, harmed production traffic (a server
+frozen 13.1 s behind a one-shot, two requests missed; of two servers, one fared worse
+than sharing). So precedence acts only where it is known to be right:
 
 * Ranked tasks (``TaskView.ranked``, ``views.is_ranked``): ``process`` and ``memory`` tasks,
   and the bursts of a container that is not a server (paper B's one-shot, a light inference
