@@ -1,35 +1,10 @@
 """What the actuator paused, admitted and marked, kept on disk so a crash loses nothing.
 
-Every change is written before the action it describes is taken (write a temporary file,
-fsync it, ``os.replace`` it over the journal, fsync the directory), so after a ``kill -9``
-the journal names every container the actuator may have frozen. The guard
-(``actuator.guard.program``) and the next start (``plan_reconcile``) read it to resume them.
-
-A pause intent is the one exception to the order, not to the record: it is replaced over the
-journal (``durable=False``: every other process, the guard included, reads it from then on)
-before the freeze, and made durable (``sync``) right after. The fsyncs cost 1-45 ms on a
-busy disk, on the path from a new task to its container frozen; what they add protects
-against power loss, and a frozen cgroup does not outlive the kernel.
-
-One owner writes it: whoever holds the ``flock`` on ``journal.lock`` in the state directory
-(``JournalLock``). A running actuator holds it for its whole life; the kernel drops it when
-the process dies, however it dies, so the guard can both tell that the actuator is gone and
-write the journal without ever overwriting the one of an actuator that replaced it.
-
-A journal that cannot be read (empty, truncated, garbage, not a regular file: ``JournalCorrupt``)
-or holds an entry that is not valid (``journaldoc.check``) is moved aside for the operator
-(``set_aside``) rather than crash-looping whoever reads it. No file here is ever opened
-through a symbolic link (``gpuguard.files``): a link planted as ``journal.lock`` is moved
-aside, never truncated through.
-
-A write that fails (the state directory full, read-only, a directory where the file goes)
-never raises out of a record of what was done (a release, a node mark, the alerts): the
-journal keeps it in memory, reports the failure to ``StateWrites``, says why in
-``unwritable`` and writes everything it holds at the next save or ``retry``. A pause
-intent is the exception, as it must be: unrecorded, it is taken back and
-``JournalUnwritable`` raised, so nothing is paused that the journal does not name. Where the
-lock's file cannot even be opened for writing (read-only), the lock is still taken on a
-read-only descriptor: ``flock`` needs none.
+Every change is written atomically before the action it describes (a pause intent: visible
+before the freeze, durable right after it). One writer: the holder of ``JournalLock``. An
+unreadable journal is moved aside (``set_aside``). A failed write never raises out of a
+record of what was done (it is kept and retried); a pause intent that cannot be written
+raises ``JournalUnwritable``. Why: docs/design-notes.md, "The journal".
 """
 
 from __future__ import annotations
