@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.decision import Decision, Skip, Step
-from gpuguard.actuator.execution.outcome import Outcome
+from gpuguard.actuator.execution.executor import Outcome
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.contract import Result, TriggerSource
 
