@@ -2,7 +2,8 @@
 
 ``SloPressure`` keeps the firing ``protect_slo`` alerts of one node (by fingerprint) and,
 on fresh exporter state, says which devices and containers they protect. Pure but for the
-clock the caller passes in. Why pressure is kept from alerts: docs/design-notes.md.
+clock the caller passes in. Why pressure is kept from alerts:
+docs/design-notes.md, "The SLO pressure".
 """
 
 from __future__ import annotations

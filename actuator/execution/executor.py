@@ -1,11 +1,12 @@
 """Carry out pause/unpause: idempotent, journalled first, audited, retried.
 
 A pause runs one line: vet (the live container's labels and state, or its vetted cgroup)
--> record the intent in the journal -> act (freeze the cgroup, about 1 ms; else the
-runtime's pause) -> settle (release the journal entry of a pause that did not happen;
-audit). The journal is written at those two points only. An unpause: act (``resume_container``)
--> settle. Engine errors never raise: a connection error is retried, then the outcome has
-``engine_down`` set. Why it is built so: docs/design-notes.md, "Carrying a pause out".
+-> record the intent (``_record``; made durable right after a freeze) -> act (freeze the
+cgroup, about 1 ms; else the runtime's pause) -> settle (``_settle_pause`` releases the
+entry of a pause that did not happen; audit). An unpause: act (``resume_container``) ->
+settle. The journal is written at the record and the settle, and when a hand-over finds its
+container gone. Engine errors never raise: a connection error is retried, then the outcome
+has ``engine_down`` set. Why it is built so: docs/design-notes.md, "Carrying a pause out".
 """
 
 from __future__ import annotations

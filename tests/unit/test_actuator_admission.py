@@ -1,4 +1,4 @@
-"""Which admission decisions one webhook asks for (``admission.targets.admission_targets``)."""
+"""Which admission decisions one webhook asks for (``actuator.targets.admission_targets``)."""
 
 from __future__ import annotations
 
