@@ -9,9 +9,6 @@ import time
 from pathlib import Path
 
 from gpuguard import flags
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.fastpath import FastPath
-from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.admission.slosignal import SloSignal
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
@@ -19,9 +16,12 @@ from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.base import ContainerEngine
 from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.swarm import SwarmMarker
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.exporter_client import ExporterClient
+from gpuguard.actuator.fastpath import FastPath
 from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks.nodelist import NodeMarker
@@ -32,9 +32,9 @@ from gpuguard.actuator.safety.journal import (
     Journal,
     JournalContent,
     JournalCorrupt,
-    JournalLock,
     set_aside,
 )
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.contract import TriggerSource
 from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher

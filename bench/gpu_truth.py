@@ -1,4 +1,4 @@
-"""The real-GPU truth kit: gpuguard's code paths measured on an NVIDIA GPU (issue 11).
+"""The real-GPU truth kit: gpuguard's code paths measured on an NVIDIA GPU.
 
 Runs on a machine with an NVIDIA GPU, torch (or cupy) and nvidia-ml-py, and no Docker:
 workloads are host processes and the exporter's poll loop runs in this process. Measures

@@ -8,9 +8,9 @@ import functools
 import logging
 
 from gpuguard import labels
-from gpuguard.actuator.admission.freezer import CgroupGone, ContainerFreezer, FreezerError
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt, retried
+from gpuguard.actuator.engine.freezer import CgroupGone, ContainerFreezer, FreezerError
 from gpuguard.contract import COMPONENT_ROLES, Result, StepReason, Verb
 
 log = logging.getLogger("gpuguard.actuator")

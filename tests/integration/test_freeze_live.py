@@ -23,17 +23,17 @@ from typing import Any
 import docker.errors
 import pytest
 
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import (
+from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.freezer import (
     FROZEN,
     THAWED,
     Cgroup,
     ContainerFreezer,
     process_state,
 )
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
-from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
@@ -278,11 +278,11 @@ READ_ONLY_CGROUPS = """
 import json, sys
 from pathlib import Path
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 executor = PauseExecutor(
@@ -354,11 +354,12 @@ import sys, time
 from pathlib import Path
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
-from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy.types import PAUSE, Step
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.journallock import JournalLock
+from gpuguard.actuator.decision import PAUSE, Step
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 lock = JournalLock(state)

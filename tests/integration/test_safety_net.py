@@ -23,7 +23,8 @@ from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
-from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, atomic_write_json
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.support.actuatorcli import actuator_argv

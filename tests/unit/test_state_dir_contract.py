@@ -17,7 +17,8 @@ from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
-from gpuguard.actuator.safety.journal import JOURNAL_FILE, LOCK_FILE, JournalLock
+from gpuguard.actuator.safety.journal import JOURNAL_FILE
+from gpuguard.actuator.safety.journallock import LOCK_FILE, JournalLock
 
 REPO = Path(__file__).resolve().parents[2]
 
