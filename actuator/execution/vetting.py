@@ -214,10 +214,12 @@ class Vetting:
 
 
 def refuse_pause(info: ContainerState) -> tuple[SkipReason, str] | None:
-    """Why the live container must not be paused, or None."""
-    if info.labels.get(labels.ROLE) in COMPONENT_ROLES:
-        return SkipReason.GPUGUARD_COMPONENT, "gpuguard's own container"
+    """Why the live container must not be paused, or None. A container labelled managed is
+    a tenant whatever role it claims (the exporter believes a managed container's role only
+    where the operator's trust policy grants it, and then no decision names it)."""
     if not labels.parse_managed(info.labels.get(labels.MANAGED)):
+        if info.labels.get(labels.ROLE) in COMPONENT_ROLES:
+            return SkipReason.GPUGUARD_COMPONENT, "gpuguard's own container"
         return SkipReason.UNMANAGED, f"no {labels.MANAGED}=true label"
     if not info.running:
         return SkipReason.VANISHED, "not running"

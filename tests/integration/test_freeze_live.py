@@ -244,7 +244,7 @@ def test_unmanaged_and_gpuguard_containers_are_never_frozen(
 ) -> None:
     unmanaged = tenants("unmanaged", {"gpuguard.managed": "false"})
     unlabelled = tenants("unlabelled", {})
-    component = tenants("component", {**MANAGED, "gpuguard.role": "exporter"})
+    component = tenants("component", {"gpuguard.role": "exporter"})
     executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     everyone = [unmanaged, unlabelled, component]
     executor.vet([c.id for c in everyone])  # vetting never makes one pausable
@@ -257,6 +257,20 @@ def test_unmanaged_and_gpuguard_containers_are_never_frozen(
         assert cgroup_of(container).state() == THAWED and not docker_paused(container)
         assert advancing(container, 0.1)
     assert executor.journal.paused == {}
+
+
+def test_a_managed_tenant_claiming_a_gpuguard_role_is_frozen_as_any_tenant(
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
+) -> None:
+    # gpuguard's own containers are never labelled managed: a managed one naming a role is a
+    # tenant's claim, which would otherwise make it unpausable and others wait behind it
+    claimant = tenants("claimant", {**MANAGED, "gpuguard.role": "exporter"})
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
+    assert executor.execute(pause(claimant), "fast").result == "ok"
+    assert not advancing(claimant)
+    assert executor.execute(unpause(claimant), "fast").result == "ok"
+    assert advancing(claimant)
+    executor.settle()
 
 
 def test_without_a_usable_cgroup_a_pause_is_docker_pause(
