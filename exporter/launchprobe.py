@@ -179,19 +179,21 @@ class LaunchProbe:
             detail = (err.strip().splitlines() or [f"exit status {process.returncode}"])[-1]
             return ProbeStatus(False, reason, detail, str(self.library))
         self._process = process
-        self._thread = threading.Thread(target=self._read, name="launch-probe", daemon=True)
+        self._thread = threading.Thread(
+            target=self._read, args=(process,), name="launch-probe", daemon=True
+        )
         self._thread.start()
         launch, copy, wait = [*ready.split(), "-", "-", "-"][1:4]
         detail = f"launches {launch}; copies {copy}; waits {wait}"
         return ProbeStatus(True, None, detail, str(self.library))
 
-    def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
         procs: dict[int, ProcLaunches] = {}
         gone: set[int] = set()
         offset = time.time() - time.monotonic()
         now = time.time()
-        for line in self._process.stdout:
+        for line in process.stdout:
             kind, _, rest = line.partition(" ")
             try:
                 if kind == "p":
@@ -211,8 +213,10 @@ class LaunchProbe:
                 log.warning("launch probe: bad record %r: %s", line, exc)
             except Exception:  # the reader's boundary: one bad tick must not stop it
                 log.exception("launch probe: tick failed")
-        code = self._process.wait()
-        err = self._process.stderr.read().strip() if self._process.stderr else ""
+        code = process.wait()
+        if self._process is None:
+            return  # stopped on purpose
+        err = process.stderr.read().strip() if process.stderr else ""
         self.status = ProbeStatus(
             False, ProbeReason.FAILED, err or f"probe exited ({code})", str(self.library)
         )
