@@ -51,16 +51,15 @@ def install(directory: Path) -> Path | None:
     Returns its path, or None (logged) when it cannot be built: workloads then run as
     before, without driver calls.
     """
-    try:
-        built = stub_library()
-    except NativeBuildError as exc:
-        log.warning("no driver stand-in in %s: %s", directory, exc)
-        return None
     target = directory / LIBRARY_NAME
     partial = directory / f".{LIBRARY_NAME}.partial"
-    shutil.copy(built, partial)
-    partial.chmod(0o755)
-    partial.replace(target)
+    try:
+        shutil.copy(stub_library(), partial)
+        partial.chmod(0o755)
+        partial.replace(target)
+    except (NativeBuildError, OSError) as exc:
+        log.warning("no driver stand-in in %s: %s", directory, exc)
+        return None
     return target
 
 
