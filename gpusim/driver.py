@@ -131,3 +131,10 @@ def find_stub(socket_path: Path | None) -> DriverCalls | None:
     except OSError as exc:
         log.warning("driver stand-in %s not used: %s", library, exc)
         return None
+
+
+if __name__ == "__main__":  # ``make setup``: build it now; a failure is one line, not fatal
+    try:
+        print(f"gpusim driver stand-in: {stub_library()}")
+    except NativeBuildError as exc:
+        print(f"gpusim driver stand-in: not built ({exc})")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuguard.native import build
+from gpuguard.native import NativeBuildError, build
 
 BINARY_NAME = "gpuguard-launchprobe"
 HERE = Path(__file__).parent
@@ -31,3 +31,10 @@ def probe_binary() -> Path:
              "-lbpf", "-lelf", "-lz"],
         ],
     )  # fmt: skip
+
+
+if __name__ == "__main__":  # ``make setup``: build it now; a failure is one line, not fatal
+    try:
+        print(f"launch probe: {probe_binary()}")
+    except NativeBuildError as exc:
+        print(f"launch probe: not built ({exc})")
