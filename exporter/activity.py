@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gpuguard.contract import EventType
+from gpuguard.contract import ActivitySource, EventType, ProbeReason
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.events import EventLog
-from gpuguard.exporter.launchprobe import LaunchSample, ProcLaunches
+from gpuguard.exporter.launchprobe import LaunchSample, ProbeStatus, ProcLaunches
 from gpuguard.exporter.model import ContainerInfo, ProcessOwner
 
 
@@ -39,6 +39,17 @@ class ContainerActivity:
     busy_s: float  # finished tasks' run time plus the running one's so far
     tasks: int  # finished tasks
     last_task: tuple[float, float] | None  # (first launch, last wait's return)
+
+
+def source_of(
+    activity: ContainerActivity | None, probe: ProbeStatus | None
+) -> tuple[ActivitySource, ProbeReason | None]:
+    """How a container is seen: ``launch`` once the probe saw it call the driver, else
+    ``nvml`` with why not (the probe's reason, or ``no_calls``)."""
+    if activity is not None and activity.launches:
+        return ActivitySource.LAUNCH, None
+    reason = probe.reason if probe is not None and probe.reason else ProbeReason.NO_CALLS
+    return ActivitySource.NVML, reason
 
 
 def group(

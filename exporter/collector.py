@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from gpuguard import __version__
-from gpuguard.contract import ActivitySource, ProbeReason, StateReason, TaskMode
+from gpuguard.contract import StateReason, TaskMode
+from gpuguard.exporter.activity import source_of
 from gpuguard.exporter.model import ContainerInfo, DeviceSample
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
@@ -744,19 +745,14 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
 def _add_activity(r: Rows, snap: PollSnapshot) -> None:
     """The launch probe's view of each container, and the source each is seen through."""
     g, cache = r.gauges, r.cache
-    probe = snap.probe
     for info in snap.containers.values():
         labels = cache.of(_C, info, partial(_container, snap.node, info))
         activity = snap.activity.get(info.id)
-        if activity is None or not activity.launches:
-            reason = probe.reason if probe is not None and probe.reason else ProbeReason.NO_CALLS
-            source = (*labels.values, ActivitySource.NVML.value, reason.value)
-            r.add("gpuguard_container_activity_source", source, 1)
-            if activity is None:
-                continue
-        else:
-            r.add("gpuguard_container_activity_source",
-                  (*labels.values, ActivitySource.LAUNCH.value, ""), 1)  # fmt: skip
+        source, reason = source_of(activity, snap.probe)
+        values = (*labels.values, source.value, reason.value if reason else "")
+        r.add("gpuguard_container_activity_source", values, 1)
+        if activity is None:
+            continue
         g["gpuguard_container_launches"].append((labels, activity.launches))
         g["gpuguard_container_copies"].append((labels, activity.copies))
         g["gpuguard_container_launch_tasks"].append((labels, activity.tasks))

@@ -248,3 +248,21 @@ def test_without_the_probe_every_container_is_nvml_with_the_reason(tmp_path: Pat
     assert not rows.gauges["gpuguard_container_launches"]
     ((labels, value),) = rows.gauges["gpuguard_exporter_launch_probe_up"]
     assert value == 0 and labels.values == ("node-a", "no_permission")
+
+
+def test_state_says_how_each_container_is_seen(tmp_path: Path) -> None:
+    from gpuguard.exporter.state import state_json
+
+    _, _, poller = three_container_poller(tmp_path / "proc")
+    t, _ = tracked()
+    t.update(1.0, {cid(1): [proc(launches=2, last=1.0, period=0.9, waiting=1.0)]}, [])
+    poller.activity = t.view
+    poller.probe = lambda: ProbeStatus(True, None, "attached")
+    doc = state_json(poller.poll_once())
+    activity = {c["name"]: c["activity"] for c in doc["containers"]}
+    assert activity["rt-1"] == {
+        "source": "launch", "reason": None, "busy": True, "busy_since": 0.9,
+        "launches": 2, "tasks": 0, "last_task": None,
+    }  # fmt: skip
+    assert activity["rt-2"]["source"] == "nvml" and activity["rt-2"]["reason"] == "no_calls"
+    assert activity["rt-2"]["busy"] is None
