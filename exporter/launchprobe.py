@@ -141,6 +141,7 @@ class LaunchProbe:
         self._process: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
         self.status = ProbeStatus(False, ProbeReason.FAILED, "not started")
+        self._warned: set[str] = set()
 
     def start(self) -> ProbeStatus:
         """Attach; on any obstacle leave ``status`` saying why (logged once)."""
@@ -163,13 +164,16 @@ class LaunchProbe:
         except (NativeBuildError, OSError) as exc:
             return ProbeStatus(False, ProbeReason.NO_BINARY, str(exc))
         interval_ms = str(max(1, round(self.interval_s * 1000)))
-        process = subprocess.Popen(
-            [str(binary), str(self.library), interval_ms],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
+        try:
+            process = subprocess.Popen(
+                [str(binary), str(self.library), interval_ms],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
+        except OSError as exc:
+            return ProbeStatus(False, ProbeReason.NO_BINARY, f"cannot run {binary}: {exc}")
         assert process.stdout is not None
         ready = _readline_within(process, _READY_TIMEOUT_S)
         if not ready.startswith("ready "):
@@ -210,9 +214,9 @@ class LaunchProbe:
                     self._on_tick(LaunchSample(now, MappingProxyType(dict(procs)), frozenset(gone)))
                     gone = set()
             except ValueError as exc:
-                log.warning("launch probe: bad record %r: %s", line, exc)
-            except Exception:  # the reader's boundary: one bad tick must not stop it
-                log.exception("launch probe: tick failed")
+                self._warn_once(f"launch probe: bad record {line!r}: {exc}")
+            except Exception as exc:  # the reader's boundary: one bad tick must not stop it
+                self._warn_once(f"launch probe: tick failed: {exc!r}", exc_info=True)
         code = process.wait()
         if self._process is None:
             return  # stopped on purpose
@@ -221,6 +225,12 @@ class LaunchProbe:
             False, ProbeReason.FAILED, err or f"probe exited ({code})", str(self.library)
         )
         log.warning("launch probe stopped: %s", self.status.detail)
+
+    def _warn_once(self, message: str, exc_info: bool = False) -> None:
+        """Log a message the first time only: the reader runs every 10 ms."""
+        if message not in self._warned and len(self._warned) < 100:
+            self._warned.add(message)
+            log.warning(message, exc_info=exc_info)
 
     def stop(self) -> None:
         """Stop the probe (its uprobes go with it) and the reader."""

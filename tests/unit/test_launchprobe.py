@@ -106,6 +106,22 @@ def test_a_probe_binary_that_fails_is_reported(tmp_path: Path) -> None:
     assert "no launch entry point" in status.detail
 
 
+@pytest.mark.parametrize("kind", ["missing", "not_executable"])
+def test_a_probe_program_that_cannot_run_is_no_binary(tmp_path: Path, kind: str) -> None:
+    binary = tmp_path / "probe"
+    if kind == "not_executable":
+        binary.write_text("#!/bin/sh\n")
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    probe = LaunchProbe(lambda: binary, library, 0.01, lambda _s: None)
+    status = probe.start()
+    if missing_capability(Path("/proc/self/status").read_text()):
+        assert status.reason is ProbeReason.NO_PERMISSION
+        return
+    assert not status.attached and status.reason is ProbeReason.NO_BINARY
+    assert f"cannot run {binary}" in status.detail
+
+
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_flags(parser)
