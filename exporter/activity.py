@@ -83,6 +83,7 @@ class _State:
     retired: _Totals = field(default_factory=_Totals)  # processes that exited
     live: list[ProcLaunches] = field(default_factory=list)
     busy_since: float | None = None
+    exited_at: float | None = None  # the last call of its processes that exited
     ending: float | None = None  # when the running task ends unless a launch comes
     end: float = 0.0  # the last task's end
     busy_s: float = 0.0
@@ -114,7 +115,12 @@ class ActivityTracker:
         """One tick: ``grouped`` live processes by container; ``exited`` (their last record)
         keep counting in their container's totals."""
         for proc_cid, proc in self._exited_with_owner(exited):
-            self._states.setdefault(proc_cid, _State()).retired.add(proc)
+            state = self._states.setdefault(proc_cid, _State())
+            state.retired.add(proc)
+            # its last call: a process that died in a wait ended by this tick at the latest
+            times = [t for t in (proc.last, proc.wait_end) if t is not None]
+            last = now if proc.waiting_since is not None else max(times, default=now)
+            state.exited_at = max(state.exited_at or 0.0, last)
         for cid, state in self._states.items():
             state.live = grouped.get(cid, [])
         for cid, procs in grouped.items():
@@ -151,7 +157,9 @@ class ActivityTracker:
         )
         if settled and procs:
             state.ending = max(p.wait_end for p in procs if p.wait_end is not None)
-        elif not waiting and (not procs or (last_launch or 0.0) <= now - self.idle_timeout_s):
+        elif not procs:
+            state.ending = state.exited_at if state.exited_at is not None else now
+        elif not waiting and (last_launch or 0.0) <= now - self.idle_timeout_s:
             state.ending = last_launch if last_launch is not None else now
         else:
             state.ending = None

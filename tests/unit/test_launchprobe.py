@@ -216,11 +216,15 @@ def test_a_wait_in_progress_keeps_the_task_running() -> None:
 
 def test_an_exited_process_ends_its_task_and_keeps_counting() -> None:
     t, events = tracked()
-    last = proc(pid=5, launches=4, last=4.0, period=4.0, waiting=4.0)
-    t.update(4.0, {"c": [last]}, [])
+    last = proc(pid=5, launches=4, last=4.0, period=3.9, wait_end=4.1)
+    t.update(4.0, {"c": [proc(pid=5, launches=4, last=4.0, period=3.9, waiting=4.0)]}, [])
     t.update(4.5, {}, [last])
-    assert edges(events)[-1][0] == EventType.GPU_IDLE
+    assert edges(events)[-1] == (EventType.GPU_IDLE, 4.1)  # its last call, not the tick
     assert t.view()["c"].launches == 4 and not t.view()["c"].busy
+    dying = proc(pid=6, launches=1, last=5.0, period=5.0, waiting=5.0)
+    t.update(5.0, {"c": [dying]}, [])
+    t.update(5.3, {}, [dying])
+    assert edges(events)[-1] == (EventType.GPU_IDLE, 5.3)  # died waiting: by this tick
 
 
 def test_feed_joins_a_tick_through_procfs(tmp_path: Path) -> None:
