@@ -214,14 +214,20 @@ class ActivityFeed:
         self._ticks = 0
 
     def on_tick(self, sample: LaunchSample) -> None:
+        self._ticks += 1
+        refresh = self._ticks % 100 == 0  # about once a second
         for pid in sample.procs:
-            if pid not in self._owners:
-                self._owners[pid] = self._proc.owner(pid)
+            if refresh or pid not in self._owners:
+                # owner() checks the start time, so a reused PID is seen; one that just
+                # exited keeps its container until the probe reports it gone
+                owner = self._proc.owner(pid)
+                if owner is not None or pid not in self._owners:
+                    self._owners[pid] = owner
         exited = [self._last[pid] for pid in sample.gone if pid in self._last]
         for pid in sample.gone:
             self._owners.pop(pid, None)
         self._last = dict(sample.procs)
         self.tracker.update(sample.timestamp, group(sample.procs.values(), self._owners), exited)
-        self._ticks += 1
-        if self._ticks % 100 == 0:
+        if refresh:
+            self._proc.retain(set(self._owners))
             self.tracker.forget(self._containers())

@@ -286,3 +286,18 @@ def test_state_says_how_each_container_is_seen(tmp_path: Path) -> None:
     }  # fmt: skip
     assert activity["rt-2"]["source"] == "nvml" and activity["rt-2"]["reason"] == "no_calls"
     assert activity["rt-2"]["busy"] is None
+
+
+def test_feed_keeps_an_exited_process_in_its_container_until_it_is_gone(tmp_path: Path) -> None:
+    procfs = FakeProcfs(tmp_path)
+    procfs.add(100, cid(1), 500)
+    t, _ = tracked()
+    feed = ActivityFeed(ProcReader(procfs.root), dict, t)
+    p = proc(pid=100, launches=5, last=1.0, period=1.0, wait_end=1.1)
+    for tick in range(99):
+        feed.on_tick(LaunchSample(1.0 + tick / 100, {100: p}, frozenset()))
+    procfs.remove(100)  # exited; the probe reports it gone a moment later
+    feed.on_tick(LaunchSample(2.0, {100: p}, frozenset()))  # the owners' refresh
+    assert t.view()[cid(1)].launches == 5
+    feed.on_tick(LaunchSample(2.01, {}, frozenset({100})))
+    assert t.view()[cid(1)].launches == 5  # counters never go down
