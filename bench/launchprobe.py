@@ -13,7 +13,7 @@
 4. Task start and end error against the workloads' own logs: one-shots (first launch to
    the return of the last wait, logged as ``kernel_start`` and ``output_end``) and a
    server's requests (``start``/``end``), timed by the probe's busy/idle edges.
-5. Verdicts: each of those tasks judged against deadlines 10%% either side of its own run
+5. Verdicts: each of those tasks judged against deadlines 10% either side of its own run
    time, by its own log and by the probe's edges; ``verdicts_agree`` when all agree.
 
 The last line is one JSON object: ``probe_attached`` (true only when the uprobes really
