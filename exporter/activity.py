@@ -42,14 +42,15 @@ class ContainerActivity:
 
 
 def source_of(
-    activity: ContainerActivity | None, probe: ProbeStatus | None
+    activity: ContainerActivity | None, probe: ProbeStatus | None, gauge_read: bool = False
 ) -> tuple[ActivitySource, ProbeReason | None]:
     """How a container is seen: ``launch`` once the probe saw it call the driver, else
-    ``nvml`` with why not (the probe's reason, or ``no_calls``)."""
+    ``gauge`` where its own in-flight gauge was read, else ``nvml``; with why not
+    ``launch`` (the probe's reason, or ``no_calls``)."""
     if activity is not None and activity.launches:
         return ActivitySource.LAUNCH, None
     reason = probe.reason if probe is not None and probe.reason else ProbeReason.NO_CALLS
-    return ActivitySource.NVML, reason
+    return (ActivitySource.GAUGE if gauge_read else ActivitySource.NVML), reason
 
 
 def group(
@@ -182,7 +183,10 @@ class ActivityTracker:
         )  # fmt: skip
 
     def _emit(self, type_: EventType, cid: str, ts: float, **fields: float) -> None:
-        self._events.append(type_, ts=ts, container_id=cid, container=self._names(cid), **fields)
+        self._events.append(
+            type_, ts=ts, container_id=cid, container=self._names(cid),
+            source=ActivitySource.LAUNCH.value, **fields,
+        )  # fmt: skip
 
     def forget(self, live_ids: Iterable[str]) -> None:
         """Drop idle containers without live processes that are not in ``live_ids``."""
@@ -190,6 +194,11 @@ class ActivityTracker:
         idle = [c for c, s in self._states.items() if not s.live and s.busy_since is None]
         for cid in [c for c in idle if c not in keep]:
             del self._states[cid]
+
+    def probed(self, container_id: str) -> bool:
+        """Whether the probe has seen the container call the driver."""
+        seen = self.view().get(container_id)
+        return seen is not None and seen.launches > 0
 
     def view(self) -> Mapping[str, ContainerActivity]:
         """The latest per-container activity (read-only)."""

@@ -20,6 +20,7 @@ from gpuguard.exporter.containers import ContainerIndex
 from gpuguard.exporter.errors import BackendUnavailable
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.http import exporter_server
+from gpuguard.exporter.inflight import GaugeReader
 from gpuguard.exporter.launchprobe import (
     LaunchProbe,
     ProbeStatus,
@@ -112,6 +113,7 @@ def run_exporter(config: ExporterConfig) -> int:
         return 1
     index, source = open_container_source(config, events)
     probe, activity, probe_status = start_launch_probe(config, index, events, backend.name)
+    gauges = GaugeReader(index.snapshot, events, config.gauge_host, probed=activity.probed)
     poller = Poller(
         backend,
         index,
@@ -124,6 +126,7 @@ def run_exporter(config: ExporterConfig) -> int:
         trust_policy=(config.trust.kind, config.trust.path),
         activity=activity.view,
         probe=lambda: probe.status if probe is not None else probe_status,
+        inflight=gauges.view,
     )
     try:
         web = WebConfigWatcher(config.web) if config.web is not None else None
@@ -147,6 +150,8 @@ def run_exporter(config: ExporterConfig) -> int:
         signal.signal(signum, lambda *_: stop.set())
     poll_thread = threading.Thread(target=poller.run, args=(stop,), name="poller", daemon=True)
     poll_thread.start()
+    gauge_thread = threading.Thread(target=gauges.run, args=(stop,), name="gauges", daemon=True)
+    gauge_thread.start()
     server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
@@ -159,6 +164,7 @@ def run_exporter(config: ExporterConfig) -> int:
     server.shutdown()
     server.server_close()
     poll_thread.join(timeout=5)
+    gauge_thread.join(timeout=5)
     if probe is not None:
         probe.stop()
     index.stop()

@@ -224,6 +224,12 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "1 while the launch probe sees the container's GPU work unfinished.",
         _C,
     ),
+    "gpuguard_container_inflight_requests": (
+        "gauge",
+        "Requests in flight by the server's own gauge (gpuguard.inflight.metric), read by "
+        "the exporter every 100 ms.",
+        _C,
+    ),
     "gpuguard_container_activity_source": (
         "gauge",
         "How the exporter sees the container's GPU work (always 1): launch, gauge or nvml, "
@@ -677,7 +683,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
             if error:
                 label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
-        for label, _ in info.slo_errors:
+        for label, _ in info.slo_errors + info.inflight_errors:
             label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
         for label, _ in info.claims_rejected:
             rejected.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
@@ -748,7 +754,11 @@ def _add_activity(r: Rows, snap: PollSnapshot) -> None:
     for info in snap.containers.values():
         labels = cache.of(_C, info, partial(_container, snap.node, info))
         activity = snap.activity.get(info.id)
-        source, reason = source_of(activity, snap.probe)
+        gauge = snap.inflight.get(info.id)
+        if gauge is not None and gauge.value is not None:
+            g["gpuguard_container_inflight_requests"].append((labels, gauge.value))
+        read = gauge is not None and gauge.value is not None
+        source, reason = source_of(activity, snap.probe, read)
         values = (*labels.values, source.value, reason.value if reason else "")
         r.add("gpuguard_container_activity_source", values, 1)
         if activity is None:

@@ -100,6 +100,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("probe.idle-timeout", "500ms",
          "launch source: no launch and no wait this long ends a task without a wait",
          "duration"),
+    Flag("gauge.host", "127.0.0.1",
+         "where containers that declare gpuguard.inflight.metric serve /metrics (their "
+         "gpuguard.inflight.port or gpuguard.slo.port): containers on the host's network",
+         metavar="HOST"),
     Flag("trust.policy-file", None,
          "YAML file of what each image, name or Kubernetes namespace may claim by label and "
          "who is managed (default: the built-in policy for a shared host; docs/security.md)",
@@ -131,6 +135,7 @@ class ExporterConfig:
     trust: TrustPolicy = DEFAULT_POLICY
     web: WebConfig | None = None  # --web.config.file, as read at start-up
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    gauge_host: str = "127.0.0.1"
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -173,6 +178,7 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         trust=_trust(values["trust.policy-file"], flags.boolean(values, "trust.all")),
         web=webconfig.web_config_from_flag(values["web.config.file"]),
         probe=_probe(values),
+        gauge_host=_nonempty("gauge.host", flags.text(values, "gauge.host")),
     )
 
 

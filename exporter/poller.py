@@ -23,6 +23,7 @@ from gpuguard.exporter.backends.base import GpuBackend
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.errors import BackendError, ProcfsError
 from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.inflight import GaugeReading
 from gpuguard.exporter.join import join
 from gpuguard.exporter.launchprobe import ProbeStatus
 from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
@@ -91,6 +92,8 @@ class PollSnapshot:
     #: the launch probe's view per container id (exporter/activity.py), and its status
     activity: Mapping[str, ContainerActivity] = field(default_factory=dict)
     probe: ProbeStatus | None = None
+    #: servers' own in-flight gauges per container id (exporter/inflight.py)
+    inflight: Mapping[str, GaugeReading] = field(default_factory=dict)
 
 
 def _not_connected(engine: str, error: str | None) -> str:
@@ -114,6 +117,7 @@ class Poller:
         trust_policy: tuple[str, str] = (TRUSTING, ""),
         activity: Callable[[], Mapping[str, ContainerActivity]] = dict,
         probe: Callable[[], ProbeStatus | None] = lambda: None,
+        inflight: Callable[[], Mapping[str, GaugeReading]] = dict,
     ) -> None:
         self.backend = backend
         self.containers = containers
@@ -127,6 +131,7 @@ class Poller:
         self.trust_policy = trust_policy
         self.activity = activity
         self.probe = probe
+        self.inflight = inflight
         self.hold = SampleHold()
         self._errors = {"gpu": 0, "procfs": 0}
         self._polls = 0
@@ -211,6 +216,7 @@ class Poller:
             trust_policy=self.trust_policy,
             activity=self.activity(),
             probe=self.probe(),
+            inflight=self.inflight(),
         )
         self.snapshot = snapshot
         return snapshot

@@ -70,8 +70,11 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
 def activity_json(container_id: str, snap: PollSnapshot) -> dict[str, Any]:
     """The source a container is seen through and, from the launch probe, its activity."""
     seen = snap.activity.get(container_id)
-    source, why = source_of(seen, snap.probe)
+    gauge = snap.inflight.get(container_id)
+    inflight = gauge.value if gauge is not None else None
+    source, why = source_of(seen, snap.probe, inflight is not None)
     return {
+        ActivityField.INFLIGHT: inflight,
         ActivityField.SOURCE: source,
         ActivityField.REASON: why,
         ActivityField.BUSY: seen.busy if seen is not None else None,

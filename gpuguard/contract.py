@@ -82,7 +82,7 @@ class ActivitySource(StrEnum):
     """How the exporter sees a container's GPU work (``gpuguard_container_activity_source``)."""
 
     LAUNCH = "launch"  # the launch probe: every launch and wait, timed in the kernel
-    GAUGE = "gauge"  # the server's own in-flight gauge (reserved: not read yet)
+    GAUGE = "gauge"  # the server's own in-flight gauge (gpuguard.inflight.metric)
     NVML = "nvml"  # NVML's (or gpusim's) per-process samples, ~1/6 s
 
 

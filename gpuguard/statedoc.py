@@ -104,6 +104,7 @@ class ActivityField(_Fields):
     LAUNCHES: Final = "launches"
     TASKS: Final = "tasks"
     LAST_TASK: Final = "last_task"  # [first launch, last wait's return] or null
+    INFLIGHT: Final = "inflight"  # the server's own in-flight gauge, last read, or null
 
 
 class SloField(_Fields):
