@@ -76,6 +76,7 @@ def start_launch_probe(
         events, probe_config.task_gap_s, probe_config.idle_timeout_s, names=name_of
     )
     if not probe_config.enabled:
+        log.info("launch probe off (--probe.launch=off): activity from NVML samples only")
         return None, tracker, ProbeStatus(False, ProbeReason.OFF, "--probe.launch=off")
     explicit = probe_config.binary
     found = installed_binary()

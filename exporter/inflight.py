@@ -12,6 +12,7 @@ the launch probe sees the container (``probed``): its edges are then the probe's
 from __future__ import annotations
 
 import http.client
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from gpuguard.inflight import InflightDeclaration, gauge_value
 INTERVAL_S = 0.1
 TIMEOUT_S = 0.05
 MAX_BYTES = 256 * 1024
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,7 @@ def read_gauge(host: str, declared: InflightDeclaration, timeout_s: float = TIME
         raise GaugeError(f"cannot read {host}:{declared.port}/metrics: {exc}") from None
     finally:
         connection.close()
-    value = gauge_value(body.decode("utf-8", "replace"), declared.names)
+    value = gauge_value(body.decode("utf-8", "replace"), declared.series_name)
     if value is None:
         raise GaugeError(f"no {declared.metric} in {host}:{declared.port}/metrics")
     return value
@@ -83,6 +85,7 @@ class GaugeReader:
         self._clock = clock
         self._view: Mapping[str, GaugeReading] = MappingProxyType({})
         self._lock = threading.Lock()
+        self._warned: set[str] = set()
 
     def read_once(self) -> None:
         """One round over the containers that declare a gauge."""
@@ -95,6 +98,9 @@ class GaugeReader:
             try:
                 value = read_gauge(self.host, info.inflight)
             except GaugeError as exc:
+                if info.id not in self._warned:  # once per container, as label errors
+                    self._warned.add(info.id)
+                    log.warning("container %s: in-flight gauge: %s", info.name, exc)
                 since = before.busy_since if before is not None else None
                 readings[info.id] = GaugeReading(None, self._clock(), str(exc), since)
                 continue

@@ -75,6 +75,7 @@ def activity_json(container_id: str, snap: PollSnapshot) -> dict[str, Any]:
     source, why = source_of(seen, snap.probe, inflight is not None)
     return {
         ActivityField.INFLIGHT: inflight,
+        ActivityField.INFLIGHT_ERROR: gauge.error if gauge is not None else None,
         ActivityField.SOURCE: source,
         ActivityField.REASON: why,
         ActivityField.BUSY: seen.busy if seen is not None else None,

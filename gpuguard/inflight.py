@@ -36,9 +36,9 @@ class InflightDeclaration:
     port: int
 
     @property
-    def names(self) -> frozenset[str]:
-        """Both spellings of the series' name (``:`` and ``_``)."""
-        return frozenset((self.metric, self.metric.replace(":", "_")))
+    def series_name(self) -> str:
+        """The name with ``_`` for ``:``: a sample matches when its name reads the same so."""
+        return self.metric.replace(":", "_")
 
 
 def declaration(
@@ -71,15 +71,15 @@ def declaration(
     return InflightDeclaration(metric.strip(), port), tuple(errors)
 
 
-def gauge_value(text: str, names: frozenset[str]) -> float | None:
-    """The sum of the samples named ``names`` in Prometheus text, or None when there is
-    none (a value that is not a number is skipped)."""
+def gauge_value(text: str, series_name: str) -> float | None:
+    """The sum of the samples whose name, ``:`` read as ``_``, is ``series_name`` in
+    Prometheus text, or None when there is none (a value that is not a number is skipped)."""
     total: float | None = None
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         match = _SAMPLE.match(line)
-        if match is None or match.group(1) not in names:
+        if match is None or match.group(1).replace(":", "_") != series_name:
             continue
         try:
             value = float(match.group(3))

@@ -105,6 +105,7 @@ class ActivityField(_Fields):
     TASKS: Final = "tasks"
     LAST_TASK: Final = "last_task"  # [first launch, last wait's return] or null
     INFLIGHT: Final = "inflight"  # the server's own in-flight gauge, last read, or null
+    INFLIGHT_ERROR: Final = "inflight_error"  # why its last read failed, or null
 
 
 class SloField(_Fields):

@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
+from gpusim_support import workload as sim_workload
 
 from gpuguard.contract import EventType
 from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.exporter.launchprobe import LaunchProbe, LaunchSample, missing_capability
 from gpuguard.exporter.probe.build import probe_binary
 from gpuguard.gpusim.driver import LIBRARY_NAME
@@ -185,3 +187,56 @@ def test_exporter_without_permission_falls_back_and_says_why(
     time.sleep(0.1)
     text = (tmp_path / f"exporter-{exporter.port}.log").read_text()
     assert "launch probe not running (no_permission)" in text
+
+
+@pytest.mark.parametrize("exporter_flags", [("--poll.interval=50ms", "--probe.launch=off")])
+def test_exporter_sees_a_server_through_its_own_gauge(
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    docker_client: Any,
+    base_image: str,
+    exporter_flags: tuple[str, ...],
+) -> None:
+    """Without the probe, a server that declares its in-flight gauge is seen through it:
+    busy and idle edges around each request, and the gauge source on /metrics."""
+    from gpuguard.demo.stack.process import free_port
+
+    port = free_port()
+    start = exporter.events()["next"]
+    args = ["server", "--arrivals", "fixed", "--rate", "2", "--requests", "3",
+            "--request-work", "4", "--memory-bytes", "64MiB", "--metrics-port", str(port),
+            "--start-at", f"{time.time() + 3:.3f}"]  # fmt: skip
+    labels = {"gpuguard.inflight.metric": "vllm_num_requests_running",
+              "gpuguard.inflight.port": str(port)}  # fmt: skip
+    kwargs = python_container_kwargs(
+        sim_workload(sim, "gauged", *args), labels=labels, extra_mounts=sim_mounts(sim),
+        name="gauged",
+    )  # fmt: skip
+    kwargs["network_mode"] = "host"  # its /metrics on the host's loopback
+    container = docker_client.containers.run(**kwargs)
+    try:
+        check_gauged(sim, exporter, container, start)
+    finally:
+        container.remove(force=True)
+
+
+def check_gauged(sim: GpusimService, exporter: ExporterProcess, container: Any, start: int) -> None:
+    short = container.id[:12]
+
+    def edges() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        kinds = (EventType.GPU_BUSY, EventType.GPU_IDLE)
+        return [e for e in batch if e["type"] in kinds and e.get("container") == "gauged"]
+
+    found = wait_for(lambda: len(edges()) >= 2 and edges(), 30, "the gauge's busy and idle")
+    assert {e["source"] for e in found} == {"gauge"}
+    assert (found[0]["type"], found[1]["type"]) == (EventType.GPU_BUSY, EventType.GPU_IDLE)
+    source = exporter.metric(
+        "gpuguard_container_activity_source", container_id=short, source="gauge", reason="off"
+    )
+    assert source == 1
+    assert container.wait(timeout=60)["StatusCode"] == 0
+    requests = [e for e in workload_log(sim, "gauged.log") if e["event"] == "request"]
+    first = requests[0]
+    # read every 100 ms: the edges fall within a read or two of the request's own times
+    assert first["start"] - 0.05 <= found[0]["ts"] <= first["end"] + 0.3

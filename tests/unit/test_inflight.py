@@ -25,7 +25,7 @@ def test_declaration_takes_its_port_or_the_slo_port() -> None:
     labels = {"gpuguard.inflight.metric": "vllm:num_requests_running", "gpuguard.slo.port": "80"}
     declared, errors = declaration(labels)
     assert declared == InflightDeclaration("vllm:num_requests_running", 80) and not errors
-    assert declared.names == {"vllm:num_requests_running", "vllm_num_requests_running"}
+    assert declared.series_name == "vllm_num_requests_running"
     labels["gpuguard.inflight.port"] = "9000"
     assert declaration(labels)[0] == InflightDeclaration("vllm:num_requests_running", 9000)
     assert declaration({}) == (None, ())
@@ -54,9 +54,10 @@ def test_gauge_value_sums_the_series_of_either_spelling() -> None:
         "vllm:num_requests_running_other 7\n"
         'vllm:num_requests_running{x="y"} NaNx\n'
     )
-    names = InflightDeclaration("vllm:num_requests_running", 1).names
-    assert gauge_value(text, names) == 3.0
-    assert gauge_value("other 1\n", names) is None
+    for declared in ("vllm:num_requests_running", "vllm_num_requests_running"):
+        name = InflightDeclaration(declared, 1).series_name
+        assert gauge_value(text, name) == 3.0
+        assert gauge_value("other 1\n", name) is None
 
 
 class Gauge:

@@ -282,7 +282,7 @@ def test_state_says_how_each_container_is_seen(tmp_path: Path) -> None:
     activity = {c["name"]: c["activity"] for c in doc["containers"]}
     assert activity["rt-1"] == {
         "source": "launch", "reason": None, "busy": True, "busy_since": 0.9,
-        "launches": 2, "tasks": 0, "last_task": None, "inflight": None,
+        "launches": 2, "tasks": 0, "last_task": None, "inflight": None, "inflight_error": None,
     }  # fmt: skip
     assert activity["rt-2"]["source"] == "nvml" and activity["rt-2"]["reason"] == "no_calls"
     assert activity["rt-2"]["busy"] is None
