@@ -5,6 +5,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := docker.io prometheus prometheus-alertmanager busybox-static docker-compose
+# the launch probe (a static libbpf program) and gpusim's libcuda.so.1 stand-in, built by setup
+APT_PACKAGES += gcc clang bpftool libbpf-dev libelf-dev zlib1g-dev libcap2-bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo stop test lint unit integration rules bench-quick gpu-truth clean
@@ -15,6 +17,8 @@ setup: $(STAMP)
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+	$(PY) -m gpuguard.exporter.probe.build
+	$(PY) -m gpuguard.gpusim.driver
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)

@@ -11,7 +11,9 @@ workloads are host processes and the exporter's poll loop runs in this process. 
 3. freeze semantics: a training loop frozen like ``docker pause``; time until its queued
    kernels drain and until it runs again after the thaw;
 4. contention: n concurrent 13,312² matmuls, kernel time vs n beside paper B's Table 1 and
-   gpusim's model, and a gpusim profile fitted to this GPU.
+   gpusim's model, and a gpusim profile fitted to this GPU;
+5. the launch probe on the driver's libcuda.so.1 (root): launches and waits it counts for a
+   torch one-shot, and its busy spans against the workload's log and CUDA events.
 
 Without a GPU, ``--quick`` runs the same code on gpusim (the JSON says ``"backend":
 "gpusim"``), so CI covers the kit. The last line printed is the JSON result; ``--out-dir``
@@ -42,7 +44,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from benchargs import BenchParser, positive  # noqa: E402
-from gputruth import contention, detection, freeze, semantics  # noqa: E402
+from gputruth import contention, detection, freeze, launchprobe, semantics  # noqa: E402
 from gputruth.rig import Rig, open_rig  # noqa: E402
 
 from gpuguard.contract import TaskMode  # noqa: E402
@@ -121,6 +123,8 @@ def run(rig: Rig, workdir: Path, quick: bool, skip: set[str]) -> dict[str, Any]:
         result["contention"] = {k: v for k, v in measured.items() if k != "kernel_s"}
         result["contention_max_rel_error_vs_gpusim"] = measured["max_rel_error_vs_gpusim"]
         result["profile"] = _profile(rig, result, measured)
+    if "launchprobe" not in skip:
+        result["launch_probe"] = launchprobe.measure(rig, workdir, sizes["oneshot"])
     return result
 
 
@@ -163,6 +167,14 @@ def report(result: dict[str, Any]) -> None:
         print(f"  freeze ({f['method']}): drain p50 {f['freeze_drain_ms_p50']} ms, p95 "
               f"{f['freeze_drain_ms_p95']} ms; first step after thaw p50 "
               f"{f['thaw_first_step_ms_p50']} ms (step {f['step_ms_median']} ms)")  # fmt: skip
+    if "launch_probe" in result:
+        p = result["launch_probe"]
+        if p["attached"]:
+            print(f"  launch probe on {p['library']}: {p['launches_seen']} launches for "
+                  f"{p['kernels_logged']} logged kernels, {p['tasks_seen']}/{p['runs']} tasks; "
+                  f"start {p['start_err_ms_mean']} ms, end {p['end_err_ms_mean']} ms")  # fmt: skip
+        else:
+            print(f"  launch probe not attached ({p.get('reason')}): {p['detail']}")
     if "contention" in result:
         print(f"  {'n':>3} {'kernel s':>9} {'ratio':>7} {'paper B':>8} {'gpusim':>7}")
         for row in result["contention"]["rows"]:
@@ -181,7 +193,7 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument(
         "--skip", action="append", default=[],
-        choices=["semantics", "detection", "freeze", "contention"],
+        choices=["semantics", "detection", "freeze", "contention", "launchprobe"],
     )  # fmt: skip
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="gg-truth-"))

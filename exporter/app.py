@@ -7,8 +7,11 @@ import shutil
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+from gpuguard.contract import ProbeReason
+from gpuguard.exporter.activity import ActivityFeed, ActivityTracker
 from gpuguard.exporter.backends.base import open_backend
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.config import ExporterConfig, pick_container_source
@@ -17,7 +20,15 @@ from gpuguard.exporter.containers import ContainerIndex
 from gpuguard.exporter.errors import BackendUnavailable
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.http import exporter_server
-from gpuguard.exporter.poller import Poller
+from gpuguard.exporter.inflight import GaugeReader
+from gpuguard.exporter.launchprobe import (
+    LaunchProbe,
+    ProbeStatus,
+    find_library,
+    installed_binary,
+)
+from gpuguard.exporter.poller import ContainerSource, Poller
+from gpuguard.exporter.probe.build import probe_binary
 from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.tracker import Tracker
 from gpuguard.exporter.trust import TRUSTING
@@ -52,6 +63,35 @@ def open_container_source(
     return index, f"docker {config.docker_host}"
 
 
+def start_launch_probe(
+    config: ExporterConfig, index: ContainerSource, events: EventLog, backend: str
+) -> tuple[LaunchProbe | None, ActivityTracker, ProbeStatus]:
+    """The launch probe and its tracker; where it cannot run, the status says why."""
+
+    def name_of(cid: str) -> str | None:
+        info = index.snapshot().get(cid)
+        return info.name if info is not None else None
+
+    probe_config = config.probe
+    tracker = ActivityTracker(
+        events, probe_config.task_gap_s, probe_config.idle_timeout_s, names=name_of
+    )
+    if not probe_config.enabled:
+        log.info("launch probe off (--probe.launch=off): activity from NVML samples only")
+        return None, tracker, ProbeStatus(False, ProbeReason.OFF, "--probe.launch=off")
+    explicit = probe_config.binary
+    found = installed_binary()
+
+    def binary() -> Path:
+        return explicit or found or probe_binary()
+
+    feed = ActivityFeed(ProcReader(config.procfs), index.snapshot, tracker)
+    socket = config.gpusim_socket if backend == "gpusim" else None
+    library = find_library(probe_config.library, socket)
+    probe = LaunchProbe(binary, library, probe_config.interval_s, feed.on_tick)
+    return probe, tracker, probe.start()
+
+
 def run_exporter(config: ExporterConfig) -> int:
     """Run the exporter; returns the process exit status."""
     logging.basicConfig(
@@ -74,6 +114,8 @@ def run_exporter(config: ExporterConfig) -> int:
         backend.close()
         return 1
     index, source = open_container_source(config, events)
+    probe, activity, probe_status = start_launch_probe(config, index, events, backend.name)
+    gauges = GaugeReader(index.snapshot, events, config.gauge_host, probed=activity.probed)
     poller = Poller(
         backend,
         index,
@@ -84,6 +126,9 @@ def run_exporter(config: ExporterConfig) -> int:
         config.poll_interval_s,
         recorder=NodeRecorder(config.node_name, config.record),
         trust_policy=(config.trust.kind, config.trust.path),
+        activity=activity.view,
+        probe=lambda: probe.status if probe is not None else probe_status,
+        inflight=gauges.view,
     )
     try:
         web = WebConfigWatcher(config.web) if config.web is not None else None
@@ -96,6 +141,8 @@ def run_exporter(config: ExporterConfig) -> int:
             file=sys.stderr,
         )
         backend.close()
+        if probe is not None:
+            probe.stop()
         return 1
     index.start()  # once listening: a port in use is its one line, with no engine warnings
     if not index.wait_synced(_SYNC_WAIT_S):
@@ -105,6 +152,8 @@ def run_exporter(config: ExporterConfig) -> int:
         signal.signal(signum, lambda *_: stop.set())
     poll_thread = threading.Thread(target=poller.run, args=(stop,), name="poller", daemon=True)
     poll_thread.start()
+    gauge_thread = threading.Thread(target=gauges.run, args=(stop,), name="gauges", daemon=True)
+    gauge_thread.start()
     server.serve_in_thread()
     host, port = server.server_address[:2]
     log.info(
@@ -117,6 +166,9 @@ def run_exporter(config: ExporterConfig) -> int:
     server.shutdown()
     server.server_close()
     poll_thread.join(timeout=5)
+    gauge_thread.join(timeout=5)
+    if probe is not None:
+        probe.stop()
     index.stop()
     backend.close()
     return 0

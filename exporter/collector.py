@@ -40,6 +40,7 @@ from functools import partial
 
 from gpuguard import __version__
 from gpuguard.contract import StateReason, TaskMode
+from gpuguard.exporter.activity import source_of
 from gpuguard.exporter.model import ContainerInfo, DeviceSample
 from gpuguard.exporter.poller import SOURCES, PollSnapshot
 from gpuguard.exporter.tracker import PHASES, RUN_SECONDS_BUCKETS, ContainerStats, TaskView
@@ -69,6 +70,7 @@ _POD_INFO_LABELS = (*_C, "pod_uid")
 _TASK_INFO_LABELS = (*_C, "task_mode", "class")
 _LABEL_INVALID_LABELS = (*_C, "label")
 _SLO_INFO_LABELS = (*_C, "metric")
+_SOURCE_LABELS = (*_C, "source", "reason")
 # `bound`, not `le`: promtool refuses `le` on a gauge; the rules copy it into `le`.
 _SLO_BUCKET_LABELS = (*_C, "metric", "bound")
 
@@ -201,6 +203,39 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _C,
     ),
     "gpuguard_container_busy_seconds": ("counter", "Run time of its merged bursts.", _C),
+    "gpuguard_container_launches": (
+        "counter",
+        "Kernel launches the launch probe saw (CUDA driver API calls; launch source only).",
+        _C,
+    ),
+    "gpuguard_container_copies": ("counter", "Asynchronous copies the launch probe saw.", _C),
+    "gpuguard_container_launch_tasks": (
+        "counter",
+        "Tasks the launch probe saw end: first launch to the return of the last wait.",
+        _C,
+    ),
+    "gpuguard_container_launch_busy_seconds": (
+        "counter",
+        "Time in tasks the launch probe saw, the running one included.",
+        _C,
+    ),
+    "gpuguard_container_gpu_busy": (
+        "gauge",
+        "1 while the launch probe sees the container's GPU work unfinished.",
+        _C,
+    ),
+    "gpuguard_container_inflight_requests": (
+        "gauge",
+        "Requests in flight by the server's own gauge (gpuguard.inflight.metric), read by "
+        "the exporter every 100 ms.",
+        _C,
+    ),
+    "gpuguard_container_activity_source": (
+        "gauge",
+        "How the exporter sees the container's GPU work (always 1): launch, gauge or nvml, "
+        "and why not launch (reason; empty for launch).",
+        _SOURCE_LABELS,
+    ),
     "gpuguard_container_paused_seconds": (
         "counter",
         "Time the container spent paused (a best-effort one: frozen), at poll resolution.",
@@ -277,6 +312,11 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "gauge",
         "Exporter version and GPU backend (always 1).",
         ("node", "version", "backend"),
+    ),
+    "gpuguard_exporter_launch_probe_up": (
+        "gauge",
+        "1 if the launch probe is attached; reason says why not (docs/interfaces.md §5).",
+        ("node", "reason"),
     ),
     "gpuguard_exporter_trust_policy_info": (
         "gauge",
@@ -444,6 +484,7 @@ def build_rows(
         else:
             rows.gauges.update(identity)
         _add_containers(rows, snap)
+        _add_activity(rows, snap)
         _add_tasks(rows, snap)
         _add_record(rows, snap)
         _add_exporter(rows, snap)
@@ -642,7 +683,7 @@ def _add_identity(r: Rows, snap: PollSnapshot) -> None:
         for label, error in ((TASK, info.task_mode_error), (CLASS, info.class_error)):
             if error:
                 label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
-        for label, _ in info.slo_errors:
+        for label, _ in info.slo_errors + info.inflight_errors:
             label_invalid.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
         for label, _ in info.claims_rejected:
             rejected.append((cache.get(_LABEL_INVALID_LABELS, (*values, label)), 1))
@@ -705,6 +746,28 @@ def _add_containers(r: Rows, snap: PollSnapshot) -> None:
         memory.append((cg_labels, usage.memory_bytes))
         sm.append((cg_labels, usage.sm_ratio))
         processes.append((cg_labels, usage.processes))
+
+
+def _add_activity(r: Rows, snap: PollSnapshot) -> None:
+    """The launch probe's view of each container, and the source each is seen through."""
+    g, cache = r.gauges, r.cache
+    for info in snap.containers.values():
+        labels = cache.of(_C, info, partial(_container, snap.node, info))
+        activity = snap.activity.get(info.id)
+        gauge = snap.inflight.get(info.id)
+        if gauge is not None and gauge.value is not None:
+            g["gpuguard_container_inflight_requests"].append((labels, gauge.value))
+        read = gauge is not None and gauge.value is not None
+        source, reason = source_of(activity, snap.probe, read)
+        values = (*labels.values, source.value, reason.value if reason else "")
+        r.add("gpuguard_container_activity_source", values, 1)
+        if activity is None:
+            continue
+        g["gpuguard_container_launches"].append((labels, activity.launches))
+        g["gpuguard_container_copies"].append((labels, activity.copies))
+        g["gpuguard_container_launch_tasks"].append((labels, activity.tasks))
+        g["gpuguard_container_launch_busy_seconds"].append((labels, activity.busy_s))
+        g["gpuguard_container_gpu_busy"].append((labels, int(activity.busy)))
 
 
 def _add_tasks(r: Rows, snap: PollSnapshot) -> None:
@@ -784,3 +847,7 @@ def _add_exporter(r: Rows, snap: PollSnapshot) -> None:
         r.add("gpuguard_exporter_errors", (snap.node, source), status.errors)
     r.add("gpuguard_exporter_build_info", (snap.node, __version__, snap.backend), 1)
     r.add("gpuguard_exporter_trust_policy_info", (snap.node, *snap.trust_policy), 1)
+    probe = snap.probe
+    if probe is not None:
+        reason = probe.reason.value if probe.reason is not None else ""
+        r.add("gpuguard_exporter_launch_probe_up", (snap.node, reason), int(probe.attached))

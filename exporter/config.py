@@ -19,6 +19,7 @@ from gpuguard import flags
 from gpuguard.contract import TaskMode
 from gpuguard.exporter.backends.base import BACKEND_CHOICES
 from gpuguard.exporter.errors import ConfigError
+from gpuguard.exporter.launchprobe import ProbeConfig
 from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
 from gpuguard.exporter.trust import (
@@ -81,6 +82,27 @@ FLAGS: tuple[Flag, ...] = (
          "node record: average utilization at or above which the GPU counts as 100%%", "ratio"),
     Flag("record.memory-threshold", 0.95,
          "node record: share of GPU memory in use at or above which it counts as full", "ratio"),
+    Flag("probe.launch", "auto",
+         "auto or off; auto attaches eBPF uprobes to the CUDA driver library where the host "
+         "allows (CAP_BPF and CAP_PERFMON), else sees GPU work through NVML alone",
+         metavar="MODE"),
+    Flag("probe.library", None,
+         "driver library to probe (default: gpusim's libcuda.so.1 beside --gpusim.socket, "
+         "else the driver's libcuda.so.1)", metavar="PATH"),
+    Flag("probe.binary", None,
+         "the probe program (default: gpuguard-launchprobe on PATH, else built here with "
+         "clang, bpftool, libbpf)", metavar="PATH"),
+    Flag("probe.interval", "10ms", "how often the probe's counts are read: 1ms to 1s",
+         "duration"),
+    Flag("probe.task-gap", "20ms",
+         "launch source: busy periods closer than this are one task", "duration"),
+    Flag("probe.idle-timeout", "500ms",
+         "launch source: no launch and no wait this long ends a task without a wait",
+         "duration"),
+    Flag("gauge.host", "127.0.0.1",
+         "where containers that declare gpuguard.inflight.metric serve /metrics (their "
+         "gpuguard.inflight.port or gpuguard.slo.port): containers on the host's network",
+         metavar="HOST"),
     Flag("trust.policy-file", None,
          "YAML file of what each image, name or Kubernetes namespace may claim by label and "
          "who is managed (default: the built-in policy for a shared host; docs/security.md)",
@@ -111,6 +133,8 @@ class ExporterConfig:
     containerd_namespace: str = "k8s.io"
     trust: TrustPolicy = DEFAULT_POLICY
     web: WebConfig | None = None  # --web.config.file, as read at start-up
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    gauge_host: str = "127.0.0.1"
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -152,6 +176,25 @@ def load_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         ),
         trust=_trust(values["trust.policy-file"], flags.boolean(values, "trust.all")),
         web=webconfig.web_config_from_flag(values["web.config.file"]),
+        probe=_probe(values),
+        gauge_host=_nonempty("gauge.host", flags.text(values, "gauge.host")),
+    )
+
+
+def _probe(values: Mapping[str, Any]) -> ProbeConfig:
+    interval = flags.duration(values, "probe.interval")
+    if not 0.001 <= interval <= 1:
+        raise ConfigError(
+            f"--probe.interval {values['probe.interval']!r}: must be between 1ms and 1s"
+        )
+    library, binary = values["probe.library"], values["probe.binary"]
+    return ProbeConfig(
+        enabled=flags.choice(values, "probe.launch", ("auto", "off")) == "auto",
+        library=Path(str(library)) if library else None,
+        binary=Path(str(binary)) if binary else None,
+        interval_s=interval,
+        task_gap_s=flags.duration(values, "probe.task-gap"),
+        idle_timeout_s=flags.duration(values, "probe.idle-timeout"),
     )
 
 

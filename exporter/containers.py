@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Self, TypeVar
 
-from gpuguard import labels, slo
+from gpuguard import inflight, labels, slo
 from gpuguard.contract import EventType
 from gpuguard.exporter import trust
 from gpuguard.exporter.events import EventLog
@@ -112,6 +112,7 @@ def describe_container(
     task_mode, task_mode_error = _label(container_labels, labels.TASK, labels.parse_task_mode)
     class_label, class_error = _label(container_labels, labels.CLASS, labels.parse_priority_class)
     declared, slo_errors = slo.declaration(container_labels)
+    gauge, gauge_errors = inflight.declaration(container_labels)
     info = ContainerInfo(
         id=container_id,
         name=name,
@@ -129,6 +130,8 @@ def describe_container(
         class_error=class_error,
         slo=declared,
         slo_errors=slo_errors,
+        inflight=gauge,
+        inflight_errors=gauge_errors,
     )
     # A Docker container's own io.kubernetes.pod.namespace label is anyone's to set: rules on
     # namespace match only what a CRI sandbox says (exporter/containerd.py).
@@ -289,7 +292,7 @@ class ContainerIndex(EventFollower):
             return None
         info = container_info(attrs, self._policy)
         errors = [e for e in (info.deadline_error, info.task_mode_error, info.class_error) if e]
-        errors += [error for _, error in info.slo_errors]
+        errors += [error for _, error in info.slo_errors + info.inflight_errors]
         if errors and info.id not in self._warned_labels:
             self._warned_labels.add(info.id)  # logged once per container, never fatal
             log.warning("container %s: %s (label ignored)", info.name, "; ".join(errors))

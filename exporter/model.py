@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuguard.contract import PriorityClass, TaskMode
+from gpuguard.inflight import InflightDeclaration
 from gpuguard.slo import SloDeclaration
 
 # "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG 1g.10gb" (a MIG device's NVML name), "sim0 MIG 3g.40gb"
@@ -98,6 +99,8 @@ class ContainerInfo:
     class_error: str | None = None
     slo: SloDeclaration | None = None  # gpuguard.slo.* (gpuguard/slo.py)
     slo_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
+    inflight: InflightDeclaration | None = None  # gpuguard.inflight.* (gpuguard/inflight.py)
+    inflight_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
     # Kubernetes identity (containerd source, CRI labels; exporter/kube.py); None elsewhere
     pod_namespace: str | None = None
     pod_name: str | None = None

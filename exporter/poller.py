@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuguard.contract import TaskMode
+from gpuguard.exporter.activity import ContainerActivity
 from gpuguard.exporter.backends.base import GpuBackend
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.errors import BackendError, ProcfsError
 from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.inflight import GaugeReading
 from gpuguard.exporter.join import join
+from gpuguard.exporter.launchprobe import ProbeStatus
 from gpuguard.exporter.model import ContainerInfo, GpuSample, Joined, ProcessOwner
 from gpuguard.exporter.record import NodeRecorder
 from gpuguard.exporter.samples import SampleHold
@@ -86,6 +89,11 @@ class PollSnapshot:
     longest_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
     #: the trust policy in force: (kind, file) (exporter/trust.py)
     trust_policy: tuple[str, str] = (TRUSTING, "")
+    #: the launch probe's view per container id (exporter/activity.py), and its status
+    activity: Mapping[str, ContainerActivity] = field(default_factory=dict)
+    probe: ProbeStatus | None = None
+    #: servers' own in-flight gauges per container id (exporter/inflight.py)
+    inflight: Mapping[str, GaugeReading] = field(default_factory=dict)
 
 
 def _not_connected(engine: str, error: str | None) -> str:
@@ -107,6 +115,9 @@ class Poller:
         clock: Callable[[], float] = time.time,
         recorder: NodeRecorder | None = None,
         trust_policy: tuple[str, str] = (TRUSTING, ""),
+        activity: Callable[[], Mapping[str, ContainerActivity]] = dict,
+        probe: Callable[[], ProbeStatus | None] = lambda: None,
+        inflight: Callable[[], Mapping[str, GaugeReading]] = dict,
     ) -> None:
         self.backend = backend
         self.containers = containers
@@ -118,6 +129,9 @@ class Poller:
         self._clock = clock
         self.recorder = recorder or NodeRecorder(node)
         self.trust_policy = trust_policy
+        self.activity = activity
+        self.probe = probe
+        self.inflight = inflight
         self.hold = SampleHold()
         self._errors = {"gpu": 0, "procfs": 0}
         self._polls = 0
@@ -200,6 +214,9 @@ class Poller:
             typical_run=dict(self.tracker.typical_run),
             longest_run=self.tracker.longest_run(),
             trust_policy=self.trust_policy,
+            activity=self.activity(),
+            probe=self.probe(),
+            inflight=self.inflight(),
         )
         self.snapshot = snapshot
         return snapshot

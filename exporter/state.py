@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuguard.exporter.activity import source_of
 from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import PollSnapshot
 from gpuguard.exporter.tracker import TaskView
 from gpuguard.statedoc import (
+    ActivityField,
     ClaimField,
     ContainerField,
     GpuField,
@@ -61,6 +63,26 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         ],
         # whether its deadline counts toward the node record and node marks
         ContainerField.DEADLINE_VOUCHED: info.deadline_vouched,
+        ContainerField.ACTIVITY: activity_json(info.id, snap),
+    }
+
+
+def activity_json(container_id: str, snap: PollSnapshot) -> dict[str, Any]:
+    """The source a container is seen through and, from the launch probe, its activity."""
+    seen = snap.activity.get(container_id)
+    gauge = snap.inflight.get(container_id)
+    inflight = gauge.value if gauge is not None else None
+    source, why = source_of(seen, snap.probe, inflight is not None)
+    return {
+        ActivityField.INFLIGHT: inflight,
+        ActivityField.INFLIGHT_ERROR: gauge.error if gauge is not None else None,
+        ActivityField.SOURCE: source,
+        ActivityField.REASON: why,
+        ActivityField.BUSY: seen.busy if seen is not None else None,
+        ActivityField.BUSY_SINCE: seen.busy_since if seen is not None else None,
+        ActivityField.LAUNCHES: seen.launches if seen is not None else None,
+        ActivityField.TASKS: seen.tasks if seen is not None else None,
+        ActivityField.LAST_TASK: list(seen.last_task) if seen and seen.last_task else None,
     }
 
 

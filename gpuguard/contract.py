@@ -72,6 +72,29 @@ class EventType(StrEnum):
     CONTAINER_RESUMED = "container_resumed"
     CONTAINER_STARTED = "container_started"
     CONTAINER_REMOVED = "container_removed"
+    #: the launch probe saw a container start GPU work (``ts``: its first launch)
+    GPU_BUSY = "gpu_busy"
+    #: ... and finish it (``ts``: the return of its last wait; ``busy_since``: the start)
+    GPU_IDLE = "gpu_idle"
+
+
+class ActivitySource(StrEnum):
+    """How the exporter sees a container's GPU work (``gpuguard_container_activity_source``)."""
+
+    LAUNCH = "launch"  # the launch probe: every launch and wait, timed in the kernel
+    GAUGE = "gauge"  # the server's own in-flight gauge (gpuguard.inflight.metric)
+    NVML = "nvml"  # NVML's (or gpusim's) per-process samples, ~1/6 s
+
+
+class ProbeReason(StrEnum):
+    """Why the launch probe does not see a container (``reason`` of the source metric)."""
+
+    OFF = "off"  # --probe.launch=off
+    NO_BINARY = "no_binary"  # the probe's program is missing and cannot be built here
+    NO_PERMISSION = "no_permission"  # no CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN)
+    NO_LIBRARY = "no_library"  # no libcuda.so.1 found, or no launch entry point in it
+    FAILED = "failed"  # the probe started and then stopped (its log line says why)
+    NO_CALLS = "no_calls"  # the probe runs, but this container made no driver call yet
 
 
 class Role(StrEnum):

@@ -91,6 +91,21 @@ class ContainerField(_Fields):
     POD_UID: Final = "pod_uid"
     CLAIMS_REJECTED: Final = "claims_rejected"
     DEADLINE_VOUCHED: Final = "deadline_vouched"
+    ACTIVITY: Final = "activity"  # how its GPU work is seen (the launch probe's view)
+
+
+class ActivityField(_Fields):
+    """A container's ``activity``."""
+
+    SOURCE: Final = "source"  # ActivitySource
+    REASON: Final = "reason"  # ProbeReason when not ``launch``, else null
+    BUSY: Final = "busy"
+    BUSY_SINCE: Final = "busy_since"
+    LAUNCHES: Final = "launches"
+    TASKS: Final = "tasks"
+    LAST_TASK: Final = "last_task"  # [first launch, last wait's return] or null
+    INFLIGHT: Final = "inflight"  # the server's own in-flight gauge, last read, or null
+    INFLIGHT_ERROR: Final = "inflight_error"  # why its last read failed, or null
 
 
 class SloField(_Fields):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuguard.gpusim import driver
 from gpuguard.gpusim.config import DaemonConfig
 from gpuguard.gpusim.errors import BAD_REQUEST, GpusimError
 from gpuguard.gpusim.gpu import SimulatedGpu
@@ -109,8 +110,10 @@ class Daemon:
         self._wake_w.setblocking(False)
 
     def bind(self) -> None:
-        """Create the listening socket (mode 0666 so processes in containers can connect)."""
+        """Create the listening socket (mode 0666 so processes in containers can connect),
+        with the driver stand-in beside it (``driver.install``)."""
         prepare_socket_path(self.socket_path)
+        driver.install(self.socket_path.parent)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(self.socket_path))
         os.chmod(self.socket_path, 0o666)

@@ -8,12 +8,15 @@ when the last device reached it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gpuguard.gpusim.allocator import Block, CachingAllocator
-from gpuguard.gpusim.client import GpusimClient
+from gpuguard.gpusim.client import GpusimClient, default_socket_path
+from gpuguard.gpusim.driver import CallKind, DriverCalls, find_stub
+
+T = TypeVar("T")
 
 
 class Devices(Protocol):
@@ -53,7 +56,11 @@ class Devices(Protocol):
 
 
 class SimDevices:
-    """``Devices`` on a gpusim daemon: one connection (context) per device, one PID."""
+    """``Devices`` on a gpusim daemon: one connection (context) per device, one PID.
+
+    Where the daemon put its driver stand-in beside its socket, each launch, copy and wait
+    runs inside the matching CUDA driver entry point (``gpusim/driver.py``).
+    """
 
     def __init__(self, socket: Path | None, addresses: Sequence[str]) -> None:
         self.socket = socket
@@ -62,8 +69,13 @@ class SimDevices:
         self._allocators: list[CachingAllocator] = []
         self._marks: dict[int, list[int]] = {}  # mark -> event id on each device
         self._next_mark = 0
+        self._driver: DriverCalls | None = None
+
+    def _in_driver(self, kind: CallKind, action: Callable[[], T]) -> T:
+        return action() if self._driver is None else self._driver.call(kind, action)
 
     def open(self) -> None:
+        self._driver = find_stub(self.socket or default_socket_path())
         for address in self.addresses:
             client = GpusimClient(self.socket)
             self._clients.append(client)
@@ -87,16 +99,29 @@ class SimDevices:
         for allocator in self._allocators:
             allocator.empty_cache()
 
+    def _copy(self, op: str, nbytes: int) -> None:
+        # an asynchronous copy, then the wait for it: as cudaMemcpy does on a stream
+        self._in_driver(CallKind.COPY, lambda: self._send(op, bytes=nbytes))
+        self._in_driver(CallKind.WAIT, self._receive)
+
     def copy_in(self, nbytes: int) -> None:
-        self._all("copy_in", bytes=nbytes)
+        self._copy("copy_in", nbytes)
 
     def copy_out(self, nbytes: int) -> None:
-        self._all("copy_out", bytes=nbytes)
+        self._copy("copy_out", nbytes)
+
+    def _send(self, op: str, **args: Any) -> None:
+        for client in self._clients:
+            client.send(op, **args)
+
+    def _receive(self) -> list[dict[str, Any]]:
+        return [client.receive() for client in self._clients]
 
     def launch(self, work_s: float | None = None, flops: float | None = None) -> None:
         if (work_s is None) == (flops is None):
             raise ValueError("give exactly one of work_s or flops")
-        self._all("launch", **({"work": work_s} if work_s is not None else {"flops": flops}))
+        size = {"work": work_s} if work_s is not None else {"flops": flops}
+        self._in_driver(CallKind.LAUNCH, lambda: self._all("launch", **size))
 
     def mark(self) -> int:
         self._next_mark += 1
@@ -104,9 +129,8 @@ class SimDevices:
         return self._next_mark
 
     def synchronize(self) -> dict[int, float]:
-        reached = [
-            {int(e["id"]): float(e["t"]) for e in r["events"]} for r in self._all("synchronize")
-        ]
+        replies = self._in_driver(CallKind.WAIT, lambda: self._all("synchronize"))
+        reached = [{int(e["id"]): float(e["t"]) for e in r["events"]} for r in replies]
         times = {}
         for mark, ids in self._marks.items():
             per_device = [events.get(i) for events, i in zip(reached, ids, strict=True)]

@@ -1,4 +1,5 @@
-"""The ``server`` workload's request latency as a Prometheus histogram, in vLLM's format.
+"""The ``server`` workload's request latency as a Prometheus histogram, and its requests in
+flight as a gauge, in vLLM's format.
 
 vLLM exports ``vllm:e2e_request_latency_seconds`` (arrival to last token, seconds) labelled
 ``model_name`` with prometheus_client, so its bucket bounds read ``0.3``, ``1.0``, ...; this
@@ -14,6 +15,9 @@ from typing import Any
 
 E2E_LATENCY = "vllm:e2e_request_latency_seconds"
 E2E_HELP = "Histogram of e2e request latency in seconds."
+#: vLLM's gauge of requests being answered (gpuguard.inflight.metric)
+RUNNING = "vllm:num_requests_running"
+RUNNING_HELP = "Number of requests in model execution batches."
 MODEL_LABEL = "model_name"
 #: vLLM's request-latency buckets, after finer ones for millisecond requests
 BUCKETS = (
@@ -28,7 +32,7 @@ class LatencyMetrics:
     """One histogram child (this server's model) in a registry of its own."""
 
     def __init__(self, model_name: str) -> None:
-        from prometheus_client import CollectorRegistry, Histogram
+        from prometheus_client import CollectorRegistry, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         histogram = Histogram(
@@ -37,9 +41,15 @@ class LatencyMetrics:
         # The child exists from the start, as vLLM's does: its buckets read 0 before the
         # first request, so Prometheus sees the series (and a rate of 0) at once.
         self._child: Any = histogram.labels(model_name)
+        gauge = Gauge(RUNNING, RUNNING_HELP, [MODEL_LABEL], registry=self.registry)
+        self._running: Any = gauge.labels(model_name)
 
     def observe(self, seconds: float) -> None:
         self._child.observe(seconds)
+
+    def running(self, requests: int) -> None:
+        """Requests being answered now."""
+        self._running.set(requests)
 
     def serve(self, port: int, address: str = DEFAULT_ADDRESS) -> None:
         """Serve ``/metrics`` on ``address:port`` from a daemon thread (until the exit)."""

@@ -86,8 +86,12 @@ def run_server(
             arrival = start + request.offset
             wait_until(arrival)
             began = time.time()
+            if metrics is not None:
+                metrics.running(1)
             gpu_start, gpu_end = answer(devices, request, args.kernels)
             end = time.time()
+            if metrics is not None:
+                metrics.running(0)
             latencies.append(end - arrival)
             if metrics is not None:
                 metrics.observe(end - arrival)

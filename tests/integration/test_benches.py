@@ -42,6 +42,7 @@ class Bench:
     dockerd: bool = True  # a private dockerd (root)
     alerting: bool = False  # Prometheus and Alertmanager
     traces: bool = False  # the production trace subsets (bench/traces/README.md)
+    probe: bool = False  # the launch probe's uprobes (root: CAP_BPF + CAP_PERFMON)
     timeout_s: float = 240.0
 
     @property
@@ -101,6 +102,10 @@ BENCHES = (
         "dense_rt_p99_over_alone_worst", "dense_be_over_ideal_worst",
         "pair_hit_rate_managed_minus_shared_worst", "oneshot_server_misses_from_freeze",
     ), traces=True, timeout_s=420.0),
+    Bench("launchprobe.py", ("--quick",), (
+        "probe_attached", "probe_ns_per_call", "loop_slowdown_10k", "loop_slowdown_100k",
+        "exporter_cpu_share", "task_error_ms_p99", "verdicts_agree",
+    ), dockerd=False, probe=True),
     Bench("http_load.py", ("--quick",), (
         "burst300_p99_s", "burst300_actuator_p99_s", "burst300_failed", "webhook_under_siege_ms",
         "followers1000_event_p50_s", "followers1000_event_p99_s", "followers1000_threads_before",
@@ -121,6 +126,8 @@ def test_bench_ends_with_the_figures_the_readme_quotes(bench: Bench) -> None:
         require_binary("dockerd")
         if os.geteuid() != 0:
             unavailable("the benchmark's private dockerd needs root")
+    if bench.probe and os.geteuid() != 0:
+        unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
     if bench.alerting:
         for binary in ("prometheus", "prometheus-alertmanager"):
             require_binary(binary)

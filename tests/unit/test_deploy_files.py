@@ -260,6 +260,9 @@ def test_compose_exporter_and_actuator_privileges() -> None:
     for service in (exporter, actuator, services["guard"]):
         assert service["cap_drop"] == ["ALL"]
         assert service["read_only"] is True
+    # the launch probe's two capabilities, which take effect for uid 0 alone
+    assert exporter["cap_add"] == ["BPF", "PERFMON"] and exporter["user"] == "0:0"
+    assert "cap_add" not in actuator
 
 
 def test_compose_guard_outlives_the_actuator() -> None:
@@ -475,12 +478,13 @@ def test_exporter_daemonset() -> None:
     assert volumes[proc["name"]]["hostPath"]["path"] == "/proc"
     # A GPU request would take a GPU away from the tenants.
     assert "nvidia.com/gpu" not in str(main.get("resources"))
-    # The kubelet's containers through containerd's CRI namespace, as a non-root user in
-    # the socket's group (root:root 0660)
+    # The kubelet's containers through containerd's CRI namespace, in the socket's group
+    # (root:root 0660); uid 0 for the launch probe's two capabilities alone
     assert flag(args, "container.source") == "containerd"
     assert_containerd(spec, main, read_only_socket=True)
     assert flag(args, "docker.host") is None
-    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert main["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
     assert spec["securityContext"]["supplementalGroups"] == [0]
 
 
@@ -536,7 +540,8 @@ def test_actuator_daemonset() -> None:
 @pytest.mark.parametrize(
     ("name", "root", "capabilities"),
     [
-        ("gpuguard-exporter", False, set()),
+        # uid 0 only for the launch probe's BPF and PERFMON (they take effect for root alone)
+        ("gpuguard-exporter", True, {"BPF", "PERFMON"}),
         # uid 0 for containerd's socket and the cgroup files; KILL for the hand-over's signals
         ("gpuguard-actuator", True, {"KILL"}),
         ("gpuguard-guard", True, {"KILL"}),
@@ -858,9 +863,12 @@ def test_systemd_units_restart_and_harden() -> None:
         assert service["Restart"] == restart, name
         assert service["NoNewPrivileges"] == "yes", name
         assert service["ProtectSystem"] == "strict", name
-        assert service.get("CapabilityBoundingSet") == "", name
+        probe = "CAP_BPF CAP_PERFMON" if name == "gpuguard-exporter.service" else ""
+        assert service.get("CapabilityBoundingSet") == probe, name
         assert "User" in service or service.get("DynamicUser") == "yes", name
     exporter = unit("gpuguard-exporter.service")["Service"]
+    # the launch probe's two capabilities, nothing more
+    assert exporter["AmbientCapabilities"] == "CAP_BPF CAP_PERFMON"
     # Other users' /proc/<pid>/cgroup and NVML's /dev/nvidia* must stay visible.
     assert exporter["ProtectProc"] == "default"
     assert exporter["ProcSubset"] == "all"

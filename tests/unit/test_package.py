@@ -100,6 +100,8 @@ def _documented(section: str) -> str:
         ("3", [p.value for p in contract.RUNNING_PHASES]),
         ("3", [e.value for e in contract.EventType]),
         ("3", [b.value for b in contract.TaskBoundary]),
+        ("5", [s.value for s in contract.ActivitySource]),
+        ("5", [r.value for r in contract.ProbeReason]),
         ("4", [m.value for m in contract.TaskMode]),
         ("4", [c.value for c in contract.PriorityClass]),
         ("8", [r.value for r in contract.StepReason]),

@@ -18,6 +18,7 @@ from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample
 from gpuguard.exporter.state import state_json
 from gpuguard.slo import SloDeclaration
 from gpuguard.statedoc import (
+    ActivityField,
     ClaimField,
     ContainerField,
     GpuField,
@@ -148,14 +149,23 @@ def test_the_exporter_writes_the_named_fields_and_no_other(tmp_path: Path) -> No
 
 
 def test_the_field_names_are_distinct_strings() -> None:
-    for fields in (StateField, GpuField, ContainerField, SloField, ClaimField, TaskField):
+    for fields in (
+        StateField,
+        GpuField,
+        ContainerField,
+        SloField,
+        ClaimField,
+        TaskField,
+        ActivityField,
+    ):
         names = fields.names()
         assert names and len(set(names)) == len(names), fields.__name__
         assert all(re.fullmatch(r"[a-z_]+", name) for name in names), fields.__name__
 
 
 @pytest.mark.parametrize(
-    "fields", [StateField, GpuField, ContainerField, SloField, ClaimField, TaskField]
+    "fields",
+    [StateField, GpuField, ContainerField, SloField, ClaimField, TaskField, ActivityField],
 )
 def test_interfaces_doc_shows_every_field(fields: type[StateField]) -> None:
     text = (REPO / "docs" / "interfaces.md").read_text()

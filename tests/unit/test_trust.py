@@ -334,6 +334,9 @@ def test_rejections_are_in_the_state_json() -> None:
         demand: dict[str, float] = {}
         typical_run: dict[str, float] = {}
         longest_run: dict[str, float] = {}
+        activity: dict[str, object] = {}
+        inflight: dict[str, object] = {}
+        probe = None
 
     doc = _container_json(rejected, Snap())  # type: ignore[arg-type]
     assert doc["class"] == BE

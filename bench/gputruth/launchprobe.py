@@ -1,0 +1,102 @@
+"""The launch probe on the rig's driver library: kernel counts and busy spans against the
+workload's own log and CUDA events.
+
+On a GPU the probe attaches to the driver's ``libcuda.so.1`` (the file the toolkit mounts
+into containers) while a torch one-shot runs with its context kept (one process); on gpusim
+to the daemon's stand-in. Needs root (CAP_BPF + CAP_PERFMON) and the probe's program
+(``gpuguard-launchprobe`` on PATH, else built with clang, bpftool and libbpf); without them
+the section says why and measures nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuguard.contract import EventType
+from gpuguard.exporter.activity import ActivityTracker
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.launchprobe import (
+    LaunchProbe,
+    LaunchSample,
+    ProcLaunches,
+    find_library,
+    installed_binary,
+)
+from gpuguard.exporter.probe.build import probe_binary
+from gputruth.rig import Rig, mean, read_log
+
+
+class PidTracker:
+    """The exporter's activity tracker with each process as its own container."""
+
+    def __init__(self, task_gap_s: float = 0.02) -> None:
+        self.events = EventLog(100_000)
+        self.tracker = ActivityTracker(self.events, task_gap_s, idle_timeout_s=0.5)
+        self.last: dict[int, ProcLaunches] = {}
+        self.exited: dict[int, ProcLaunches] = {}
+
+    def on_tick(self, sample: LaunchSample) -> None:
+        exited = [self.last[p] for p in sample.gone if p in self.last]
+        self.exited.update((p.pid, p) for p in exited)
+        self.last = dict(sample.procs)
+        grouped = {str(pid): [p] for pid, p in sample.procs.items()}
+        self.tracker.update(sample.timestamp, grouped, exited)
+
+    def record(self, pid: int) -> ProcLaunches | None:
+        return self.last.get(pid) or self.exited.get(pid)
+
+    def tasks(self, pid: int) -> list[tuple[float, float]]:
+        """(first launch, last wait's return) of each finished task of ``pid``."""
+        return [
+            (e["busy_since"], e["ts"])
+            for e in self.events.since(0).events
+            if e["type"] == EventType.GPU_IDLE and e["container_id"] == str(pid)
+        ]
+
+
+def measure(rig: Rig, workdir: Path, args: list[str]) -> dict[str, Any]:
+    """One-shot runs (``args``) under the probe; counts and span errors (ms)."""
+    socket = rig.service.socket if rig.service is not None else None
+    library = find_library(None, socket)
+    tracker = PidTracker()
+    found = installed_binary()
+    probe = LaunchProbe(lambda: found or probe_binary(), library, 0.01, tracker.on_tick)
+    status = probe.start()
+    result: dict[str, Any] = {"attached": status.attached, "library": str(library),
+                              "detail": status.detail}  # fmt: skip
+    if not status.attached:
+        result["reason"] = status.reason.value if status.reason else None
+        return result
+    log = workdir / "launchprobe-oneshot.jsonl"
+    try:
+        child = rig.start(rig.workload("oneshot", *args, "--keep-context", "--log", str(log)), log)
+        child.wait(timeout=600)
+        time.sleep(1.5)  # the last idle edge, and the exit seen
+    finally:
+        probe.stop()
+    events = read_log(log)
+    pid = events[0]["pid"] if events else -1
+    seen = tracker.record(pid)
+    kernels = sum(int(e.get("kernels", 1)) for e in events if e["event"] == "kernel_start")
+    starts = [e for e in events if e["event"] == "kernel_start"]
+    ends = [e for e in events if e["event"] == "kernel_end"]
+    outs = [e["t"] for e in events if e["event"] == "output_end"]
+    spans = tracker.tasks(pid)
+    start_err = [(s - k["t"]) * 1000 for (s, _), k in zip(spans, starts, strict=False)]
+    end_err = [(e - o) * 1000 for (_, e), o in zip(spans, outs, strict=False)]
+    device = [(s - k["device_started"]) * 1000 for (s, _), k in zip(spans, ends, strict=False)
+              if k.get("device_started") is not None]  # fmt: skip
+    result.update({
+        "runs": len(starts), "tasks_seen": len(spans),
+        "launches_seen": seen.launches if seen else 0, "kernels_logged": kernels,
+        "copies_seen": seen.copies if seen else 0, "waits_seen": seen.waits if seen else 0,
+        "start_err_ms_mean": _round(mean(start_err)), "end_err_ms_mean": _round(mean(end_err)),
+        "first_launch_before_device_start_ms_mean": _round(mean(device)),
+    })  # fmt: skip
+    return result
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

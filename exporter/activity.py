@@ -1,0 +1,242 @@
+"""Containers' GPU activity from the launch probe: owners -> pure join -> tracker -> view.
+
+``ActivityFeed.on_tick`` runs once per probe tick (every ``--probe.interval``): new PIDs get
+their container through the same ``/proc/<pid>/cgroup`` reader as the poll, ``group`` joins
+processes to containers (pure), and ``ActivityTracker`` turns each container's calls into
+busy periods. A busy period starts at its first launch and ends at the return of the wait
+that left nothing launched unwaited for (or at its last launch after ``idle_timeout`` without
+a wait); two periods less than ``task_gap`` apart are one task (a one-shot's kernels, each
+synchronized). Each start and end goes on the event stream at once, timed by the probe
+(``gpu_busy``, ``gpu_idle``); ``view`` is the frozen state the poll snapshot carries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gpuguard.contract import ActivitySource, EventType, ProbeReason
+from gpuguard.exporter.cgroup import ProcReader
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.launchprobe import LaunchSample, ProbeStatus, ProcLaunches
+from gpuguard.exporter.model import ContainerInfo, ProcessOwner
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerActivity:
+    """One container's driver calls and busy periods, as of ``timestamp``."""
+
+    container_id: str
+    timestamp: float
+    launches: int
+    copies: int
+    waits: int
+    wait_s: float
+    busy: bool
+    busy_since: float | None  # the running task's first launch
+    busy_s: float  # finished tasks' run time plus the running one's so far
+    tasks: int  # finished tasks
+    last_task: tuple[float, float] | None  # (first launch, last wait's return)
+
+
+def source_of(
+    activity: ContainerActivity | None, probe: ProbeStatus | None, gauge_read: bool = False
+) -> tuple[ActivitySource, ProbeReason | None]:
+    """How a container is seen: ``launch`` once the probe saw it call the driver, else
+    ``gauge`` where its own in-flight gauge was read, else ``nvml``; with why not
+    ``launch`` (the probe's reason, or ``no_calls``)."""
+    if activity is not None and activity.launches:
+        return ActivitySource.LAUNCH, None
+    reason = probe.reason if probe is not None and probe.reason else ProbeReason.NO_CALLS
+    return (ActivitySource.GAUGE if gauge_read else ActivitySource.NVML), reason
+
+
+def group(
+    procs: Iterable[ProcLaunches], owners: Mapping[int, ProcessOwner | None]
+) -> dict[str, list[ProcLaunches]]:
+    """Processes by container id; those in no container (or unknown) are left out."""
+    grouped: dict[str, list[ProcLaunches]] = {}
+    for proc in procs:
+        owner = owners.get(proc.pid)
+        if owner is not None and owner.container_id is not None:
+            grouped.setdefault(owner.container_id, []).append(proc)
+    return grouped
+
+
+@dataclass(slots=True)
+class _Totals:
+    launches: int = 0
+    copies: int = 0
+    waits: int = 0
+    wait_s: float = 0.0
+
+    def add(self, p: ProcLaunches) -> None:
+        self.launches += p.launches
+        self.copies += p.copies
+        self.waits += p.waits
+        self.wait_s += p.wait_s
+
+
+@dataclass(slots=True)
+class _State:
+    retired: _Totals = field(default_factory=_Totals)  # processes that exited
+    live: list[ProcLaunches] = field(default_factory=list)
+    busy_since: float | None = None
+    exited_at: float | None = None  # the last call of its processes that exited
+    ending: float | None = None  # when the running task ends unless a launch comes
+    end: float = 0.0  # the last task's end
+    busy_s: float = 0.0
+    tasks: int = 0
+    last_task: tuple[float, float] | None = None
+
+
+class ActivityTracker:
+    """Busy periods per container; thread-safe ``view``."""
+
+    def __init__(
+        self,
+        events: EventLog,
+        task_gap_s: float,
+        idle_timeout_s: float,
+        names: Callable[[str], str | None] = lambda _cid: None,
+    ) -> None:
+        self._events = events
+        self.task_gap_s = task_gap_s
+        self.idle_timeout_s = idle_timeout_s
+        self._names = names
+        self._states: dict[str, _State] = {}
+        self._lock = threading.Lock()
+        self._view: Mapping[str, ContainerActivity] = MappingProxyType({})
+
+    def update(
+        self, now: float, grouped: Mapping[str, list[ProcLaunches]], exited: Iterable[ProcLaunches]
+    ) -> None:
+        """One tick: ``grouped`` live processes by container; ``exited`` (their last record)
+        keep counting in their container's totals."""
+        for proc_cid, proc in self._exited_with_owner(exited):
+            state = self._states.setdefault(proc_cid, _State())
+            state.retired.add(proc)
+            # its last call: a process that died in a wait ended by this tick at the latest
+            times = [t for t in (proc.last, proc.wait_end) if t is not None]
+            last = now if proc.waiting_since is not None else max(times, default=now)
+            state.exited_at = max(state.exited_at or 0.0, last)
+        for cid, state in self._states.items():
+            state.live = grouped.get(cid, [])
+        for cid, procs in grouped.items():
+            self._states.setdefault(cid, _State()).live = procs
+        for cid, state in self._states.items():
+            self._step(cid, state, now)
+        view = {cid: self._activity(cid, s, now) for cid, s in self._states.items()}
+        with self._lock:
+            self._view = MappingProxyType(view)
+
+    def _exited_with_owner(self, exited: Iterable[ProcLaunches]) -> list[tuple[str, ProcLaunches]]:
+        found = []
+        for proc in exited:
+            for cid, state in self._states.items():
+                if any(p.pid == proc.pid for p in state.live):
+                    found.append((cid, proc))
+                    break
+        return found
+
+    def _step(self, cid: str, state: _State, now: float) -> None:
+        procs = state.live
+        launched = [p.last for p in procs if p.last is not None]
+        last_launch = max(launched, default=None)
+        waiting = any(p.waiting_since is not None for p in procs)
+        if state.busy_since is None:
+            if last_launch is not None and last_launch > state.end:
+                starts = [p.period for p in procs if p.period is not None and p.period > state.end]
+                state.busy_since = min(starts, default=last_launch)
+                state.ending = None
+                self._emit(EventType.GPU_BUSY, cid, state.busy_since)
+            return
+        settled = not waiting and all(
+            p.wait_end is not None and p.wait_end >= p.last for p in procs if p.last is not None
+        )
+        if settled and procs:
+            state.ending = max(p.wait_end for p in procs if p.wait_end is not None)
+        elif not procs:
+            state.ending = state.exited_at if state.exited_at is not None else now
+        elif not waiting and (last_launch or 0.0) <= now - self.idle_timeout_s:
+            state.ending = last_launch if last_launch is not None else now
+        else:
+            state.ending = None
+        if state.ending is not None and (now - state.ending >= self.task_gap_s or not procs):
+            start, end = state.busy_since, max(state.ending, state.busy_since)
+            state.busy_s += end - start
+            state.tasks += 1
+            state.last_task = (start, end)
+            state.busy_since, state.ending, state.end = None, None, end
+            self._emit(EventType.GPU_IDLE, cid, end, busy_since=start, run_s=end - start)
+
+    def _activity(self, cid: str, s: _State, now: float) -> ContainerActivity:
+        totals = _Totals(s.retired.launches, s.retired.copies, s.retired.waits, s.retired.wait_s)
+        for proc in s.live:
+            totals.add(proc)
+        running = max(0.0, now - s.busy_since) if s.busy_since is not None else 0.0
+        return ContainerActivity(
+            cid, now, totals.launches, totals.copies, totals.waits, totals.wait_s,
+            s.busy_since is not None, s.busy_since, s.busy_s + running, s.tasks, s.last_task,
+        )  # fmt: skip
+
+    def _emit(self, type_: EventType, cid: str, ts: float, **fields: float) -> None:
+        self._events.append(
+            type_, ts=ts, container_id=cid, container=self._names(cid),
+            source=ActivitySource.LAUNCH.value, **fields,
+        )  # fmt: skip
+
+    def forget(self, live_ids: Iterable[str]) -> None:
+        """Drop idle containers without live processes that are not in ``live_ids``."""
+        keep = set(live_ids)
+        idle = [c for c, s in self._states.items() if not s.live and s.busy_since is None]
+        for cid in [c for c in idle if c not in keep]:
+            del self._states[cid]
+
+    def probed(self, container_id: str) -> bool:
+        """Whether the probe has seen the container call the driver."""
+        seen = self.view().get(container_id)
+        return seen is not None and seen.launches > 0
+
+    def view(self) -> Mapping[str, ContainerActivity]:
+        """The latest per-container activity (read-only)."""
+        with self._lock:
+            return self._view
+
+
+class ActivityFeed:
+    """Joins each probe tick to containers and feeds the tracker (the probe's thread)."""
+
+    def __init__(
+        self,
+        proc: ProcReader,
+        containers: Callable[[], Mapping[str, ContainerInfo]],
+        tracker: ActivityTracker,
+    ) -> None:
+        self._proc = proc
+        self._containers = containers
+        self.tracker = tracker
+        self._owners: dict[int, ProcessOwner | None] = {}
+        self._last: dict[int, ProcLaunches] = {}
+        self._ticks = 0
+
+    def on_tick(self, sample: LaunchSample) -> None:
+        self._ticks += 1
+        refresh = self._ticks % 100 == 0  # about once a second
+        for pid in sample.procs:
+            if refresh or pid not in self._owners:
+                # owner() checks the start time, so a reused PID is seen; one that just
+                # exited keeps its container until the probe reports it gone
+                owner = self._proc.owner(pid)
+                if owner is not None or pid not in self._owners:
+                    self._owners[pid] = owner
+        exited = [self._last[pid] for pid in sample.gone if pid in self._last]
+        for pid in sample.gone:
+            self._owners.pop(pid, None)
+        self._last = dict(sample.procs)
+        self.tracker.update(sample.timestamp, group(sample.procs.values(), self._owners), exited)
+        if refresh:
+            self._proc.retain(set(self._owners))
+            self.tracker.forget(self._containers())

@@ -1,0 +1,262 @@
+"""The launch probe as a source: runs ``gpuguard-launchprobe`` and reads its ticks.
+
+``LaunchProbe.start`` finds the library, checks the capabilities and starts the probe; it
+never raises: where the probe cannot run, ``status`` says why (a ``ProbeReason``) and the
+exporter goes on with NVML's samples alone. Once attached, a reader thread turns each tick
+of the probe's output (docs/interfaces.md §2) into a frozen ``LaunchSample`` and hands it to
+``on_tick``, every ``--probe.interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from gpuguard.contract import ProbeReason
+from gpuguard.native import NativeBuildError
+
+log = logging.getLogger(__name__)
+
+#: where the NVIDIA driver installs its library, searched in order
+DRIVER_PATHS = (
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/usr/lib64/libcuda.so.1",
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+    "/usr/lib/libcuda.so.1",
+)
+#: capability bits (linux/capability.h)
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+_READY_TIMEOUT_S = 15.0
+_EXIT_REASONS = {3: ProbeReason.NO_PERMISSION, 4: ProbeReason.NO_LIBRARY}
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    """The ``--probe.*`` flags."""
+
+    enabled: bool = True
+    library: Path | None = None
+    binary: Path | None = None
+    interval_s: float = 0.01
+    task_gap_s: float = 0.02
+    idle_timeout_s: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ProcLaunches:
+    """One process's driver calls since the probe attached; times are wall-clock seconds."""
+
+    pid: int
+    launches: int
+    copies: int
+    first: float | None  # first launch
+    last: float | None  # last launch
+    period: float | None  # first launch since the last wait returned
+    waits: int
+    wait_s: float
+    waiting_since: float | None  # a wait in progress
+    wait_end: float | None  # return of the last wait
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSample:
+    """The probe's table at one tick."""
+
+    timestamp: float
+    procs: Mapping[int, ProcLaunches]
+    gone: frozenset[int]  # processes that exited since the last tick
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStatus:
+    attached: bool
+    reason: ProbeReason | None
+    detail: str
+    library: str | None = None
+
+
+def parse_proc(fields: list[str], offset: float) -> ProcLaunches:
+    """A ``p`` record's fields (after the ``p``); ``offset`` turns monotonic ns into wall s.
+
+    Raises ``ValueError`` for a malformed record.
+    """
+    if len(fields) != 10:
+        raise ValueError(f"a p record has 10 fields, got {len(fields)}")
+    n = [int(f) for f in fields]
+    if min(n) < 0:
+        raise ValueError("negative field in a p record")
+
+    def at(ns: int) -> float | None:
+        return ns / 1e9 + offset if ns else None
+
+    pid, launches, copies, first, last, period, waits, wait_ns, wait_start, wait_end = n
+    return ProcLaunches(
+        pid, launches, copies, at(first), at(last), at(period), waits, wait_ns / 1e9,
+        at(wait_start), at(wait_end),
+    )  # fmt: skip
+
+
+def find_library(explicit: Path | None, gpusim_socket: Path | None) -> Path | None:
+    """``--probe.library``, else gpusim's stand-in beside its socket, else the driver's."""
+    if explicit is not None:
+        return explicit
+    candidates = [gpusim_socket.parent / "libcuda.so.1"] if gpusim_socket is not None else []
+    candidates += [Path(p) for p in DRIVER_PATHS]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def missing_capability(status_text: str) -> str | None:
+    """None when ``/proc/self/status``'s CapEff allows BPF uprobes, else what is missing."""
+    for line in status_text.splitlines():
+        if line.startswith("CapEff:"):
+            caps = int(line.split()[1], 16)
+            if caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1):
+                return None
+            return "needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)"
+    return "cannot read the effective capabilities"
+
+
+class LaunchProbe:
+    """One running probe process and its reader thread."""
+
+    def __init__(
+        self,
+        binary: Callable[[], Path],
+        library: Path | None,
+        interval_s: float,
+        on_tick: Callable[[LaunchSample], None],
+    ) -> None:
+        self._binary = binary
+        self.library = library
+        self.interval_s = interval_s
+        self._on_tick = on_tick
+        self._process: subprocess.Popen[str] | None = None
+        self._thread: threading.Thread | None = None
+        self.status = ProbeStatus(False, ProbeReason.FAILED, "not started")
+        self._warned: set[str] = set()
+
+    def start(self) -> ProbeStatus:
+        """Attach; on any obstacle leave ``status`` saying why (logged once)."""
+        self.status = self._start()
+        if self.status.attached:
+            log.info("launch probe attached to %s: %s", self.library, self.status.detail)
+        else:
+            log.warning("launch probe not running (%s): %s; activity from NVML samples only",
+                        self.status.reason, self.status.detail)  # fmt: skip
+        return self.status
+
+    def _start(self) -> ProbeStatus:
+        if self.library is None:
+            return ProbeStatus(False, ProbeReason.NO_LIBRARY, "no libcuda.so.1 found")
+        missing = missing_capability(Path("/proc/self/status").read_text())
+        if missing is not None:
+            return ProbeStatus(False, ProbeReason.NO_PERMISSION, missing)
+        try:
+            binary = self._binary()
+        except (NativeBuildError, OSError) as exc:
+            return ProbeStatus(False, ProbeReason.NO_BINARY, str(exc))
+        interval_ms = str(max(1, round(self.interval_s * 1000)))
+        try:
+            process = subprocess.Popen(
+                [str(binary), str(self.library), interval_ms],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
+        except OSError as exc:
+            return ProbeStatus(False, ProbeReason.NO_BINARY, f"cannot run {binary}: {exc}")
+        assert process.stdout is not None
+        ready = _readline_within(process, _READY_TIMEOUT_S)
+        if not ready.startswith("ready "):
+            process.kill()
+            _, err = process.communicate(timeout=5)
+            reason = _EXIT_REASONS.get(process.returncode or 0, ProbeReason.FAILED)
+            detail = (err.strip().splitlines() or [f"exit status {process.returncode}"])[-1]
+            return ProbeStatus(False, reason, detail, str(self.library))
+        self._process = process
+        self._thread = threading.Thread(
+            target=self._read, args=(process,), name="launch-probe", daemon=True
+        )
+        self._thread.start()
+        launch, copy, wait = [*ready.split(), "-", "-", "-"][1:4]
+        detail = f"launches {launch}; copies {copy}; waits {wait}"
+        return ProbeStatus(True, None, detail, str(self.library))
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        procs: dict[int, ProcLaunches] = {}
+        gone: set[int] = set()
+        offset = time.time() - time.monotonic()
+        now = time.time()
+        for line in process.stdout:
+            kind, _, rest = line.partition(" ")
+            try:
+                if kind == "p":
+                    record = parse_proc(rest.split(), offset)
+                    procs[record.pid] = record
+                elif kind == "x":
+                    pid = int(rest)
+                    procs.pop(pid, None)
+                    gone.add(pid)
+                elif kind == "t":
+                    offset = time.time() - time.monotonic()
+                    now = int(rest) / 1e9 + offset
+                elif kind == ".\n":
+                    self._on_tick(LaunchSample(now, MappingProxyType(dict(procs)), frozenset(gone)))
+                    gone = set()
+            except ValueError as exc:
+                self._warn_once(f"launch probe: bad record {line!r}: {exc}")
+            except Exception as exc:  # the reader's boundary: one bad tick must not stop it
+                self._warn_once(f"launch probe: tick failed: {exc!r}", exc_info=True)
+        code = process.wait()
+        if self._process is None:
+            return  # stopped on purpose
+        err = process.stderr.read().strip() if process.stderr else ""
+        self.status = ProbeStatus(
+            False, ProbeReason.FAILED, err or f"probe exited ({code})", str(self.library)
+        )
+        log.warning("launch probe stopped: %s", self.status.detail)
+
+    def _warn_once(self, message: str, exc_info: bool = False) -> None:
+        """Log a message the first time only: the reader runs every 10 ms."""
+        if message not in self._warned and len(self._warned) < 100:
+            self._warned.add(message)
+            log.warning(message, exc_info=exc_info)
+
+    def stop(self) -> None:
+        """Stop the probe (its uprobes go with it) and the reader."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _readline_within(process: subprocess.Popen[str], timeout: float) -> str:
+    """The first line of stdout, or "" if none comes within ``timeout`` (or at exit)."""
+    assert process.stdout is not None
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    return line[0] if line else ""
+
+
+def installed_binary() -> Path | None:
+    """``gpuguard-launchprobe`` on PATH, as a DaemonSet image ships it."""
+    found = shutil.which("gpuguard-launchprobe")
+    return Path(found) if found and os.access(found, os.X_OK) else None

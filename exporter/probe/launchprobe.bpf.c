@@ -1,0 +1,95 @@
+/* The launch probe's kernel side: per process (tgid), counts of kernel launches and async
+ * copies, first and last of their times, and the waits (a wait in progress, time waited).
+ * It reads the time and the calling process's tgid, never a call's arguments or memory. */
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+
+struct proc_stats {
+    __u64 launches;
+    __u64 copies;
+    __u64 first_ns;     /* first launch (CLOCK_MONOTONIC) */
+    __u64 last_ns;      /* last launch */
+    __u64 period_ns;    /* first launch since the last wait returned: a busy period's start */
+    __u64 waits;        /* waits that returned */
+    __u64 wait_ns;      /* time spent in waits (overlapping waits count once) */
+    __u64 wait_start_ns;/* start of the wait in progress, 0 when none */
+    __u64 wait_end_ns;  /* return of the last wait */
+    __s64 depth;        /* threads in a wait now */
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 8192);
+    __type(key, __u32);
+    __type(value, struct proc_stats);
+} procs SEC(".maps");
+
+static __always_inline struct proc_stats *stats_of(__u32 tgid) {
+    struct proc_stats *s = bpf_map_lookup_elem(&procs, &tgid);
+    if (s)
+        return s;
+    struct proc_stats zero = {};
+    bpf_map_update_elem(&procs, &tgid, &zero, BPF_NOEXIST);
+    return bpf_map_lookup_elem(&procs, &tgid);
+}
+
+static __always_inline int work(int copy) {
+    __u64 now = bpf_ktime_get_ns();
+    struct proc_stats *s = stats_of(bpf_get_current_pid_tgid() >> 32);
+    if (!s)
+        return 0;  /* the map is full: this process goes uncounted */
+    if (copy) {
+        __sync_fetch_and_add(&s->copies, 1);
+        return 0;
+    }
+    __sync_fetch_and_add(&s->launches, 1);
+    if (!s->first_ns)
+        s->first_ns = now;
+    if (s->period_ns <= s->wait_end_ns)
+        s->period_ns = now;
+    s->last_ns = now;
+    return 0;
+}
+
+SEC("uprobe")
+int on_launch(void *ctx) { return work(0); }
+
+SEC("uprobe")
+int on_copy(void *ctx) { return work(1); }
+
+SEC("uprobe")
+int on_wait(void *ctx) {
+    __u64 now = bpf_ktime_get_ns();
+    struct proc_stats *s = stats_of(bpf_get_current_pid_tgid() >> 32);
+    if (!s)
+        return 0;
+    if (__sync_fetch_and_add(&s->depth, 1) == 0)
+        s->wait_start_ns = now;
+    return 0;
+}
+
+SEC("uretprobe")
+int on_wait_return(void *ctx) {
+    __u64 now = bpf_ktime_get_ns();
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc_stats *s = bpf_map_lookup_elem(&procs, &tgid);
+    if (!s)
+        return 0;
+    __s64 before = __sync_fetch_and_add(&s->depth, -1);
+    if (before <= 0) {  /* entered before the probe attached */
+        __sync_fetch_and_add(&s->depth, 1);
+        return 0;
+    }
+    if (before == 1) {
+        __u64 start = s->wait_start_ns;
+        if (start && now > start)
+            __sync_fetch_and_add(&s->wait_ns, now - start);
+        s->wait_start_ns = 0;
+        s->wait_end_ns = now;
+    }
+    __sync_fetch_and_add(&s->waits, 1);
+    return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,156 @@
+/* The launch probe's user side: attaches launchprobe.bpf.c's programs to the driver API's
+ * entry points in one library file and, every INTERVAL_MS, prints what changed per process.
+ *
+ * usage: gpuguard-launchprobe LIBRARY [INTERVAL_MS]
+ * stdout, one record a line (docs/interfaces.md, "launch probe"):
+ *   ready <launch symbols> <copy symbols> <wait symbols>   once, when attached
+ *   t <now_ns>                                             a tick (CLOCK_MONOTONIC)
+ *   p <tgid> <launches> <copies> <first_ns> <last_ns> <period_ns> <waits> <wait_ns>
+ *     <wait_start_ns> <wait_end_ns>                        a process that changed
+ *   x <tgid>                                               a process that is gone
+ *   .                                                      end of the tick
+ * Exit status: 2 usage, 3 the BPF programs cannot be loaded (no CAP_BPF/CAP_PERFMON),
+ * 4 the library cannot be probed (missing, or no launch entry point in it). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "launchprobe.skel.h"
+
+struct proc_stats {
+    unsigned long long launches, copies, first_ns, last_ns, period_ns, waits, wait_ns,
+        wait_start_ns, wait_end_ns;
+    long long depth;
+};
+
+static const char *launch_syms[] = {
+    "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+    "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch",
+    "cuGraphLaunch_ptsz", NULL};
+static const char *copy_syms[] = {
+    "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync", "cuMemcpyAsync_ptsz", NULL};
+static const char *wait_syms[] = {
+    "cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize",
+    "cuCtxSynchronize", "cuStreamQuery", "cuStreamQuery_ptsz", "cuEventQuery", NULL};
+
+#define SLOTS 16384 /* twice the map's entries */
+static struct { unsigned tgid; struct proc_stats s; } seen[SLOTS];
+
+static int slot_of(unsigned tgid) {
+    unsigned i = (tgid * 2654435761u) % SLOTS;
+    while (seen[i].tgid && seen[i].tgid != tgid)
+        i = (i + 1) % SLOTS;
+    return (int)i;
+}
+
+static void forget(unsigned tgid) {
+    /* backward-shift deletion keeps the probe chains whole */
+    int i = slot_of(tgid);
+    if (!seen[i].tgid)
+        return;
+    seen[i].tgid = 0;
+    for (int j = (i + 1) % SLOTS; seen[j].tgid; j = (j + 1) % SLOTS) {
+        unsigned t = seen[j].tgid;
+        seen[j].tgid = 0;
+        int k = slot_of(t);
+        seen[k].tgid = t;
+        seen[k].s = seen[j].s;
+    }
+}
+
+static int silent(enum libbpf_print_level level, const char *fmt, va_list args) {
+    return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
+}
+
+static int attach(struct bpf_program *prog, const char *lib, const char **syms, int ret,
+                  char *names, size_t size) {
+    int n = 0;
+    for (; *syms; syms++) {
+        LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = *syms, .retprobe = ret);
+        struct bpf_link *link = bpf_program__attach_uprobe_opts(prog, -1, lib, 0, &opts);
+        if (!link)
+            continue; /* not in this library (another driver version) */
+        n++;
+        if (!ret) {
+            size_t used = strlen(names);
+            snprintf(names + used, size - used, "%s%s", used ? "," : "", *syms);
+        }
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: %s LIBRARY [INTERVAL_MS]\n", argv[0]);
+        return 2;
+    }
+    const char *lib = argv[1];
+    long interval_ms = argc == 3 ? strtol(argv[2], NULL, 10) : 10;
+    if (interval_ms < 1 || interval_ms > 1000) {
+        fprintf(stderr, "INTERVAL_MS must be 1..1000, got %s\n", argv[2]);
+        return 2;
+    }
+    if (access(lib, R_OK) != 0) {
+        fprintf(stderr, "cannot read %s: %s\n", lib, strerror(errno));
+        return 4;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* the exporter that started it is gone */
+    libbpf_set_print(silent);
+    struct launchprobe *skel = launchprobe__open_and_load();
+    if (!skel) {
+        fprintf(stderr, "cannot load the BPF programs: %s\n", strerror(errno));
+        return 3;
+    }
+    char launches[1024] = "", copies[1024] = "", waits[1024] = "", ignored[1024] = "";
+    if (!attach(skel->progs.on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
+        fprintf(stderr, "no launch entry point of the CUDA driver API in %s\n", lib);
+        return 4;
+    }
+    attach(skel->progs.on_copy, lib, copy_syms, 0, copies, sizeof copies);
+    attach(skel->progs.on_wait, lib, wait_syms, 0, waits, sizeof waits);
+    attach(skel->progs.on_wait_return, lib, wait_syms, 1, ignored, sizeof ignored);
+    printf("ready %s %s %s\n", launches, copies[0] ? copies : "-", waits[0] ? waits : "-");
+    fflush(stdout);
+
+    int fd = bpf_map__fd(skel->maps.procs);
+    struct timespec tick = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
+    for (unsigned long n = 0;; n++) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        printf("t %llu\n", (unsigned long long)now.tv_sec * 1000000000ull + now.tv_nsec);
+        unsigned key, next, gone[256];
+        int ngone = 0, more = bpf_map_get_next_key(fd, NULL, &next) == 0;
+        while (more) {
+            key = next;
+            more = bpf_map_get_next_key(fd, &key, &next) == 0;
+            struct proc_stats s;
+            if (bpf_map_lookup_elem(fd, &key, &s) != 0)
+                continue;
+            int i = slot_of(key);
+            if (!seen[i].tgid || memcmp(&seen[i].s, &s, sizeof s) != 0) {
+                seen[i].tgid = key;
+                seen[i].s = s;
+                printf("p %u %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", key, s.launches,
+                       s.copies, s.first_ns, s.last_ns, s.period_ns, s.waits, s.wait_ns,
+                       s.wait_start_ns, s.wait_end_ns);
+            }
+            if (n % 100 == 0 && ngone < 256 && kill((pid_t)key, 0) != 0 && errno == ESRCH)
+                gone[ngone++] = key;
+        }
+        for (int g = 0; g < ngone; g++) {
+            bpf_map_delete_elem(fd, &gone[g]);
+            forget(gone[g]);
+            printf("x %u\n", gone[g]);
+        }
+        if (printf(".\n") < 0 || fflush(stdout) != 0)
+            return 0; /* nobody reads any more */
+        nanosleep(&tick, NULL);
+    }
+}

@@ -1,0 +1,242 @@
+"""The launch probe really attached: uprobes on gpusim's libcuda.so.1, a workload's calls
+counted and its task timed against its own log, on the host and through the exporter for a
+container (private dockerd, gpusim, exporter)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from exporter_support import ExporterProcess, sim_mounts, workload_args, workload_log
+from gpusim_support import workload as sim_workload
+
+from gpuguard.contract import EventType
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.images import python_container_kwargs
+from gpuguard.exporter.launchprobe import LaunchProbe, LaunchSample, missing_capability
+from gpuguard.exporter.probe.build import probe_binary
+from gpuguard.gpusim.driver import LIBRARY_NAME
+from gpuguard.native import NativeBuildError
+from tests.prereq import unavailable
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+#: how far the workload's own log line may be from the call it precedes or follows on a
+#: loaded machine; the order is what the probe's own timing shows (a time taken at the
+#: probe's 10 ms tick would come after the log line, not before). The 5 ms target is
+#: bench/launchprobe.py's figure, not a test's.
+SLACK_S = 0.1
+
+
+@pytest.fixture
+def attachable() -> Path:
+    """The probe's program; skips (fails under CI) where a uprobe cannot be attached."""
+    missing = missing_capability(Path("/proc/self/status").read_text())
+    if missing is not None:
+        unavailable(f"the launch probe {missing}")
+    try:
+        return probe_binary()
+    except NativeBuildError as exc:
+        unavailable(str(exc))
+    raise AssertionError("unreachable")
+
+
+class Ticks:
+    """The probe's latest tick, for a test to wait on."""
+
+    def __init__(self) -> None:
+        self.last: LaunchSample | None = None
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, sample: LaunchSample) -> None:
+        with self._lock:
+            self.last, self.count = sample, self.count + 1
+
+
+def oneshot_log(sim: GpusimService, name: str, *args: str) -> list[dict[str, Any]]:
+    argv = [sys.executable, "-m", *workload_args(sim, name, *args)]
+    subprocess.run(argv, check=True, timeout=60, capture_output=True)
+    return workload_log(sim, name)
+
+
+def test_probe_counts_every_call_and_times_the_task(
+    attachable: Path, gpusim_daemon: Callable[..., GpusimService]
+) -> None:
+    sim = gpusim_daemon(time_scale=0.1)
+    library = sim.dir / LIBRARY_NAME
+    assert library.is_file(), "gpusim serve puts its driver stand-in beside its socket"
+    ticks = Ticks()
+    probe = LaunchProbe(lambda: attachable, library, 0.01, ticks)
+    try:
+        status = probe.start()
+        assert status.attached, status.detail
+        assert "cuLaunchKernel_ptsz" in status.detail and "cuStreamSynchronize" in status.detail
+        log = oneshot_log(sim, "one.log", "--work-seconds", "1", "--kernels", "4",
+                          "--memory-bytes", "64MiB")  # fmt: skip
+        pid = log[0]["pid"]
+        wait_for(lambda: ticks.last is not None and pid in ticks.last.procs, 5, "the process")
+        # the process exits: its record goes (checked about once a second)
+        seen = ticks.last.procs[pid]  # type: ignore[union-attr]
+    finally:
+        probe.stop()
+    events = {e["event"]: e for e in log}
+    assert seen.launches == 4, "one launch per kernel"
+    assert seen.copies == 2, "one copy in, one copy out"
+    # each kernel's synchronize, and the wait after each copy
+    assert seen.waits == 4 + 2 and seen.waiting_since is None
+    assert seen.first is not None and seen.wait_end is not None
+    # the first launch comes right after kernel_start is logged; the last wait returns
+    # (copy out) right before output_end is logged
+    assert 0 <= seen.first - events["kernel_start"]["t"] < SLACK_S
+    assert 0 <= events["output_end"]["t"] - seen.wait_end < SLACK_S
+    assert seen.wait_s >= 0.9 * 0.1, "the kernels' 0.1 s were spent in waits"
+
+
+def test_a_probe_on_a_file_without_the_entry_points_says_so(
+    attachable: Path, tmp_path: Path
+) -> None:
+    library = tmp_path / "libnothing.so"
+    source = tmp_path / "nothing.c"
+    source.write_text("int nothing(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    probe = LaunchProbe(lambda: attachable, library, 0.01, lambda _s: None)
+    status = probe.start()
+    assert not status.attached and status.reason == "no_library"
+    assert "no launch entry point" in status.detail
+
+
+@pytest.fixture
+def exporter_flags() -> tuple[str, ...]:
+    return ("--poll.interval=50ms",)
+
+
+def test_exporter_sees_a_containers_task_through_the_probe(
+    attachable: Path,
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+) -> None:
+    assert exporter.metric("gpuguard_exporter_launch_probe_up", reason="") == 1
+    start = exporter.events()["next"]
+    args = ["--work-seconds", "2", "--kernels", "3", "--memory-bytes", "64MiB"]
+    container = run_python_container(
+        workload(sim, "probed.log", *args), extra_mounts=sim_mounts(sim), name="probed"
+    )
+    assert container.wait(timeout=60)["StatusCode"] == 0
+    log = {e["event"]: e for e in workload_log(sim, "probed.log")}
+
+    def edges() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        kinds = (EventType.GPU_BUSY, EventType.GPU_IDLE)
+        return [e for e in batch if e["type"] in kinds and e.get("container") == "probed"]
+
+    wait_for(lambda: len(edges()) >= 2, 10, "the container's busy and idle edges")
+    busy, idle = edges()[:2]
+    assert (busy["type"], idle["type"]) == (EventType.GPU_BUSY, EventType.GPU_IDLE)
+    # one task: first launch to the return of the last wait (the copy out's)
+    assert 0 <= busy["ts"] - log["kernel_start"]["t"] < SLACK_S
+    assert 0 <= log["output_end"]["t"] - idle["ts"] < SLACK_S
+    assert idle["busy_since"] == busy["ts"]
+    short = container.id[:12]
+    wait_for(
+        lambda: exporter.metric("gpuguard_container_launches_total", container_id=short) == 3,
+        5,
+        "three launches on /metrics",
+    )
+    source = exporter.metric(
+        "gpuguard_container_activity_source", container_id=short, source="launch", reason=""
+    )
+    assert source == 1
+    # /metrics reads the last poll's snapshot: it may lag the event stream by one poll
+    wait_for(
+        lambda: exporter.metric("gpuguard_container_launch_tasks_total", container_id=short) == 1,
+        5,
+        "the task counted on /metrics",
+    )
+    busy_s = exporter.metric("gpuguard_container_launch_busy_seconds_total", container_id=short)
+    assert busy_s == pytest.approx(idle["ts"] - busy["ts"], abs=1e-3)
+
+
+def workload(sim: GpusimService, name: str, *args: str) -> list[str]:
+    return workload_args(sim, name, *args)
+
+
+def test_exporter_without_permission_falls_back_and_says_why(
+    sim: GpusimService, dockerd: Any, tmp_path: Path
+) -> None:
+    """``capsh`` drops CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN: the exporter runs on NVML's
+    (gpusim's) samples and says why on /metrics and in its log."""
+    capsh = "/usr/sbin/capsh" if Path("/usr/sbin/capsh").exists() else None
+    if capsh is None:
+        unavailable("capsh not installed (libcap2-bin)")
+    exporter = ExporterProcess(tmp_path, dockerd.url, sim.socket)
+    drop = "--drop=cap_bpf,cap_perfmon,cap_sys_admin"
+    exporter.process.argv = [capsh, drop, "--", "-c", " ".join(exporter.process.argv)]
+    exporter.start()
+    try:
+        assert exporter.metric("gpuguard_exporter_launch_probe_up", reason="no_permission") == 0
+    finally:
+        exporter.stop()
+    time.sleep(0.1)
+    text = (tmp_path / f"exporter-{exporter.port}.log").read_text()
+    assert "launch probe not running (no_permission)" in text
+
+
+@pytest.mark.parametrize("exporter_flags", [("--poll.interval=50ms", "--probe.launch=off")])
+def test_exporter_sees_a_server_through_its_own_gauge(
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    docker_client: Any,
+    base_image: str,
+    exporter_flags: tuple[str, ...],
+) -> None:
+    """Without the probe, a server that declares its in-flight gauge is seen through it:
+    busy and idle edges around each request, and the gauge source on /metrics."""
+    from gpuguard.demo.stack.process import free_port
+
+    port = free_port()
+    start = exporter.events()["next"]
+    args = ["server", "--arrivals", "fixed", "--rate", "2", "--requests", "3",
+            "--request-work", "4", "--memory-bytes", "64MiB", "--metrics-port", str(port),
+            "--start-at", f"{time.time() + 3:.3f}"]  # fmt: skip
+    labels = {"gpuguard.inflight.metric": "vllm_num_requests_running",
+              "gpuguard.inflight.port": str(port)}  # fmt: skip
+    kwargs = python_container_kwargs(
+        sim_workload(sim, "gauged", *args), labels=labels, extra_mounts=sim_mounts(sim),
+        name="gauged",
+    )  # fmt: skip
+    kwargs["network_mode"] = "host"  # its /metrics on the host's loopback
+    container = docker_client.containers.run(**kwargs)
+    try:
+        check_gauged(sim, exporter, container, start)
+    finally:
+        container.remove(force=True)
+
+
+def check_gauged(sim: GpusimService, exporter: ExporterProcess, container: Any, start: int) -> None:
+    short = container.id[:12]
+
+    def edges() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        kinds = (EventType.GPU_BUSY, EventType.GPU_IDLE)
+        return [e for e in batch if e["type"] in kinds and e.get("container") == "gauged"]
+
+    found = wait_for(lambda: len(edges()) >= 2 and edges(), 30, "the gauge's busy and idle")
+    assert {e["source"] for e in found} == {"gauge"}
+    assert (found[0]["type"], found[1]["type"]) == (EventType.GPU_BUSY, EventType.GPU_IDLE)
+    source = exporter.metric(
+        "gpuguard_container_activity_source", container_id=short, source="gauge", reason="off"
+    )
+    assert source == 1
+    assert container.wait(timeout=60)["StatusCode"] == 0
+    requests = [e for e in workload_log(sim, "gauged.log") if e["event"] == "request"]
+    first = requests[0]
+    # read every 100 ms: the edges fall within a read or two of the request's own times
+    assert first["start"] - 0.05 <= found[0]["ts"] <= first["end"] + 0.3
