@@ -7,9 +7,8 @@ moment after connecting closes the gap between listing and the subscription taki
 When containerd goes away it retries with backoff and never raises out of the thread. The
 poller only reads ``snapshot()``: no containerd call ever happens inside a poll.
 
-The client is Debian's ``ctr``, shipped in the same package as the daemon (docs/kubernetes.md says
-why it beat the ``containerd`` package on the index). Parsing is pure and tested on its own
-(``parse_event_line``, ``parse_task_list``, ``containers_from_docs``).
+The client is ``ctr``, shipped with the daemon (docs/kubernetes.md says why). Parsing is
+pure (``parse_event_line``, ``parse_task_list``, ``containers_from_docs``).
 
 On a Kubernetes node (namespace ``k8s.io``) a container's name is its Kubernetes container
 name, it carries its pod's namespace, name and uid, and its pod's ``gpuguard.*`` labels come
