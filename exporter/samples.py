@@ -129,7 +129,8 @@ class SampleHold:
         return s
 
     def _stopping(self, key: str, s: ProcessUtilization) -> bool:
-        """This sample shows the process's kernels stopping within its period (module doc)."""
+        """This sample shows the process's kernels stopping within its period (design notes,
+        "Held samples")."""
         if self._busy.get((key, s.timestamp_us), 1.0) >= BUSY_SHARE:
             return False  # busy all along: whoever ran may run on
         before = self._before[(key, s.pid)]  # in a run of two or more: there is one
