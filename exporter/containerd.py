@@ -1,21 +1,16 @@
 """The containerd container source: a metadata cache fed by containerd's event stream.
 
 The same contract as the Docker source (``containers.ContainerIndex``): a background thread
-subscribes to events (``ctr events``), then lists every container and its task (a full
-resync, on every (re)connect), then applies events as they come; one more, cheaper resync a
-moment after connecting closes the gap between listing and the subscription taking hold.
-When containerd goes away it retries with backoff and never raises out of the thread. The
-poller only reads ``snapshot()``: no containerd call ever happens inside a poll.
-
-The client is Debian's ``ctr``, shipped in the same package as the daemon (docs/kubernetes.md says
-why it beat the ``containerd`` package on the index). Parsing is pure and tested on its own
-(``parse_event_line``, ``parse_task_list``, ``containers_from_docs``).
-
-On a Kubernetes node (namespace ``k8s.io``) a container's name is its Kubernetes container
-name, it carries its pod's namespace, name and uid, and its pod's ``gpuguard.*`` labels come
-from the pod's sandbox (``gpuguard/kube.py``); sandboxes themselves are not listed. That
-reading of containerd's documents is the shared layer's (``gpuguard/containerd.py``): the
-actuator's containerd engine reads containers the same way.
+subscribes to events (``ctr events``), lists every container and its task (a full resync
+on every (re)connect, and one cheaper resync a moment later to close the gap before the
+subscription took hold), then applies events as they come. When containerd goes away it
+retries with backoff and never raises out of the thread; the poller only reads
+``snapshot()``, so no containerd call happens inside a poll. Parsing is pure
+(``parse_event_line``, ``parse_task_list``, ``containers_from_docs``). On a Kubernetes node
+(namespace ``k8s.io``) a container has its Kubernetes name, its pod's identity and its
+pod's ``gpuguard.*`` labels from the sandbox (``gpuguard/kube.py``; the actuator's
+containerd engine reads them the same way, ``gpuguard/containerd.py``); sandboxes are not
+listed. Why ``ctr``: docs/kubernetes.md.
 """
 
 from __future__ import annotations

@@ -1,46 +1,13 @@
 """Paper C's node record of this node: state 0/1, float time and free GPU memory, per GPU
 and per node (the types, and the compact encoding: ``gpuguard/noderecord.py``).
 
-Computed from what one poll already has (devices, running tasks, recent finished tasks); the
-only state kept across polls is each GPU's utilization over a short window.
-
-Definitions (paper C's Algorithm 2, made precise; docs/interfaces.md §3 and §5):
-
-- **Float time** of a task = absolute deadline - end. A finished task counts while it ended
-  within the record window (``--record.window``, 30 s); a running task counts with its
-  current slack (absolute deadline - now), the most float it can still end with. A GPU's
-  float time is the sum over its tasks with a deadline; with none it is unbounded (``inf``):
-  an idle GPU has nothing to protect. (Paper C's sum over zero tasks would be 0 and keep
-  every idle node out of its list.)
-- Only tasks whose boundaries are real count (``TaskView.boundary``, issue 15): ``exact``
-  ones are judged and summed as above; a running burst that is still ``open`` (judged when
-  it ends) adds its slack while that is positive and is never a miss while it runs; a
-  ``merged`` burst (busy time that may hold several requests) and a task without a kernel
-  add nothing: a busy server never takes its own node out. Its work still shows in the
-  busy window and in memory.
-- **State 0** when, on that GPU: more than ``--record.miss-ratio`` (10%) of the tasks
-  judged in the record window missed their deadline (a running ``exact`` task already past
-  it counts as a miss now), or a kernel ran at least ``busy_threshold`` (0.99) of the busy window
-  (``--record.busy-window``, 5 s), or used memory is at least ``memory_threshold`` (0.95)
-  of the total.
-  NVML's utilization is the share of time *any* kernel ran, so one tiny kernel already reads
-  100%; a single sample says little, the share over a few seconds says the GPU is never free.
-  95% memory is where admission control stops admitting (cudaMalloc cannot over-commit).
-  Misses: paper C says any miss, for ever. A miss holds the GPU out for the window, so a
-  lasting overload stays out and a burst does not; 30 s is two scrapes of Prometheus'
-  default profile (the placer and the alert see every state 0). More than 10% missed is a
-  guarantee ratio below 0.9, the line GpuguardNodeCannotGuaranteeDeadlines draws; a light service
-  running 13 tasks a second is not taken out by one late task among hundreds. Measured on
-  the simulated cluster of bench/placement.py: "any miss, for a minute" took GPUs out faster
-  than load left them, the remaining ones overloaded and missed in turn, and gpuguard's
-  policy met fewer deadlines than random placement. Misses older than the exporter's
-  ``--history.size`` finished tasks are not seen either.
-- Only tasks of containers whose deadline the trust policy vouches for count
-  (``ContainerInfo.deadline_vouched``, exporter/trust.py): a tenant whose deadline was
-  raised, whose class was not granted, or whose rule keeps its misses its own never puts the
-  GPU in state 0 nor moves its float time; its tasks still count as running tasks.
-- A **node** is in state 1 while at least one of its GPUs is (one GPU per node, as in paper
-  C, makes the two the same); its float time and free memory are the sums over its GPUs.
+``NodeRecorder`` builds the record after each poll from what the poll already has
+(devices, running tasks, recent finished tasks); the only state kept across polls is each
+GPU's utilization over the busy window. ``gpu_record`` is pure. Only ``exact`` tasks of
+containers whose deadline the trust policy vouches for are judged; a GPU with no task
+with a deadline has unbounded (``inf``) float time; a node is in state 1 while one of its
+GPUs is. Definitions and thresholds: docs/interfaces.md §3 and §5; why they are what they
+are: docs/design-notes.md, "Node record (paper C)".
 """
 
 from __future__ import annotations

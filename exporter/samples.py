@@ -1,34 +1,13 @@
 """Per-process SM samples held until the next one is due, and what each says of its period.
 
-NVML's driver takes per-process utilization samples at its own instants, one sample period
-apart (about 1/6 s), and ``nvmlDeviceGetProcessUtilization(lastSeenTimeStamp)`` returns only
-samples newer than the last one seen. A poll between two instants therefore gets no sample
-for a process whose kernels still run; taken as "SM 0", a running task would look idle on
-most polls at 10-50 polls/s (and a best-effort container beside it would be thawed and
-frozen again). So a process's newest sample stands until the next instant is overdue:
-
-* held while ``now <= sample time + period x (1 + HOLD_MARGIN)``;
-* dropped at once when a newer instant of the same device came without it (the driver
-  sampled, and it had run nothing in that period);
-* not held at all when it shows its kernels stopping: the device was idle for part of
-  that period (the shares of every process at that instant add up to less than the
-  whole), and the process ran in the period before too (so it did not start in this one)
-  with all of it, or with a share this one fell well below (``STOP_DROP``). A request
-  ending half-way through a period after a whole one is then seen at that period's
-  instant instead of a period later, while a process that keeps a steady part of the
-  device (a server whose requests leave short gaps) is not taken for stopping (a run of
-  two partial samples is either: a short request, or the start of a steady one; it is
-  held);
-* the period is learnt per device from successive samples of one process (the smallest
-  gap seen lately), 1/6 s until then.
-
-A sample stamps the end of its period, up to a period after the activity it reports. So
-each fresh sample also says where in its period the activity was: one that opens a run
-began about ``share x period`` before its instant (``began_us``), and one that shows its
-kernels stopping ended when the device's idle part of the period began (``ended_us``).
-
-Held samples are marked: they keep a task computing, but they are not new activity (a
-task's last activity, which places its end, comes from fresh samples only).
+``SampleHold.apply`` sits between the GPU backend and the join: it takes each poll's
+``GpuSample`` and returns it with every process's newest sample standing until the next
+is overdue (sample time + period x (1 + ``HOLD_MARGIN``)), dropped when a newer instant
+of its device came without it, and not held when it shows the kernels stopping. Held
+samples are marked: they keep a task computing but are not new activity. Fresh samples
+carry where in their period the activity began (``began_us``) or ended (``ended_us``).
+The period is learnt per device, 1/6 s until then. Why: docs/design-notes.md, "Tasks"
+("Samples") and "Held samples".
 """
 
 from __future__ import annotations
@@ -150,7 +129,8 @@ class SampleHold:
         return s
 
     def _stopping(self, key: str, s: ProcessUtilization) -> bool:
-        """This sample shows the process's kernels stopping within its period (module doc)."""
+        """This sample shows the process's kernels stopping within its period (design notes,
+        "Held samples")."""
         if self._busy.get((key, s.timestamp_us), 1.0) >= BUSY_SHARE:
             return False  # busy all along: whoever ran may run on
         before = self._before[(key, s.pid)]  # in a run of two or more: there is one

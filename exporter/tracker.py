@@ -1,79 +1,15 @@
 """Task tracker: the life cycle of each GPU task, its deadline, and finished-task history.
 
-A *task* is one stretch of GPU work by one process on one device; what stretch depends on
-the container's task mode (label ``gpuguard.task``, else ``--task.default-mode``)::
-
-    starting -> input -> computing -> draining -> ended
-    (seen)     (memory  (SM samples  (no SM sample stands any more after computing: the
-                grew)    > 0)         last one is older than a sample period, or the
-                                      driver sampled again without it; exporter/samples.py)
-
-- ``process`` (paper A): from the process's first appearance on the device to its exit.
-  An idle process stays a running task: the operator asked for process lifetime.
-- ``memory`` (paper B): starts when the process shows memory (or grows it, or computes
-  after an earlier task ended); ends when its memory is back to 0 or to what it held
-  before the task, when memory drops after the kernel, or when the process exits. A
-  re-allocation the samples can see splits the task: a kernel or memory growth after
-  ``draining`` starts a new task at that poll.
-- ``burst`` (default): a busy period. Starts at SM activity or memory growth (so paper B's
-  input phase is seen before the kernel, which admission needs); ends when the process has
-  shown no SM activity and no growth for longer than ``idle_gap_s`` after computing, when
-  its memory is back to 0, or when it exits; memory growing again after the kernel
-  (``draining``) is a new input phase and starts a new task. One request or batch of a
-  long-lived server is one task; a one-shot program is one task, as in the other modes.
-
-Devices NVML shows no activity for (no utilization and no per-process samples: MIG
-devices) have no idleness to see: a task there runs from its memory to its memory freed or
-its exit, whatever the mode (an idle process holding memory on a MIG instance stays a
-running task), and its run time counts up to now.
-
-No endless tasks: outside ``process`` mode a task with nothing visible happening for
-``idle_timeout_s`` (before its first kernel: NVML cannot see copies, and ten concurrent
-inputs take a second; in ``memory`` mode at any time) ends at its last activity. A paused
-container's task never idles out: it is waiting, and its waiting belongs to its run time.
-
-Timing. A start (and an end seen by memory or exit) is placed half-way between the poll
-that saw it and the one before (paper A's "time of the poll" is biased by half a poll; its
-+0.22 s was that and nvidia-smi's latency). An end found by idleness is placed at the last
-activity: the newest SM sample's own timestamp, or the poll that saw memory grow. What a
-poll cannot see: a process that frees and re-allocates, or stops and launches again, within
-about one poll interval plus NVML's sample period (~1/6 s) looks busy throughout, and its
-work is merged into one task.
-
-Boundaries (issue 15). A deadline is a promise about one piece of work, so a task is judged
-against it only where its boundaries are real (``TaskBoundary``): ``process`` and ``memory``
-tasks always (``exact``; a running one past its deadline is a miss at that moment). A burst
-is ``exact`` only when it began after an idle the tracker saw (the process's first activity,
-its first since an earlier task ended, or a new input phase after a kernel) and it ran
-without a visible idle inside that activity then followed (a poll at which no sample stood
-for it, a sample showing its kernels stopping, or a sample in which the device was idle for
-part of the period while it computed alone: a request may have ended there and the next
-begun). Its end may be the idle gap, its exit, its memory back to 0 or a new input phase:
-each shows that its work stopped there (a process that exits mid-request has no later
-request). Otherwise it is ``merged``: busy time that may hold several requests of a server,
-counted apart, never a hit or a miss. A running burst is ``open`` until it ends: only then
-can the tracker say whether it stayed one task, so a burst is judged at its end, never as an
-overrun while it runs. Requests that follow each other with no idle the ~1/6 s samples can
-show remain one ``exact`` burst: NVML cannot tell them from one long request (docs/design-notes.md,
-"What NVML's samples can see"). Bursts on devices without samples are ``merged`` (no idle
-can be seen there). A task outside ``process`` mode that ended without a kernel (a start-up
-context: memory in, no SM activity) is ``no_kernel``: neither met nor missed, not counted.
-
-Run time so far (elapsed, slack, overruns) counts what the tracker has seen: up to the
-task's last visible activity (its newest SM sample or memory growth), or up to now in
-``process`` mode and while its container is paused (waiting belongs to the task). So a
-burst waiting for its idle gap to be confirmed is never called an overrun, and a deadline
-that passes during an invisible copy is counted when the next activity (or the end) shows.
-
-Keys and order: a task is keyed by (container, pid, process start ticks, n) where n is the
-tracker's task number, so PID reuse and repeated tasks of one process are separate. The
-queue order is the task's own start (first seen), process start time breaking ties: a
-long-lived process does not jump ahead of tasks that waited. Per-process bookkeeping goes
-when the process leaves the device, so churn leaves nothing behind.
-
-Demand: each container's expected SM share while computing, an EWMA over its finished
-tasks of their mean SM share in polls where they computed alone on the device (while
-sharing, time-slicing would halve what they seem to need). None until a task taught it.
+``Tracker.update`` takes one poll's join (attributed processes, containers, devices)
+and turns successive polls into tasks (``starting -> input -> computing -> draining ->
+ended``, by each container's task mode: ``process``, ``memory`` or ``burst``), deadline
+counters, events and a per-container demand (SM share while computing alone). Tasks are
+keyed by (container, pid, process start ticks, n) and queued by their own start; a task
+is judged against its deadline only where its boundaries are real (``TaskBoundary``). No
+task is endless outside ``process`` mode, and nothing of a process is kept once it leaves
+the device. Why the modes, boundaries and timing are as they are: docs/design-notes.md,
+"Tasks", "What NVML's samples can see, and which tasks are judged" and "The task
+tracker".
 """
 
 from __future__ import annotations
@@ -263,7 +199,8 @@ class _Task:
 
     @property
     def boundary(self) -> TaskBoundary:
-        """What is known of its boundaries while it runs (module doc, "Boundaries")."""
+        """What is known of its boundaries while it runs (docs/design-notes.md, "The task
+        tracker")."""
         if self.mode != TaskMode.BURST:
             return TaskBoundary.EXACT
         if self.merged or not self.exact_start or self.blind:
@@ -420,9 +357,9 @@ class Tracker:
         """Count an overrun the moment a running task passes its deadline (once per task).
 
         Only tasks whose boundaries are exact while they run (``process``, ``memory``): a
-        burst is judged when it ends (module doc, "Boundaries"). Also called when the GPU
-        sample failed: the deadlines of tasks whose run time counts up to now (process
-        mode, paused containers) keep running without a sample.
+        burst is judged when it ends (docs/design-notes.md, "The task tracker"). Also called
+        when the GPU sample failed: the deadlines of tasks whose run time counts up to now
+        (process mode, paused containers) keep running without a sample.
         """
         for task in self._tasks():
             if task.overrun or task.deadline_s is None or task.mode == TaskMode.BURST:

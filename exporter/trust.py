@@ -1,44 +1,14 @@
 """The operator's trust policy: what a container may claim by label, and who is managed.
 
-A tenant who can start a container sets its own ``gpuguard.*`` labels. The exporter believes
-of them only what the policy in force grants; the actuator, the metrics, the node record and
-the placer then all see the granted claim, never the raw label. Three policies can be in
-force (``--trust.*`` flags; the exporter logs which at start-up and exports it as
-``gpuguard_exporter_trust_policy_info``):
-
-- the **built-in default** (no flag), for a host several tenants share: ``DEFAULT_DOC``;
-- a **policy file** (``--trust.policy-file``), rules per image, container name or
-  Kubernetes namespace, the first that matches deciding (``deploy/trust-policy.example.yml``)::
-
-      version: 1
-      default:                      # containers no rule matches (left out: the built-in one)
-        classes: [normal, best-effort]
-        min_deadline: 1s
-      rules:
-        - match: {namespace: "inference-*"}
-          managed: true
-          classes: [real-time, normal, best-effort]
-          min_deadline: 20ms
-
-- **trust-all** (``--trust.all``, or the one-line file ``{version: 1, default: {}}``): every
-  claim believed, for single-tenant hosts and the demo.
-
-A grant restricts only what it names: ``classes`` (a class not listed becomes the first
-allowed of ``normal``, ``best-effort``), ``min_deadline`` (a shorter deadline is raised to
-it, so it cannot jump an EDF queue), ``real_time_needs_deadline`` (real-time only with a
-``gpuguard.deadline``, never by ``gpuguard.class`` alone), ``slo: false`` (the tenant's own
-latency histogram is not believed: no SLO pressure on its neighbours, no SLO alerts),
-``misses_mark_node: false`` (its misses are its own: they never count toward the node record
-or its node-marking alerts) and ``managed`` (``true``: managed whatever ``gpuguard.managed``
-or ``gpuguard.role`` say; ``false``: never paused; left out: the tenant's label decides).
-Whatever the grant, a container whose deadline or class claim was not granted as given never
-counts toward the node (``deadline_vouched``).
-
-A rule matches when every key it gives matches (``fnmatch`` patterns). ``namespace`` is the
-pod's namespace as the Kubernetes CRI's sandbox records it (containerd source); a Docker
-container's own ``io.kubernetes.pod.namespace`` label is never believed, since whoever runs
-``docker run`` can set it. Parsing and applying are pure; a bad file is one ConfigError line
-at start-up.
+The exporter believes of a tenant's own ``gpuguard.*`` labels only what the policy in force
+grants; the actuator, the metrics, the node record and the placer see the granted claim,
+never the raw label. One of three policies is in force: the built-in default
+(``DEFAULT_DOC``), a policy file (``--trust.policy-file``: rules matched on image,
+container name or the CRI sandbox's namespace, the first match deciding) or trust-all
+(``--trust.all``). ``parse_policy`` and ``apply`` are pure; a bad file is one
+``ConfigError`` line at start-up. A grant restricts only what it names, and a container
+whose deadline or class claim was not granted as given never counts toward the node
+(``deadline_vouched``). The grants, and what each defends against: docs/security.md.
 """
 
 from __future__ import annotations

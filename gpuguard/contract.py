@@ -37,7 +37,7 @@ class TaskMode(StrEnum):
 
 class TaskBoundary(StrEnum):
     """Whether a task's start and end are the real boundaries of one piece of work, and so
-    whether it is judged against its deadline (the exporter's tracker, issue 15).
+    whether it is judged against its deadline (the exporter's tracker).
 
     NVML samples a process every ~1/6 s and cannot see where one request of a busy server
     ends and the next begins: a burst with no idle gap may hold several requests, and

@@ -3,9 +3,8 @@
 Every file gpuguard reads because someone named it (a config, token, rules or actions file)
 and every file in the actuator's state directory goes through here:
 
-* ``read_bytes``/``read_text``: regular files only, at most ``limit`` bytes. ``/dev/zero``
-  as a token file was read without end; a FIFO named ``journal.json`` blocked every reader
-  for ever (the open is non-blocking, and a FIFO is refused before a read).
+* ``read_bytes``/``read_text``: regular files only, at most ``limit`` bytes; the open is
+  non-blocking and a FIFO is refused before a read.
 * ``open_state_file`` and ``replace``: files in a state directory are never reached through
   a symbolic link (``O_NOFOLLOW``), are regular files, and are created with mode 0600, so a
   link planted as ``journal.lock`` or ``audit.jsonl`` can neither truncate, append to nor

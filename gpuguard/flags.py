@@ -250,7 +250,7 @@ def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[
 
 def duration(values: Mapping[str, Any], name: str) -> float:
     """A positive duration with its unit (``100ms``, ``5s``, ``1m30s``: ``units.py``), in
-    seconds; a YAML number in ``--config.file`` (not text) is seconds, as it always was."""
+    seconds; a YAML number in ``--config.file`` (not text) is seconds."""
     value = values[name]
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = f"{value:.9f}s" if math.isfinite(value) and value > 0 else str(value)

@@ -1,29 +1,16 @@
 """The one reader of the documents gpuguard is given: YAML and JSON files, bounded.
 
-Every file gpuguard parses because someone named it comes through here: ``--config.file``,
-``--trust.policy-file``, ``--web.config.file``, the ``--*.http-config-file`` client files,
-the actuator's rules and actions files, gpusim's ``--profile`` and a workload's ``--trace``.
-Whatever the file holds, reading it costs bounded time and memory and ends in a value or in
-one ``ConfigError`` line naming the flag and the file (the CLI prints it and exits 2):
-
-* **size**: a regular file of at most ``MAX_BYTES`` (or the caller's smaller limit), read
-  through ``files.read_text`` (``/dev/zero`` or a FIFO is refused, never read);
-* **encoding**: UTF-8 (YAML also refuses control characters);
-* **depth**: at most ``MAX_DEPTH`` nested lists and mappings. PyYAML's composer and the json
-  module recurse once per level; 20,000 ``[`` ran out of stack (a RecursionError traceback);
-* **size after aliases**: at most ``MAX_NODES`` values, an alias counting as what it
-  stands for, so ten aliases of ten aliases of ... (the "billion laughs") cannot turn a small
-  file into a walk of billions;
-* **duplicate keys**: refused at any level of a mapping, YAML or JSON (PyYAML and the json
-  module keep the last value, so a second ``classes:`` or ``default:`` would silently win);
-  a merge key's (``<<``) values may still be overridden by the mapping's own keys;
-* **integers**: at most ``MAX_INT_DIGITS`` digits. PyYAML turns ``1:2:3:...`` (base 60)
-  into an integer by multiplying in a loop, quadratic in its length: 160 kB took 5.9 s on
-  the development machine, and a 1 MiB trust policy would have taken minutes. Python's
-  ``int`` refuses 4,301 decimal digits, but not 4 MiB of hexadecimal.
-
-The state files the actuator writes itself (journal, lease) are read with ``files`` and
-``json`` directly: they are gpuguard's own, bounded by ``files.read_bytes``' limit.
+Every file gpuguard parses because someone named it (``--config.file``, the trust policy,
+the web config, the ``--*.http-config-file`` client files, the actuator's rules and
+actions, gpusim's ``--profile``, a workload's ``--trace``) comes through here and ends, in
+bounded time and memory, in a value or in one ``ConfigError`` line naming the flag and the
+file (the CLI exits 2). Bounds: a regular file of at most ``MAX_BYTES`` (or the caller's
+limit) read through ``files.read_text``; UTF-8 (YAML refuses control characters); at most
+``MAX_DEPTH`` nested levels; at most ``MAX_NODES`` values, an alias counting as what it
+stands for; no duplicate key at any level (a merge key's values may be overridden); no
+integer over ``MAX_INT_DIGITS`` digits. The actuator's own state files are read with
+``files`` and ``json`` directly. Why each bound: docs/design-notes.md, "Reading the files
+an operator names".
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """A container's latency objective, declared by labels over its own latency histogram (pure).
 
-A tenant that already exports request latency as a Prometheus histogram (vLLM's
-``vllm:e2e_request_latency_seconds``, TGI's ``tgi_request_duration``, Triton's opt-in
-``nv_inference_first_response_histogram_ms``) declares which one and what it promises::
-
-    gpuguard.slo.metric=vllm_e2e_request_latency_seconds
-    gpuguard.slo.target=500ms          # a request meets the SLO when it takes <= 500 ms
-    gpuguard.slo.objective=0.99        # of the requests in a window (default 0.99)
-    gpuguard.slo.port=8000             # where it serves /metrics (for Prometheus' discovery)
-
-The metric is named with ``_`` for ``:``, the form every series and rule uses (see
-``series_name``) and the only one a Kubernetes label value allows (no ``:``); the name with
-its colon is accepted too and declares the same SLO.
-
-The exporter publishes the declaration; Prometheus rules count the requests in the bucket
-whose upper bound is the target (``rules/gpuguard-recording.rules.yml``). A histogram only
-counts requests at its bucket bounds, so the target must be one of them, in the histogram's
-own unit: seconds, unless the name ends in ``_ms``/``_milliseconds`` or
-``_us``/``_microseconds``. Counters of summed durations (Triton's
-``nv_inference_request_duration_us``, TorchServe's ``ts_inference_latency_microseconds``)
-give a mean only and summaries (``nv_inference_request_summary_us``) fixed quantiles: neither
-says which share of requests met a target, and neither can be declared usefully.
+``declaration`` reads ``gpuguard.slo.metric``, ``.target``, ``.objective`` and ``.port``
+into an ``SloDeclaration`` and a (label, error) for each label it cannot use. The metric
+is named with ``_`` for ``:`` (``series_name``; the colon form declares the same SLO); its
+unit is seconds unless the name says ``_ms``/``_milliseconds`` or ``_us``/``_microseconds``;
+the target must be one of the histogram's bucket bounds, and ``le_spellings`` lists each
+way client libraries write it so the rules can join on the tenant's. Which servers' metrics
+can be declared, and how the rules count them: docs/operator-reference.md, "Latency SLOs
+from the tenants' own metrics".
 """
 
 from __future__ import annotations
@@ -58,7 +45,7 @@ class SloDeclaration:
         """The name as the rules match it: ``:`` written ``_``.
 
         prometheus_client escapes ``:`` to ``_`` when Prometheus negotiates OpenMetrics
-        (``escaping=underscores``: client_python issue 1177), so a vLLM histogram may reach
+        (``escaping=underscores``; prometheus/client_python#1177), so a vLLM histogram may reach
         Prometheus as ``vllm_e2e_request_latency_seconds`` or with its colon, by client and
         server version. The tenants' scrape job writes its ``metric`` label this way too.
         """

@@ -1,34 +1,16 @@
 """kube-scheduler's HTTP extender (``k8s.io/kube-scheduler/extender/v1``) over the placer.
 
-Another adapter beside ``http.py``'s query API, over the same ranking (``Placer.ranking``,
-``ranking.rank``): nothing here ranks. kube-scheduler POSTs ``ExtenderArgs`` as JSON to
-``<urlPrefix>/<verb>`` for every pod that requests a resource in the extender's
-``managedResources`` (``nvidia.com/gpu``):
-
-- ``filter`` answers ``ExtenderFilterResult``: the nodes where the pod's declared deadline
-  can be met (the ranking's eligible candidates), every other one in
-  ``FailedAndUnresolvableNodes`` with a one-line message that ``kubectl describe pod``
-  shows; ``FailedNodes`` is always empty: kube-scheduler's preemption judges a node by its
-  own filters alone, which these nodes already passed (docs/kubernetes.md);
-- ``prioritize`` answers ``HostPriorityList``: the ranking's order of the eligible nodes as
-  scores from ``MAX_EXTENDER_PRIORITY`` (10, the best) down to 1, every other node 0.
-
-The types have no JSON tags in Go, so their fields are spelt as in Go (``Pod``,
-``NodeNames``, ``FailedNodes``, ``Host``, ``Score``) and Go's decoder matches them in any
-case: so does ``parse_args``. ``NodeNames`` comes when the extender is configured
-``nodeCacheCapable: true`` (the placer's node cache is Prometheus' records), else ``Nodes``
-(whole ``v1.Node`` objects, echoed back as they came); a result answers in the same field.
-
-A pod declares itself with pod labels or annotations: ``gpuguard.deadline`` (without it the
-pod is not real-time: every node passes and scores 0), ``gpuguard.memory`` (a byte size:
-Kubernetes quantities such as ``20Gi``) and ``gpuguard.runtime`` (optional); durations as
-container labels write them, Go's forms included (``1m30s``: ``gpuguard/units.py``). A
-declaration that cannot be read fails every node, unresolvable, with the reason, which
-kube-scheduler's ``FitError`` puts in the pod's ``FailedScheduling`` event.
-Nothing is reserved: kube-scheduler never says which node it chose (docs/kubernetes.md).
-Prometheus unreachable is a 503, which kube-scheduler takes as the extender failing: with
-``ignorable: true`` it schedules without gpuguard (fail open), counted here as
-``gpuguard_placer_requests_total{endpoint="extender_filter",code="503"}``.
+An adapter beside ``http.py``'s query API over the same ranking (``Placer.ranking``): nothing
+here ranks. For a pod requesting ``nvidia.com/gpu``, ``filter`` answers
+``ExtenderFilterResult`` (the eligible nodes; every other one in
+``FailedAndUnresolvableNodes`` with a one-line reason, ``FailedNodes`` always empty) and
+``prioritize`` a ``HostPriorityList`` (the ranking's order as scores from
+``MAX_EXTENDER_PRIORITY`` down to 1, every other node 0). ``parse_args`` matches Go's field
+names in any case and answers in the field the nodes came in (``NodeNames`` or ``Nodes``).
+A pod declares ``gpuguard.deadline`` (else every node passes and scores 0),
+``gpuguard.memory`` and ``gpuguard.runtime`` by label or annotation; one it cannot read
+fails every node with the reason. Nothing is reserved; Prometheus unreachable is a 503.
+Why: docs/kubernetes.md and docs/design-notes.md, "The placer's reads of Prometheus".
 """
 
 from __future__ import annotations
@@ -57,10 +39,8 @@ MIN_EXTENDER_PRIORITY = 0
 PATH_PREFIX = "/api/v1/extender"
 FILTER_VERB = "filter"
 PRIORITIZE_VERB = "prioritize"
-#: A request body larger than this is a 413 (kube-scheduler then skips the extender). With
-#: ``nodeCacheCapable: true`` a body is the pod and the node names: 4 MiB holds a pod at
-#: etcd's 1.5 MiB object limit and tens of thousands of names; whole ``v1.Node`` objects
-#: (``nodeCacheCapable: false``, 10-30 KB each with their image lists) fit for a few hundred.
+#: A request body larger than this is a 413 (kube-scheduler then skips the extender); why
+#: 4 MiB: docs/design-notes.md, "The placer's ranking".
 MAX_BODY = 4 * 1024 * 1024
 #: A node name is a DNS subdomain (RFC 1123), as the API server validates it.
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

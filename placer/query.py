@@ -22,7 +22,7 @@ MAX_QUERY = 1024
 MAX_VALUE = 64
 MAX_DURATION_S = 86_400.0  # a day: no real-time task waits longer
 #: The exporter's shortest --poll.interval: a deadline shorter than one poll can never be seen
-#: met, so it only ranks a request as no GPU can serve it (1e-13 s was taken before).
+#: met, so it could only rank a request as no GPU can serve it.
 MIN_DEADLINE_S = 0.01
 MAX_MEMORY = 2**50  # 1 PiB
 _MODEL = re.compile(r"^[A-Za-z0-9 ._()/+-]{1,64}$")

@@ -1,27 +1,15 @@
 """Rank nodes and GPUs for a new real-time container: paper C's node list, and gpuguard's.
 
-Pure: node records in, a ranked list with reasons out. Nothing here knows Swarm, HTTP or
-Prometheus, so a Kubernetes scheduler extender could call the same code (docs/interfaces.md
-§9).
-
-``paper-c`` is paper C's Algorithm 2 on the node records: nodes in state 1, sorted by free
-GPU memory, the first whose float time is larger than the new container's deadline (and
-whose free memory holds the request). It answers a node; the GPU is the node's GPU with the
-most free memory.
-
-``gpuguard`` ranks GPUs, not nodes, and keeps paper C's state 0 as a hard "no" (the Swarm
-label keeps real-time services off such nodes anyway). Among the rest it:
-- counts the placements it made that the records do not show yet (``Pending``), so a burst
-  of requests between two scrapes does not pile onto one GPU;
-- keeps ``headroom`` of the GPU's memory free after the request (admission stops at 95%);
-- ranks by the contention curve (``gpuguard/slowdown.py``): a newcomer on a GPU with n tasks
-  runs about (n + 1) * factor(n + 1) times slower than alone, so fewest sharers first, then
-  the least busy, then the most free memory;
-- given the task's run time alone (``runtime_s``), predicts the newcomer's run time there
-  and passes over GPUs where it would miss (``predicted_miss``).
-Paper C's float time is not a filter: a sum of slacks says little about one more task (it
-grows with the number of tasks); it is reported beside each candidate. bench/placement.py
-measured each of these choices (docs/operator-reference.md, "Placer"; docs/benchmarks.md).
+``rank`` is pure: node records and a ``Request`` in, a ``Ranking`` (ranked candidates,
+each with its reasons) out; nothing here knows Swarm, HTTP or Prometheus (docs/interfaces.md
+§9). ``paper-c`` is paper C's Algorithm 2 and answers a node (its GPU with the most free
+memory). ``gpuguard`` ranks GPUs: state 0 is a hard no; it counts its own placements the
+records do not show yet (``Pending``), keeps ``headroom`` of memory free after the
+request, orders by fewest sharers (the contention curve, ``gpuguard/slowdown.py``), then
+least busy, then most free memory, and with ``runtime_s`` passes over GPUs where the
+newcomer is predicted to miss. Float time is reported, never a filter. Why, and what
+``bench/placement.py`` measured: docs/operator-reference.md, "Placer", and
+docs/design-notes.md, "The placer's ranking".
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Node records from Prometheus: one instant query for every node's record series.
 
-Why Prometheus and not the nodes themselves: it already scrapes every exporter (and every
-actuator's mark), so the placer opens one connection, needs no credentials for a thousand
-exporters and no fan-out with per-node timeouts; one query answers for the whole cluster.
-Freshness is the scrape interval (1 s in the fast profile, 15 s by default), which the
-placer covers by remembering its own recent placements (``reservations``); a record whose
-poll is older than ``--records.max-age`` is shown but never chosen (``stale``). An exporter
-that stops answering drops out: Prometheus marks its series stale at the failed scrape.
-Prometheus down means no placement (503) rather than placement on old data.
-
-Values from Prometheus are checked here, at the placer's boundary (``_valid``): an exporter
-can publish NaN or an infinity (a division by zero upstream, a bug, a hand-made series), and
-before, one such GPU made every placement and node list of the cluster answer 500. A GPU
-whose record holds one is shown with ``invalid_record`` and never chosen; a malformed sample
-is skipped; a node mark that is neither 0 nor 1 counts as marked.
+``PrometheusSource`` answers every node's records from one query (``RECORDS_QUERY``) and
+raises ``RecordsUnavailable`` when Prometheus cannot answer (the API's 503), never
+placing on old data. A record whose poll is older than ``--records.max-age`` is shown but
+never chosen (``stale``); an exporter that stopped answering drops out. Values are checked
+at this boundary (``_valid``): a GPU whose record holds NaN or an infinity is shown with
+``invalid_record`` and never chosen, a malformed sample is skipped, and a node mark that is
+neither 0 nor 1 counts as marked. Why Prometheus and not the nodes: docs/operator-reference.md,
+"Placer", and docs/design-notes.md, "The placer's reads of Prometheus".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """NVML backend (pynvml, package nvidia-ml-py): devices, MIG devices, compute processes.
 
-Semantics respected (DESIGN.md "Decisions"):
+NVML semantics it respects:
 - NVML is initialised once, in the constructor; ``close()`` shuts it down.
 - Device utilization is the share of time any kernel ran; per-process SM use comes from
   ``nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)``, which we call with the

@@ -1,39 +1,17 @@
 """One asyncio loop serving a ``Router`` over HTTP/1.1, in a thread of its own.
 
-Why not ``http.server``: a listen backlog of 5, a thread per connection and no timeouts
-(issue 9 measured 300 simultaneous scrapes timing out, slow-loris connections held forever,
-an accept loop spinning at 100% once file descriptors ran out, and a token checked only
-after a 4 MiB body was read). Here one loop holds every connection, so 1,000 idle or
-long-polling clients cost a few KB each and no thread; plain handlers run in a small
-thread pool, ``async`` ones (long polls) on the loop.
-
-Why h11 (python-hyper's HTTP/1.1 state machine, pure Python, no I/O of its own): strict,
-bounded parsing of request heads (400/431 with a status hint), message framing, keep-alive
-and ``Connection: close`` semantics, ``Expect: 100-continue`` and pipelining, all things
-``http.server`` got wrong. The I/O, caps and timeouts stay here.
-
-What this guarantees, per connection:
-- the request head arrives within ``header_timeout_s`` of the connection (or, on a
-  kept-alive connection, of its first byte), else ``408``; an idle kept-alive connection is
-  closed after ``idle_timeout_s``; a body must arrive within ``body_timeout_s`` (``408``);
-- the bearer token, content type and declared length are checked from the head, before any
-  body byte is read (``401``/``415``/``413``); a body is never buffered beyond the route's
-  ``max_body``;
-- every bad request gets a 4xx, and a reply after which the server closes says
-  ``Connection: close``; when the client may still be sending, the server stops writing and
-  discards what still comes for ``linger_s`` so that the client reads the answer, not a
-  reset;
-- at ``max_connections`` (kept below the file limit, which is raised to its hard maximum)
-  a new connection takes the place of the oldest one still waiting for a request head, else
-  ends the oldest interruptible long poll early, else gets ``503``. Connections are accepted
-  one at a time and accept errors such as EMFILE back off (up to a second): nothing spins.
-
-With a web config (``--web.config.file``, ``webconfig.py``): TLS handshakes run beside the
-accept loop, each within ``header_timeout_s`` and at most ``cap`` at once; basic auth is
-checked from the head like the token, before routing and before any body byte, with bcrypt
-off the loop (one at a time, ``MAX_PENDING_BCRYPT`` waiting, else 503); the config's
-headers go on every reply. The config is looked up per connection and per request, so a
-changed file applies to the next handshake and the next request without a restart.
+h11 does the framing; the I/O, caps and timeouts are here. Plain handlers run in a small
+thread pool, ``async`` ones (long polls) on the loop. Per connection it guarantees: a
+request head within ``header_timeout_s`` (else 408), an idle kept-alive connection closed
+after ``idle_timeout_s``, a body within ``body_timeout_s`` (408) and never buffered beyond
+the route's ``max_body``; token, content type and length checked from the head before any
+body byte (401/415/413); a 4xx for every bad request and ``Connection: close`` on every
+reply after which it closes. At ``max_connections`` a newcomer replaces the oldest
+connection still waiting for a head, else ends the oldest interruptible long poll, else
+gets 503; accept errors back off. With a web config (``webconfig.py``) TLS handshakes and
+basic auth obey the same bounds, and a changed file applies to the next handshake and
+request. Why this and not ``http.server``: docs/design-notes.md, "HTTP (exporter,
+actuator, placer)".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """``--web.config.file``: TLS, client certificates and basic auth, in exporter-toolkit's format.
 
-The file is the one Prometheus, Alertmanager and node_exporter take (prometheus/exporter-toolkit
-``docs/web-configuration.md``), so an operator writes one format for the whole stack::
-
-    tls_server_config:
-      cert_file: server.crt
-      key_file: server.key
-      client_auth_type: RequireAndVerifyClientCert   # or NoClientCert, VerifyClientCertIfGiven
-      client_ca_file: ca.crt
-      min_version: TLS12
-    http_server_config:
-      headers: {Strict-Transport-Security: max-age=31536000}
-    basic_auth_users:
-      prometheus: $2b$10$...        # bcrypt, cost at most 12 (docs/web-config.md)
-
-What differs, and why: Python's ``ssl`` has no verify callback, so ``RequestClientCert`` and
-``RequireAnyClientCert`` (ask for a certificate but accept any, unverified) cannot be done
-and are refused with the value to use instead; inline ``cert``/``key``/``client_ca``,
-``curve_preferences`` and ``rate_limit`` are refused as unsupported
-rather than silently ignored. ``http2`` is accepted and has no effect (HTTP/1.1 only).
+The file is the one Prometheus, Alertmanager and node_exporter take, so an operator writes
+one format for the whole stack; what gpuguard accepts, refuses and ignores of it is in
+docs/web-config.md (Python's ``ssl`` has no verify callback, so ``RequestClientCert`` and
+``RequireAnyClientCert`` are refused with the value to use instead).
 
 ``load_web_config`` parses and validates everything once (``ConfigError`` naming the key,
 the CLI exits 2); ``WebConfigWatcher`` re-reads the file and the files it names when any of
@@ -97,10 +82,8 @@ _UNSUPPORTED = {
 }
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 MAX_USERS = 1000
-#: bcrypt's cost is a power of two: one check takes about 70 ms at cost 10 and 0.30 s at 12 on
-#: the 2-core development machine (docs/web-config.md), and checks run one at a time, so a hash
-#: of cost 31 (accepted before) let one wrong password hold the checker for about 41 hours.
-#: At 12, a check stays far inside a scrape's 10 s timeout with a few waiting ahead of it.
+#: checks run one at a time; at cost 12 (0.30 s) one stays far inside a scrape's timeout,
+#: at 31 one wrong password would hold the checker for hours (docs/web-config.md)
 MAX_BCRYPT_COST = 12
 _COST_10_CHECK_S = 0.07
 
