@@ -14,7 +14,7 @@ it. Three runs, each with the same arrivals:
 Measured from the workloads' own logs: each request's latency (arrival to answer) against
 its deadline, and the steps the device ended within the common window; from the
 actuator's audit log, how long after a request's first kernel the trainer was frozen and
-after its last kernel thawed. Targets (issue 8): managed p99 within 10% of alone with
+after its last kernel thawed. Targets: managed p99 within 10% of alone with
 every deadline met; the trainer keeps at least 60% of its solo throughput. TGS (NSDI'23)
 keeps production jobs near solo speed with an interception layer inside the containers;
 gpuguard only pauses and resumes them, so it learns of a request from NVML's next

@@ -12,7 +12,7 @@ A second scene measures bursts (the default task mode) of long-lived servers: ea
 of three kernels, about 2 s apart; each request logs when the device started its first kernel
 and ended its last (``gpu_start``, ``gpu_end``), the truth each burst is matched with.
 
-A third scene finds where request boundaries stop being visible (issue 15): one server at
+A third scene finds where request boundaries stop being visible: one server at
 a time answers requests of ``GAP_REQUEST_S`` of kernels (the whole device) with a fixed idle
 gap between them, for each gap in ``GAPS_S``; each request is classed by the task the
 exporter made of it: ``own`` (a task of its own with exact boundaries: judged against its

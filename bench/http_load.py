@@ -1,4 +1,4 @@
-"""The exporter's and the actuator's HTTP servers under load and attack (issue 9's targets).
+"""The exporter's and the actuator's HTTP servers under load and attack.
 
 Real processes on 127.0.0.1: a private dockerd, gpusim, the exporter and the actuator
 (``NodeStack``); the clients are raw asyncio connections in this process

@@ -21,7 +21,7 @@ in this order)::
     # HELP gpuguard_container_gpu_processes GPU processes of the container.
     # TYPE gpuguard_container_gpu_processes gauge
     gpuguard_container_gpu_processes{node="a",gpu="0",namespace="",pod="",container="r",...} 1.0
-    # HELP gpuguard_gpu_state Paper C state of the GPU: 1 if new real-time work fits.
+    # HELP gpuguard_gpu_state 1 if the GPU can take new real-time work (deadlines met, ...), else 0.
     # TYPE gpuguard_gpu_state gauge
     gpuguard_gpu_state{node="host-a",gpu="0"} 1.0
     # HELP gpuguard_gpu_float_time_seconds Sum of the float times of the GPU's tasks in the ...
@@ -254,14 +254,24 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
     "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
     # paper C's node record (exporter/record.py)
-    "gpuguard_node_state": ("gauge", "Paper C node state: 1 if new real-time work fits.", _N),
+    "gpuguard_node_state": (
+        "gauge",
+        "1 if the node can take new real-time work (a GPU whose deadlines are met and cores "
+        "and memory not full), else 0.",
+        _N,
+    ),
     "gpuguard_node_float_time_seconds": (
         "gauge",
         "Sum of the float times of the node's tasks in the record window (+Inf: none).",
         ("node",),
     ),
     "gpuguard_node_free_memory_bytes": ("gauge", "Free GPU memory of the node.", ("node",)),
-    "gpuguard_gpu_state": ("gauge", "Paper C state of the GPU: 1 if new real-time work fits.", _G),
+    "gpuguard_gpu_state": (
+        "gauge",
+        "1 if the GPU can take new real-time work (deadlines met, cores and memory not full), "
+        "else 0.",
+        _G,
+    ),
     "gpuguard_gpu_state_reason": (
         "gauge",
         "1 for each reason that puts the GPU in state 0.",
