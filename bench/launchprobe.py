@@ -1,6 +1,7 @@
 """What the launch probe costs and how closely it times tasks (gpusim's driver stand-in).
 
-1. Cost per probed call: gpusim's ``gpusim_launch_loop`` (``gpusim/native/cudastub.c``) calls
+1. Cost per probed call: gpusim's ``gpusim_launch_loop``
+   (``gpuguard/gpusim/native/cudastub.c``) calls
    ``cuLaunchKernel`` back to back, once on the probed copy of the library and once on an
    unprobed copy (uprobes attach to one file), in alternate rounds; the difference per call
    of each side's fastest round, in the loop thread's CPU time (user + kernel: the trap).

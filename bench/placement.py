@@ -5,7 +5,8 @@
    is parsed into records, ranked (gpuguard's policy) and the best GPU chosen. Median of
    repeated runs. Target: <= 50 ms at 1,000 nodes.
 2. Placement policies on a simulated cluster driven by gpusim's contention model
-   (``gpusim/contention.py``: concurrent kernels time-slice with paper B's overhead): the same
+   (``gpuguard/gpusim/contention.py``: concurrent kernels time-slice with paper B's
+   overhead): the same
    arrivals (fixed seeds) are placed by each policy and every task's deadline is judged.
    Workloads: paper C's Fig. 3 (8,192 x 8,192 matmuls, arriving in bursts; memory allows
    21 on a 24 GiB GPU, paper C ran up to 20) and Fig. 4 (light inference tasks, each

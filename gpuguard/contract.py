@@ -217,7 +217,7 @@ class TriggerSource(StrEnum):
 
 
 class StateReason(StrEnum):
-    """Why paper C's node record puts a GPU (or a node) in state 0 (``exporter/record.py``)."""
+    """Why the node record puts a GPU (or a node) in state 0 (``gpuguard/exporter/record.py``)."""
 
     MISSED_DEADLINE = "missed_deadline"  # a task on it missed its deadline within the window
     SATURATED = "saturated"  # a kernel ran nearly all of the short busy window ("100%")

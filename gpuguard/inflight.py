@@ -8,7 +8,7 @@ A server that already publishes how many requests it is serving (vLLM's
     gpuguard.inflight.metric=vllm_num_requests_running   # or with its ':'
     gpuguard.inflight.port=8000     # where it serves /metrics (default: gpuguard.slo.port)
 
-The exporter then reads it itself (``exporter/inflight.py``): a value above 0 is a request
+The exporter then reads it itself (``gpuguard/exporter/inflight.py``): a value above 0 is a request
 being served. ``:`` and ``_`` spellings name the same series, as for ``gpuguard.slo.metric``.
 """
 

@@ -2,7 +2,7 @@
 
 The types both sides share: a node's per-GPU records and paper C's node-level summary
 (state 0/1, float time, free GPU memory). How the exporter computes them from a poll is
-``exporter/record.py``; what each field means is docs/interfaces.md §3 and §5.
+``gpuguard/exporter/record.py``; what each field means is docs/interfaces.md §3 and §5.
 
 Table 3's report is 1 + 5 + 10 bytes: ``NodeRecord.compact()`` encodes state, float time
 (ms) and free memory (bytes) in exactly that layout; Prometheus metrics are the transport.

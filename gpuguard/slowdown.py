@@ -2,8 +2,8 @@
 
 Kernels of several processes time-slice the device, and each switch costs: paper B measured
 the kernel time of n = 1..10 concurrent 13,312 x 13,312 matmuls on one GPU. The simulated
-GPU runs its kernels by this curve (``gpusim/contention.py``) and the placer predicts a
-newcomer's run time with it (``placer/ranking.py``), so it lives here, below both. Pure.
+GPU runs its kernels by this curve (``gpuguard/gpusim/contention.py``) and the placer predicts a
+newcomer's run time with it (``gpuguard/placer/ranking.py``), so it lives here, below both. Pure.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The exporter's ``/api/v1/state`` and ``/api/v1/events`` (docs/interfaces.md section 3).
 
-The field names are defined here once: the exporter writes them (``exporter/state.py``) and
+The field names are defined here once: the exporter writes them (``gpuguard/exporter/state.py``) and
 one typed reader parses them, for the actuator and for ``gpuguard ps``. Parsing is pure and
 strict on the fields its readers rely on; extra fields are ignored so the exporter may grow.
 The actuator fetches the documents with its ``ExporterClient``, ``gpuguard ps`` with a GET.

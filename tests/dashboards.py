@@ -46,11 +46,11 @@ DCGM_NEEDED = "needs dcgm-exporter scraped beside gpuguard (a real GPU); the tes
 # range query over the run (Grafana's time range), not only at its last instant. Under that,
 # every panel returns data, because the parts export zeros rather than nothing:
 # - gpuguard_container_deadline_hits_total / _misses_total exist (0) for every container
-#   from its first poll (exporter/collector.py), so "Deadline misses" is 0, not empty, when
+#   from its first poll (gpuguard/exporter/collector.py), so "Deadline misses" is 0, not empty, when
 #   no deadline is missed;
 # - gpuguard_actuator_fail_open_total has no labels, so it is exported as 0 from start-up;
 #   the actuator creates every label value of its other counters and of
-#   gpuguard_actuator_decision_seconds at start-up (actuator/metrics.py);
+#   gpuguard_actuator_decision_seconds at start-up (gpuguard/actuator/metrics.py);
 # - gpuguard:gpu_tasks_active:count / gpuguard:gpu_tasks_waiting:count fall back to 0 per GPU
 #   (rules/gpuguard-recording.rules.yml), and no panel filters with "> 0" or "== 1".
 # Add an entry only for a panel that a correct run can leave empty, with the reason.

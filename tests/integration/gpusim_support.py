@@ -71,7 +71,15 @@ def host_pid(container: Any) -> int:
 
 def gpusim_status(sim: GpusimService) -> dict[str, Any]:
     """``gpusim status --json``, the command line an operator would use."""
-    argv = [sys.executable, "-m", "gpusim", "status", "--socket", str(sim.socket), "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuguard.gpusim",
+        "status",
+        "--socket",
+        str(sim.socket),
+        "--json",
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
     status: dict[str, Any] = json.loads(out)
     return status

@@ -1,5 +1,5 @@
 """Admission without Docker: the actuator's executor and the guard on a real private
-containerd (``actuator/engine/containerd.py``), pods made as the kubelet makes them.
+containerd (``gpuguard/actuator/engine/containerd.py``), pods made as the kubelet makes them.
 
 Each tenant is a busybox shell counting into its own file every 10 ms, read from the host through
 ``/proc/<pid>/root``: a counter that stops advancing is a container that is frozen.

@@ -1,4 +1,4 @@
-"""The Kubernetes node mark (``actuator/nodemarks/taints.py``) through the official client,
+"""The Kubernetes node mark (``gpuguard/actuator/nodemarks/taints.py``) through the official client,
 against a loopback stand-in that checks every request against the API's schema
 (``tests/support/kube_stand_in.py``): no API server can run here."""
 

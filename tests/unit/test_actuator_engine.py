@@ -302,13 +302,13 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_only_the_docker_adapter_imports_docker_py_and_nothing_fakes_a_library() -> None:
-    actuator = REPO / "actuator"
+    actuator = REPO / "gpuguard" / "actuator"
     importers = sorted(
         str(path.relative_to(REPO))
         for path in actuator.rglob("*.py")
         if any(name == "docker" or name.startswith("docker.") for name in _imports(path))
     )
-    assert importers == ["actuator/engine/docker.py"]
+    assert importers == ["gpuguard/actuator/engine/docker.py"]
     for path in actuator.rglob("*.py"):
         assert "requests.Response(" not in path.read_text(), path
 

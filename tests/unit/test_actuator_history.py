@@ -1,4 +1,5 @@
-"""The actuator's memory for holds and windows (actuator/admission/history.py) and its due timer."""
+"""The actuator's memory for holds and windows (gpuguard/actuator/admission/history.py)
+and its due timer."""
 
 from __future__ import annotations
 

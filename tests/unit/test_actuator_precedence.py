@@ -1,4 +1,5 @@
-"""Table tests of precedence and slack (actuator/admission/policy/precedence.py): no harm from
+"""Table tests of precedence and slack (gpuguard/actuator/admission/policy/precedence.py):
+no harm from
 what NVML cannot see (issue 24). One case per branch, through ``decide`` as in
 test_actuator_policy.py."""
 

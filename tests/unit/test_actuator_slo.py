@@ -1,5 +1,6 @@
 """protect_slo: the policy's SLO pressure (table tests, one per branch), the actuator's record
-of firing SLO alerts (actuator/admission/pressure.py, actuator/slo.py), and the controller
+of firing SLO alerts (gpuguard/actuator/admission/pressure.py, gpuguard/actuator/slo.py),
+and the controller
 acting on them."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Rate control's signal (actuator/admission/slosignal.py): what a reply of Prometheus says,
+"""Rate control's signal (gpuguard/actuator/admission/slosignal.py): what a reply of
+Prometheus says,
 per device, and what a failed query does. The poller against the real Prometheus runs in
 tests/integration/test_ratecontrol_live.py."""
 

@@ -55,7 +55,7 @@ SCRIPTS = {"bench": ("tests",), "deploy": ("tests", HARNESS)}
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the package by dotted name (the design folders through their links)."""
+    """Every module of the package by dotted name."""
     found: dict[str, Path] = {}
 
     def walk(directory: Path, name: str) -> None:

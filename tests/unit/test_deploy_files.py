@@ -8,6 +8,7 @@ parsed by gpuguard's own argument parser.
 
 from __future__ import annotations
 
+import ast
 import configparser
 import ipaddress
 import os
@@ -120,7 +121,8 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
 
 
 def test_the_image_carries_ctr_for_the_containerd_source() -> None:
-    # exporter/containerd.py and actuator/engine/containerd.py shell out to `ctr`; without
+    # gpuguard/exporter/containerd.py and gpuguard/actuator/engine/containerd.py shell out to
+    # `ctr`; without
     # it the containerd source refuses to start ("needs ctr on PATH").
     steps = dockerfile_instructions()
     stages: dict[str, list[tuple[str, str]]] = {}
@@ -154,22 +156,27 @@ def test_the_test_image_is_built_from_what_the_dockerfile_copies() -> None:
     assert sorted(copied) == sorted(DOCKERFILE_SOURCES)
 
 
-def test_dockerfile_copies_every_folder_linked_into_the_package() -> None:
-    # gpuguard/<part> -> ../<part>: a part the build stage lacks is missing from the wheel,
-    # and the image's `gpuguard` then fails on its first import.
+def test_dockerfile_copies_every_folder_setup_maps_into_the_package() -> None:
+    # setup.py installs the data folders inside the package: one the build stage lacks is
+    # missing from the wheel, and the image's actuator then finds no rules.
     copied = {
         source.rstrip("/")
         for keyword, rest in dockerfile_instructions()
         if keyword == "COPY" and not rest.startswith("--from")
         for source in rest.split()[:-1]
     }
-    package = ROOT / "gpuguard"
-    linked = {
-        str((package / os.readlink(p)).resolve().relative_to(ROOT))
-        for p in package.iterdir()
-        if p.is_symlink()
-    }
-    for target in linked:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    (mapping,) = [
+        node.value for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DATA_PACKAGES"
+    ]  # fmt: skip
+    mapped = ast.literal_eval(mapping)
+    assert set(mapped) == {
+        "gpuguard.rules", "gpuguard.dashboards", "gpuguard.deploy.prometheus",
+        "gpuguard.deploy.alertmanager",
+    }  # fmt: skip
+    assert "gpuguard" in copied and "setup.py" in copied
+    for target in mapped.values():
         assert (
             target in copied
             or any(target.startswith(c + "/") for c in copied)
@@ -572,7 +579,8 @@ def test_kubernetes_args_parse(name: str) -> None:
 
 
 def test_only_the_actuator_reaches_the_kubernetes_api_and_only_for_nodes() -> None:
-    # The node mark is a taint and a label on the actuator's Node (actuator/nodemarks/taints.py):
+    # The node mark is a taint and a label on the actuator's Node
+    # (gpuguard/actuator/nodemarks/taints.py):
     # get and update on nodes, for the actuator's ServiceAccount, and nothing else.
     assert by_kind("Role") == {} and by_kind("RoleBinding") == {}
     (role,) = by_kind("ClusterRole").values()

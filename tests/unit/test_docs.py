@@ -133,7 +133,8 @@ def test_the_kubernetes_pod_example_is_valid_and_gives_its_server_alone_an_slo()
 def _families() -> set[str]:
     golden = (REPO / "tests" / "fixtures" / "exporter_metrics.prom").read_text()
     found = set(re.findall(r"^# TYPE (\S+) ", golden, re.M))
-    for source in ("actuator/metrics.py", "actuator/guard/metrics.py", "placer/service.py"):
+    sources = ("actuator/metrics.py", "actuator/guard/metrics.py", "placer/service.py")
+    for source in (f"gpuguard/{name}" for name in sources):
         found |= set(re.findall(r'"(gpuguard_[a-z_]+)"', (REPO / source).read_text()))
     # prometheus_client's Counter("x") exposes x_total
     counters = {"gpuguard_actuator_actions", "gpuguard_actuator_skipped",
@@ -143,7 +144,7 @@ def _families() -> set[str]:
                 "gpuguard_guard_state_write_failures",
                 "gpuguard_actuator_besteffort_control_steps",
                 "gpuguard_actuator_slo_queries"}  # fmt: skip
-    found -= {"gpuguard_actuator_node_provisionable"} - found  # named in placer/source.py
+    found -= {"gpuguard_actuator_node_provisionable"} - found  # named in gpuguard/placer/source.py
     return {f"{f}_total" if f in counters else f for f in found}
 
 

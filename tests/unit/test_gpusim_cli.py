@@ -26,7 +26,7 @@ def served() -> Iterator[Path]:
     """``gpusim serve`` as a subprocess with a small device; stopped by PID (SIGTERM)."""
     directory = Path(tempfile.mkdtemp(prefix="gs-"))
     sock = directory / "gpusim.sock"
-    argv = [sys.executable, "-m", "gpusim", "serve", "--socket", str(sock)]
+    argv = [sys.executable, "-m", "gpuguard.gpusim", "serve", "--socket", str(sock)]
     argv += ["--device", "name=big,memory=8GiB", "--device", "name=tiny,memory=1GiB"]
     argv += ["--time-scale", "0.01", "--copy-time-scale", "0.01", "--context-memory", "100MiB"]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE)

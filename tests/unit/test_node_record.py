@@ -1,4 +1,5 @@
-"""Paper C's node record (exporter/record.py, types in gpuguard/noderecord.py): state, float
+"""Paper C's node record (gpuguard/exporter/record.py, types in gpuguard/noderecord.py):
+state, float
 time, free memory, per GPU."""
 
 from __future__ import annotations

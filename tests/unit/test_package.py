@@ -55,11 +55,17 @@ def test_no_module_imports_a_part_by_its_bare_folder_name() -> None:
     assert not offenders, "import through gpuguard.*: " + ", ".join(offenders)
 
 
-def test_the_package_links_the_design_folders() -> None:
-    for part in (*TOP_LEVEL_PARTS, "rules", "deploy"):
-        link = REPO / "gpuguard" / part
-        assert link.is_symlink() and link.resolve() == REPO / part, link
-    assert (REPO / "gpuguard" / "dashboards").resolve() == REPO / "grafana" / "dashboards"
+def test_every_file_has_one_path() -> None:
+    """The services live in the package; the data folders stay where the design puts them
+    and are found there (no link gives a file a second path)."""
+    links = [p for p in (REPO / "gpuguard").rglob("*") if p.is_symlink()]
+    assert links == []
+    for part in TOP_LEVEL_PARTS:
+        assert (REPO / "gpuguard" / part / "__init__.py").is_file()
+        assert not (REPO / part).exists(), part
+    assert resources.RULES_DIR == REPO / "rules"
+    assert resources.DASHBOARDS_DIR == REPO / "grafana" / "dashboards"
+    assert resources.PROMETHEUS_DIR == REPO / "deploy" / "prometheus"
 
 
 @pytest.mark.parametrize("module", RUNTIME_ENTRY_MODULES)

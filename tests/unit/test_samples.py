@@ -1,4 +1,5 @@
-"""Holding NVML's per-process samples between the driver's instants (exporter/samples.py)."""
+"""Holding NVML's per-process samples between the driver's instants
+(gpuguard/exporter/samples.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The operator's trust policy (exporter/trust.py): parsing, one table test per branch of
+"""The operator's trust policy (gpuguard/exporter/trust.py): parsing, one table test per branch of
 ``apply``, and the policy applied where the exporter builds a container from ``inspect``."""
 
 from __future__ import annotations

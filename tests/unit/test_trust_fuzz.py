@@ -83,6 +83,9 @@ class _Snap:
     demand: dict[str, float] = {}
     typical_run: dict[str, float] = {}
     longest_run: dict[str, float] = {}
+    activity: dict[str, object] = {}
+    inflight: dict[str, object] = {}
+    probe = None
 
 
 def as_state(info: ContainerInfo) -> dict[str, Any]:

@@ -107,9 +107,8 @@ def build_rootfs() -> bytes:
 
 
 # What deploy/Dockerfile copies into its build stage: the wheel is built from these alone.
-DOCKERFILE_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "gpuguard", "exporter",
-                      "actuator", "gpusim", "placer", "rules", "grafana/dashboards",
-                      "deploy/prometheus", "deploy/alertmanager")  # fmt: skip
+DOCKERFILE_SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "gpuguard", "rules",
+                      "grafana/dashboards", "deploy/prometheus", "deploy/alertmanager")  # fmt: skip
 
 
 def _install_gpuguard(site: Path) -> None:

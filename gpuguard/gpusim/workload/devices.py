@@ -59,7 +59,7 @@ class SimDevices:
     """``Devices`` on a gpusim daemon: one connection (context) per device, one PID.
 
     Where the daemon put its driver stand-in beside its socket, each launch, copy and wait
-    runs inside the matching CUDA driver entry point (``gpusim/driver.py``).
+    runs inside the matching CUDA driver entry point (``gpuguard/gpusim/driver.py``).
     """
 
     def __init__(self, socket: Path | None, addresses: Sequence[str]) -> None:

@@ -30,7 +30,7 @@ class ProcessUtilization:
     timestamp_us: int
     sm_ratio: float
     mem_ratio: float
-    #: an earlier sample standing in until the next is due (``exporter/samples.py``)
+    #: an earlier sample standing in until the next is due (``gpuguard/exporter/samples.py``)
     held: bool = False
     #: where in its period the activity began (it opens a run) or ended (it stops there)
     began_us: int | None = None
@@ -101,15 +101,15 @@ class ContainerInfo:
     slo_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
     inflight: InflightDeclaration | None = None  # gpuguard.inflight.* (gpuguard/inflight.py)
     inflight_errors: tuple[tuple[str, str], ...] = ()  # (label, why) for each unusable one
-    # Kubernetes identity (containerd source, CRI labels; exporter/kube.py); None elsewhere
+    # Kubernetes identity (containerd source, CRI labels; gpuguard/exporter/kube.py); None elsewhere
     pod_namespace: str | None = None
     pod_name: str | None = None
     pod_uid: str | None = None
-    #: (label, why) for each claim the operator's trust policy rejected (exporter/trust.py)
+    #: (label, why) for each claim the operator's trust policy rejected (gpuguard/exporter/trust.py)
     claims_rejected: tuple[tuple[str, str], ...] = ()
     #: whether its tasks' deadlines count toward the node record and the alerts that mark
     #: the node: the trust policy granted its deadline and class as given, and lets its
-    #: misses mark the node (exporter/trust.py); otherwise its misses are its own
+    #: misses mark the node (gpuguard/exporter/trust.py); otherwise its misses are its own
     deadline_vouched: bool = True
 
     @property

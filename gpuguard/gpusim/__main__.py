@@ -1,4 +1,4 @@
-"""``python -m gpusim``."""
+"""``python -m gpuguard.gpusim``."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """The placer's API as handler functions: a query string in, a status and a JSON document out.
 
-Nothing here speaks HTTP, so the transport (``placer/http.py`` on the shared server core
+Nothing here speaks HTTP, so the transport (``gpuguard/placer/http.py`` on the shared server core
 ``gpuguard/web``, or a Kubernetes scheduler extender) stays a thin adapter. Bad input is a 400
 with one line, never a traceback; Prometheus unreachable is a 503; no eligible node a 409.
 

@@ -57,7 +57,7 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         ContainerField.NAMESPACE: info.pod_namespace,
         ContainerField.POD: info.pod_name,
         ContainerField.POD_UID: info.pod_uid,
-        # the operator's trust policy replaced these claims (exporter/trust.py)
+        # the operator's trust policy replaced these claims (gpuguard/exporter/trust.py)
         ContainerField.CLAIMS_REJECTED: [
             {ClaimField.LABEL: label, ClaimField.WHY: why} for label, why in info.claims_rejected
         ],

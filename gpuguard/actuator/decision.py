@@ -158,7 +158,8 @@ class Ledger:
 @dataclass(frozen=True)
 class Recent:
     """What the actuator saw lately (memory only; the controller keeps it, see
-    ``actuator/admission/history.py``). Empty after a restart, which only makes holds start afresh.
+    ``gpuguard/actuator/admission/history.py``). Empty after a restart, which only makes
+    holds start afresh.
 
     ``serving``: containers seen beginning a new task already computing within
     ``REPEAT_GAP_S`` of the last one's drain, more than once: their memory stays cached

@@ -253,7 +253,7 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "gpuguard_tasks_waiting": ("gauge", "Running tasks whose container is paused.", _G),
     "gpuguard_unattributed_gpu_processes": ("gauge", "GPU processes in no known container.", _G),
-    # paper C's node record (exporter/record.py)
+    # paper C's node record (gpuguard/exporter/record.py)
     "gpuguard_node_state": (
         "gauge",
         "1 if the node can take new real-time work (a GPU whose deadlines are met and cores "

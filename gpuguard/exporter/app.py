@@ -63,10 +63,10 @@ def open_container_source(
     return index, f"docker {config.docker_host}"
 
 
-def start_launch_probe(
+def make_launch_probe(
     config: ExporterConfig, index: ContainerSource, events: EventLog, backend: str
 ) -> tuple[LaunchProbe | None, ActivityTracker, ProbeStatus]:
-    """The launch probe and its tracker; where it cannot run, the status says why."""
+    """The launch probe (not started) and its tracker; where it is off, the status says so."""
 
     def name_of(cid: str) -> str | None:
         info = index.snapshot().get(cid)
@@ -89,7 +89,7 @@ def start_launch_probe(
     socket = config.gpusim_socket if backend == "gpusim" else None
     library = find_library(probe_config.library, socket)
     probe = LaunchProbe(binary, library, probe_config.interval_s, feed.on_tick)
-    return probe, tracker, probe.start()
+    return probe, tracker, probe.status
 
 
 def run_exporter(config: ExporterConfig) -> int:
@@ -114,7 +114,7 @@ def run_exporter(config: ExporterConfig) -> int:
         backend.close()
         return 1
     index, source = open_container_source(config, events)
-    probe, activity, probe_status = start_launch_probe(config, index, events, backend.name)
+    probe, activity, probe_status = make_launch_probe(config, index, events, backend.name)
     gauges = GaugeReader(index.snapshot, events, config.gauge_host, probed=activity.probed)
     poller = Poller(
         backend,
@@ -141,10 +141,11 @@ def run_exporter(config: ExporterConfig) -> int:
             file=sys.stderr,
         )
         backend.close()
-        if probe is not None:
-            probe.stop()
         return 1
-    index.start()  # once listening: a port in use is its one line, with no engine warnings
+    # once listening: a port in use is its one line, with no probe or engine warnings
+    if probe is not None:
+        probe_status = probe.start()
+    index.start()
     if not index.wait_synced(_SYNC_WAIT_S):
         log.warning("%s not reachable yet; retrying in the background", source)
     stop = threading.Event()

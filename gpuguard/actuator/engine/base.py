@@ -2,7 +2,7 @@
 they use, in gpuguard's own types and errors.
 
 An adapter per engine implements ``ContainerEngine`` (``docker.py``, ``containerd.py``) and
-translates its library's errors, in that one place, into ``actuator/errors.py``'s:
+translates its library's errors, in that one place, into ``gpuguard/actuator/errors.py``'s:
 ``ContainerGone``, ``EngineConflict``, ``EngineRefused`` and ``EngineDown``. What those mean
 for an action is read once, here, by ``attempt``: gone is a vanished container, down is an
 engine that did not answer (retried a few times first), and a conflict means the container

@@ -1,6 +1,6 @@
 """gpuguard's placer: paper C's node list across a cluster.
 
-Every node's exporter publishes its node record (``exporter/record.py``; the types are
+Every node's exporter publishes its node record (``gpuguard/exporter/record.py``; the types are
 ``gpuguard/noderecord.py``); Prometheus scrapes them all; the placer reads the records from
 Prometheus (``source``), ranks nodes and GPUs for a new real-time container (``ranking``,
 pure, no Swarm), remembers what it placed until the records show it (``reservations``) and

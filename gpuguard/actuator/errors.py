@@ -27,7 +27,7 @@ class ExporterUnavailable(ActuatorError):
 
 class EngineError(ActuatorError):
     """A container engine (Docker, containerd) call that did not do what was asked; each
-    engine adapter (``actuator/engine/``) translates its library's errors into these."""
+    engine adapter (``gpuguard/actuator/engine/``) translates its library's errors into these."""
 
 
 class EngineDown(EngineError):

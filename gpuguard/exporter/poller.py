@@ -1,6 +1,6 @@
 """The poll loop: sample -> hold -> resolve owners -> join -> track, once per
 ``--poll.interval`` (hold: a process's last SM sample stands until the next is due,
-``exporter/samples.py``).
+``gpuguard/exporter/samples.py``).
 
 Each poll ends in an immutable ``PollSnapshot`` that /metrics and /api/v1/state read; they
 never call NVML or Docker. A failing source is recorded (success 0, errors + 1) and the
@@ -82,17 +82,17 @@ class PollSnapshot:
     stats: Mapping[str, ContainerStats]
     histograms: Mapping[str, RunHistogram]
     sources: Mapping[str, SourceStatus] = field(default_factory=dict)
-    record: NodeRecord | None = None  # paper C's node record (exporter/record.py)
+    record: NodeRecord | None = None  # paper C's node record (gpuguard/exporter/record.py)
     default_task_mode: TaskMode = TaskMode.BURST  # for containers without gpuguard.task
     demand: Mapping[str, float] = field(default_factory=dict)  # container id -> SM share
     typical_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
     longest_run: Mapping[str, float] = field(default_factory=dict)  # container id -> run s
-    #: the trust policy in force: (kind, file) (exporter/trust.py)
+    #: the trust policy in force: (kind, file) (gpuguard/exporter/trust.py)
     trust_policy: tuple[str, str] = (TRUSTING, "")
-    #: the launch probe's view per container id (exporter/activity.py), and its status
+    #: the launch probe's view per container id (gpuguard/exporter/activity.py), and its status
     activity: Mapping[str, ContainerActivity] = field(default_factory=dict)
     probe: ProbeStatus | None = None
-    #: servers' own in-flight gauges per container id (exporter/inflight.py)
+    #: servers' own in-flight gauges per container id (gpuguard/exporter/inflight.py)
     inflight: Mapping[str, GaugeReading] = field(default_factory=dict)
 
 

@@ -106,7 +106,7 @@ def describe_container(
     An invalid ``gpuguard.deadline``, ``gpuguard.task``, ``gpuguard.class`` or
     ``gpuguard.slo.*`` is kept as an error beside the container, which then behaves as if the
     label were absent. A claim the operator's ``policy`` does not grant the container is
-    replaced, and the rejection kept beside it (exporter/trust.py).
+    replaced, and the rejection kept beside it (gpuguard/exporter/trust.py).
     """
     deadline_s, deadline_error = _label(container_labels, labels.DEADLINE, labels.parse_duration)
     task_mode, task_mode_error = _label(container_labels, labels.TASK, labels.parse_task_mode)
@@ -134,7 +134,7 @@ def describe_container(
         inflight_errors=gauge_errors,
     )
     # A Docker container's own io.kubernetes.pod.namespace label is anyone's to set: rules on
-    # namespace match only what a CRI sandbox says (exporter/containerd.py).
+    # namespace match only what a CRI sandbox says (gpuguard/exporter/containerd.py).
     return trust.enforce(policy, info)
 
 
