@@ -839,7 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     per_window: dict[str, list[dict[str, Any]]] = {}
     notes: list[str] = []
-    actions: dict[str, dict[str, int]] = {}
+    actions: dict[str, dict[str, dict[str, int]]] = {}
     failed = False
     try:
         try:
@@ -865,8 +865,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  NOTE {notes[-1]}")
             print(window_table(kind, per_window[kind.name]))
             print(spread_table(spreads(per_window[kind.name])))
-            print(f"  actuator: {actions[kind.name] or 'nothing'}; took {time.time() - t0:.0f}s",
-                  flush=True)  # fmt: skip
+            for arm in MANAGED:
+                done = actions[kind.name].get(arm)
+                print(f"  actuator {ARM_NAMES[arm]}: {done or 'nothing'}", flush=True)
+            print(f"  took {time.time() - t0:.0f}s", flush=True)
     finally:
         node.stop()
         if args.keep is None:
@@ -943,11 +945,11 @@ def scrape(url: str, tries: int = 20) -> str:
 
 @dataclass
 class KindOutcome:
-    """A scenario's windows' figures, the actuator's actions, and the containers that
-    began behind their release (the lead-in was too short for the machine's load)."""
+    """A scenario's windows' figures, the actuator's actions per managed arm, and the
+    containers that began behind their release (the lead-in was too short for the load)."""
 
     figures: list[dict[str, Any]] = field(default_factory=list)
-    actions: dict[str, int] = field(default_factory=dict)
+    actions: dict[str, dict[str, int]] = field(default_factory=dict)
     late: dict[str, float] = field(default_factory=dict)
 
 
@@ -972,7 +974,9 @@ def run_kind(
             print(f"  {label}: {len(cast.specs)} containers", flush=True)
             records.append(run(node, label, cast, sizes))
             for key, n in action_counts(records[-1].audit).items():
-                out.actions[key] = out.actions.get(key, 0) + n
+                if arm in MANAGED:
+                    mine = out.actions.setdefault(arm, {})
+                    mine[key] = mine.get(key, 0) + n
             out.late.update(records[-1].late)
         seen = index(records)
         out.figures += [judge_window(p, seen, sizes.wall_s) for p in batch]
@@ -981,7 +985,7 @@ def run_kind(
 
 def finish(
     args: argparse.Namespace, mode: str, sizes: Sizes, per_window: dict[str, list[dict[str, Any]]],
-    actions: dict[str, dict[str, int]], notes: list[str], wall: float, failed: bool,
+    actions: dict[str, dict[str, dict[str, int]]], notes: list[str], wall: float, failed: bool,
     probe_attached: bool | None,
 ) -> int:  # fmt: skip
     per_kind = {kind: spreads(windows) for kind, windows in per_window.items()}
