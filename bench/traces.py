@@ -910,6 +910,11 @@ class ProbeSwitch:
             self.attached = up and self.attached is not False
 
 
+def managed_order(current: str) -> tuple[str, ...]:
+    """The managed arms, the one the exporter runs for now first: one restart a batch."""
+    return tuple(sorted(MANAGED, key=lambda arm: arm != current))
+
+
 def exporter_flags(flags: Sequence[str], arm: str) -> list[str]:
     """The exporter's flags with the launch probe as ``arm`` needs it (pure)."""
     return [f for f in flags if not f.startswith("--probe.launch")] + [PROBE_FLAG[arm]]
@@ -968,7 +973,7 @@ def run_kind(
         def replay_for(label: str) -> Replay:
             return Replay(node.base_dir / "logs" / label, time_scale, sizes.wall_s)
 
-        order = sorted(MANAGED, key=lambda arm: arm != switch.arm)
+        order = managed_order(switch.arm)
         for label, arm, cast in run_casts(batch, replay_for, sizes.alone_beside, order):
             switch.use(arm)
             print(f"  {label}: {len(cast.specs)} containers", flush=True)

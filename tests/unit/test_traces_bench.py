@@ -392,6 +392,9 @@ def test_the_exporter_runs_with_the_probe_each_arm_asks_for() -> None:
     flags = ["--trust.all", "--probe.launch=off"]
     assert traces.exporter_flags(flags, "probe") == ["--trust.all", "--probe.launch=auto"]
     assert traces.exporter_flags(flags, "nvml") == ["--trust.all", "--probe.launch=off"]
+    # each batch begins with the arm the exporter already runs for, so it restarts once
+    assert traces.managed_order("nvml") == ("nvml", "probe")
+    assert traces.managed_order("probe") == ("probe", "nvml")
 
 
 @pytest.mark.parametrize(
