@@ -1,16 +1,23 @@
-"""Real-time beside best-effort on production inference traces: alone, shared and managed.
+"""Real-time beside best-effort on production inference traces: alone, shared and managed,
+the exporter seeing through NVML only and through the launch probe.
 
-Issue 24's bench. Public production LLM-inference traces (the Azure LLM inference traces
-2023, a code-completion and a conversation service: ``bench/traces/README.md``) are replayed
-by gpusim's ``server`` workload (``--trace``) through the real stack: a private dockerd,
-gpusim, the exporter, the actuator with its defaults (``--actuator-arg`` adds flags) and its
-guard. Each window of a trace is one run of every arm, on the same machine in one invocation:
+Public production LLM-inference traces (the Azure LLM inference traces 2023, a
+code-completion and a conversation service: ``bench/traces/README.md``) are replayed by
+gpusim's ``server`` workload (``--trace``) through the real stack: a private dockerd, gpusim,
+the exporter, the actuator with its defaults (``--actuator-arg`` adds flags) and its guard.
+Each window of a trace is one run of every arm, on the same machine in one invocation:
 
   alone     each real-time container by itself on a GPU of its own, and the trainer by
             itself: its latency alone, its GPU share alone, the trainer's steps/s alone
   shared    the window's containers on one GPU, none managed: they time-slice it
-  managed   the same containers, all ``gpuguard.managed=true``, the trainer
-            ``gpuguard.class=best-effort``
+  nvml      the same containers, all ``gpuguard.managed=true``, the trainer
+            ``gpuguard.class=best-effort``; the exporter with ``--probe.launch=off``
+  probe     the same, the exporter with ``--probe.launch=auto`` (the launch probe's
+            uprobes: root and BTF). Where the probe cannot attach, one line says so and
+            the last line says ``probe_attached: false``: this arm then saw through NVML
+
+The exporter and the actuator are restarted between the two managed arms (the guard stays),
+whose order alternates so that each batch restarts them once.
 
 Scenarios (``replay/trace.py`` turns tokens into kernel time: prefill ~ context tokens,
 decode ~ generated tokens, scaled to the share given; ``--plan`` prints every window):
@@ -28,17 +35,18 @@ decode ~ generated tokens, scaled to the share given; ``--plan`` prints every wi
                 deadline 2x that) released a quarter into the window
 
 A server's request deadline is a factor (2x for (a) and (b)) of its own p99 alone, computed
-from its schedule before the run (it answers in arrival order). Per scenario the median and
-the worst window of ``rt_p99_over_alone``, ``rt_hit_rate`` and ``be_over_ideal`` are printed,
-where the ideal is the trainer's alone rate x (1 - the servers' GPU share alone, measured
-from their own kernel spans). A miss ``from a freeze`` is a missed request during which the
+from its schedule before the run (it answers in arrival order). Per scenario and arm the
+median and the worst window of ``rt_p99_over_alone``, ``rt_hit_rate`` and ``be_over_ideal``
+are printed, where the ideal is the trainer's alone rate x (1 - the servers' GPU share alone,
+measured from their own kernel spans). A miss ``from a freeze`` is a missed request during which the
 actuator held its server frozen (its audit log). gpusim runs kernels at ``--time-scale``;
 every wall length above is kept whatever the scale. ``--quick`` runs three windows of 16 s at
-once, each on GPUs of its own, the alone containers beside the shared run (about 4 minutes on
+once, each on GPUs of its own, the alone containers beside the shared run (about 5 minutes on
 a busy 2-core machine); the default runs ten windows of 40 s, two at a time, each arm in a
-run of its own (about 47 minutes). The points for a picture (real-time p99 over alone against
-best-effort steps/s: shared, managed, ideal) are written as JSON to ``--points``. The last
-line printed is one JSON object.
+run of its own (about an hour). The points for a picture (real-time p99 over alone against
+best-effort steps/s: shared, NVML-only, probe, ideal) are written as JSON to ``--points``.
+The last line printed is one JSON object: the probe arm's figures under their keys, the
+NVML-only arm's under the same keys with ``_nvml`` after them, and ``probe_attached``.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
 import shutil
 import statistics
@@ -114,7 +123,12 @@ DEADLINE_FLOOR_S = 0.05
 #: the one-shot: its kernel time and release as shares of the window, its kernels' length,
 #: its deadline as a multiple of its kernel time
 ONESHOT_WORK, ONESHOT_AT, ONESHOT_KERNEL_S, ONESHOT_DEADLINE = 0.4, 0.25, 0.1, 2.0
-ARMS = ("alone", "shared", "managed")
+#: every arm; the managed ones run the same containers, all ``gpuguard.managed=true``, with
+#: the exporter seeing them through NVML's samples only, or through the launch probe too
+ARMS = ("alone", "shared", "nvml", "probe")
+MANAGED = ("nvml", "probe")
+#: the exporter's flag for each managed arm
+PROBE_FLAG = {"nvml": "--probe.launch=off", "probe": "--probe.launch=auto"}
 
 
 @dataclass(frozen=True)
@@ -300,7 +314,7 @@ def cast_window(
     """One window's containers in one arm: alone each on a GPU of its own, else together."""
     index = plan.window.index
     shared_gpu = None if arm == "alone" else devices.take()
-    managed = arm == "managed"
+    managed = arm in MANAGED
     for server in plan.servers:
         name = f"{prefix}-{arm}-{plan.window.label()}-{server.role}"
         device = shared_gpu if shared_gpu is not None else devices.take()
@@ -315,12 +329,14 @@ def cast_window(
 
 
 def run_casts(plans: Sequence[WindowPlan], replay_for: Callable[[str], Replay],
-              alone_beside: bool) -> Iterator[tuple[str, Cast]]:  # fmt: skip
-    """The runs of one batch of windows, each with its label and containers."""
+              alone_beside: bool, managed: Sequence[str] = MANAGED,
+              ) -> Iterator[tuple[str, str, Cast]]:  # fmt: skip
+    """The runs of one batch of windows, each with its label, the arm that names it (the
+    managed arms in the order given) and its containers."""
     kind = plans[0].kind
     batch = f"{kind.name}-b{plans[0].window.index}"
-    groups = [["shared", "alone"], ["managed"]] if alone_beside else [["alone"], ["shared"],
-                                                                       ["managed"]]  # fmt: skip
+    groups = [["shared", "alone"]] if alone_beside else [["alone"], ["shared"]]
+    groups += [[arm] for arm in managed]
     for arms in groups:
         label = f"{batch}-{arms[0]}"
         replay, devices, cast = replay_for(label), Devices(), Cast()
@@ -330,7 +346,7 @@ def run_casts(plans: Sequence[WindowPlan], replay_for: Callable[[str], Replay],
             if arm == "alone" and kind.trainer:
                 name = f"{kind.letter}-alone-{plans[0].window.label()}-trainer"
                 cast.add(replay.trainer(name, devices.take(), False), None, "alone", "trainer")
-        yield label, cast
+        yield label, arms[0], cast
 
 
 # --- running ------------------------------------------------------------------------------
@@ -428,7 +444,7 @@ def judge_server(seen: dict[Any, Seen], window: int, role: str) -> dict[str, Any
         out[f"p99_{arm}_ms"] = None if not requests else round(1000 * (p99_s(requests) or 0), 1)
         out[f"hit_rate_{arm}"] = hit_rate(requests)
         out[f"requests_{arm}"] = len(requests)
-    for arm in ("shared", "managed"):
+    for arm in ("shared", *MANAGED):
         out[f"p99_over_alone_{arm}"] = ratio(out[f"p99_{arm}_ms"], out["p99_alone_ms"])
     return out
 
@@ -443,7 +459,7 @@ def judge_window(plan: WindowPlan, seen: dict[Any, Seen], wall_s: float) -> dict
     }  # fmt: skip
     for server in plan.servers:
         figures[server.role] = judge_server(seen, w, server.role)
-    for arm in ("shared", "managed"):  # with two servers: the worse one
+    for arm in ("shared", *MANAGED):  # with two servers: the worse one
         ratios = [figures[s.role][f"p99_over_alone_{arm}"] for s in plan.servers]
         rates = [figures[s.role][f"hit_rate_{arm}"] for s in plan.servers]
         figures[f"rt_p99_over_alone_{arm}"] = max(
@@ -451,18 +467,23 @@ def judge_window(plan: WindowPlan, seen: dict[Any, Seen], wall_s: float) -> dict
         )
         figures[f"rt_hit_rate_{arm}"] = min((r for r in rates if r is not None), default=None)
     if len(plan.servers) > 1:
-        figures["hit_rate_managed_minus_shared"] = min(
-            (round(figures[s.role]["hit_rate_managed"] - figures[s.role]["hit_rate_shared"], 3)
-             for s in plan.servers
-             if figures[s.role]["hit_rate_managed"] is not None
-             and figures[s.role]["hit_rate_shared"] is not None),
-            default=None,
-        )  # fmt: skip
+        for arm in MANAGED:
+            gains = [gain(figures[s.role], arm) for s in plan.servers]
+            figures[f"hit_rate_{arm}_minus_shared"] = min(
+                (g for g in gains if g is not None), default=None
+            )
+            figures[f"{plan.servers[0].role}_hit_rate_{arm}_minus_shared"] = gains[0]
     if plan.kind.trainer:
         figures.update(judge_trainer(plan, seen, wall_s))
     if plan.oneshot_s:
         figures.update(judge_oneshot(plan, seen))
     return figures
+
+
+def gain(server: dict[str, Any], arm: str) -> float | None:
+    """A server's hit rate in a managed arm less its hit rate shared."""
+    managed, shared = server[f"hit_rate_{arm}"], server["hit_rate_shared"]
+    return None if managed is None or shared is None else round(managed - shared, 3)
 
 
 def judge_trainer(plan: WindowPlan, seen: dict[Any, Seen], wall_s: float) -> dict[str, Any]:
@@ -474,15 +495,16 @@ def judge_trainer(plan: WindowPlan, seen: dict[Any, Seen], wall_s: float) -> dic
     ideal = None if alone_steps is None else alone_steps * max(0.0, 1 - share)
     out: dict[str, Any] = {"rt_share_alone": round(share, 3), "be_steps_alone": alone_steps,
                            "be_ideal": None if ideal is None else round(ideal, 2)}  # fmt: skip
-    for arm in ("shared", "managed"):
+    for arm in ("shared", *MANAGED):
         trainer = seen[w, arm, "trainer"]
         steps = trainer.steps_per_s(wall_s)
         out[f"be_steps_{arm}"] = round(steps, 2)
         out[f"be_over_ideal_{arm}"] = ratio(steps, ideal)
-    managed = seen[w, "managed", "trainer"]
-    start = managed.start
-    frozen = covered(managed.frozen(start + wall_s), start, start + wall_s)
-    out["be_frozen_share_managed"] = round(frozen / wall_s, 3)
+    for arm in MANAGED:
+        managed = seen[w, arm, "trainer"]
+        start = managed.start
+        frozen = covered(managed.frozen(start + wall_s), start, start + wall_s)
+        out[f"be_frozen_share_{arm}"] = round(frozen / wall_s, 3)
     if alone_steps is not None:
         out["be_steps_alone"] = round(alone_steps, 2)
     return out
@@ -499,12 +521,15 @@ def judge_oneshot(plan: WindowPlan, seen: dict[Any, Seen]) -> dict[str, Any]:
         out[f"oneshot_met_{arm}"] = tasks[0].met_deadline if tasks else None
         requests = seen[w, arm, server].requests
         out[f"server_misses_{arm}"] = sum(r.met_deadline is False for r in requests)
-    managed = seen[w, "managed", server]
-    until = max((r.end for r in managed.requests), default=managed.start)
-    frozen = managed.frozen(until)
-    out["server_frozen_s_managed"] = round(sum(e - s for s, e in frozen), 2)
-    out["server_longest_freeze_s"] = round(max((e - s for s, e in frozen), default=0.0), 2)
-    out["server_misses_from_freeze"] = misses_from_freeze(managed.requests, frozen)
+    for arm in MANAGED:
+        managed = seen[w, arm, server]
+        until = max((r.end for r in managed.requests), default=managed.start)
+        frozen = managed.frozen(until)
+        out[f"server_frozen_s_{arm}"] = round(sum(e - s for s, e in frozen), 2)
+        out[f"server_longest_freeze_s_{arm}"] = round(
+            max((e - s for s, e in frozen), default=0.0), 2
+        )
+        out[f"server_misses_from_freeze_{arm}"] = misses_from_freeze(managed.requests, frozen)
     return out
 
 
@@ -515,17 +540,26 @@ def fmt(value: Any, spec: str = "") -> str:
     return "-" if value is None else format(value, spec)
 
 
-SPREADS: dict[str, tuple[str, bool]] = {
-    # figure -> (its name in the summary, whether higher is worse)
-    "rt_p99_over_alone_shared": ("rt_p99_over_alone shared", True),
-    "rt_p99_over_alone_managed": ("rt_p99_over_alone managed", True),
-    "rt_hit_rate_shared": ("rt_hit_rate shared", False),
-    "rt_hit_rate_managed": ("rt_hit_rate managed", False),
-    "be_over_ideal_shared": ("be_over_ideal shared", False),
-    "be_over_ideal_managed": ("be_over_ideal managed", False),
-    "hit_rate_managed_minus_shared": ("hit rate managed - shared (worse server)", False),
-    "server_misses_from_freeze": ("server misses from a freeze", True),
-}
+#: the arms' names in the printed tables
+ARM_NAMES = {"alone": "alone", "shared": "shared", "nvml": "NVML-only", "probe": "probe"}
+
+
+def _spreads() -> dict[str, tuple[str, bool]]:
+    out: dict[str, tuple[str, bool]] = {}
+    for figure, higher in (("rt_p99_over_alone", True), ("rt_hit_rate", False),
+                           ("be_over_ideal", False)):  # fmt: skip
+        for arm in ("shared", *MANAGED):
+            out[f"{figure}_{arm}"] = (f"{figure} {ARM_NAMES[arm]}", higher)
+    for arm in MANAGED:
+        name = ARM_NAMES[arm]
+        out[f"hit_rate_{arm}_minus_shared"] = (f"hit rate {name} - shared (worse server)", False)
+        out[f"tight_hit_rate_{arm}_minus_shared"] = (f"hit rate {name} - shared (tight)", False)
+        out[f"server_misses_from_freeze_{arm}"] = (f"server misses from a freeze {name}", True)
+    return out
+
+
+#: figure -> (its name in the summary, whether higher is worse)
+SPREADS: dict[str, tuple[str, bool]] = _spreads()
 
 
 def spreads(windows: Sequence[dict[str, Any]]) -> dict[str, Spread]:
@@ -536,7 +570,12 @@ def spreads(windows: Sequence[dict[str, Any]]) -> dict[str, Spread]:
     }
 
 
+def _arms(values: Sequence[Any], spec: str = "") -> str:
+    return " / ".join(fmt(v, spec) for v in values)
+
+
 def window_table(kind: Kind, windows: Sequence[dict[str, Any]]) -> str:
+    heading = "/".join(ARM_NAMES[a] for a in ARMS)
     lines = []
     for w in windows:
         head = (f"  w{w['window']} {w['trace']} @{w['trace_start_s']:.0f}s "
@@ -545,70 +584,90 @@ def window_table(kind: Kind, windows: Sequence[dict[str, Any]]) -> str:
         for role in w["requests"]:
             s = w[role]
             lines.append(
-                f"    {role:<7} p99 ms alone/shared/managed {fmt(s['p99_alone_ms'])} / "
-                f"{fmt(s['p99_shared_ms'])} / {fmt(s['p99_managed_ms'])}  hit "
-                f"{fmt(s['hit_rate_alone'], '.0%')} / {fmt(s['hit_rate_shared'], '.0%')} / "
-                f"{fmt(s['hit_rate_managed'], '.0%')}"
+                f"    {role:<7} p99 ms {heading} "
+                f"{_arms([s[f'p99_{a}_ms'] for a in ARMS])}  hit "
+                f"{_arms([s[f'hit_rate_{a}'] for a in ARMS], '.0%')}"
             )
         if kind.trainer:
             lines.append(
-                f"    trainer steps/s alone/shared/managed {fmt(w['be_steps_alone'])} / "
-                f"{w['be_steps_shared']} / {w['be_steps_managed']} (ideal {fmt(w['be_ideal'])}"
-                f" at the server's {w['rt_share_alone']:.0%} alone; frozen "
-                f"{w['be_frozen_share_managed']:.0%} of the managed run)"
+                f"    trainer steps/s {heading} {fmt(w['be_steps_alone'])} / "
+                f"{_arms([w[f'be_steps_{a}'] for a in ('shared', *MANAGED)])} (ideal "
+                f"{fmt(w['be_ideal'])} at the server's {w['rt_share_alone']:.0%} alone; frozen "
+                f"{_arms([w[f'be_frozen_share_{a}'] for a in MANAGED], '.0%')} of the "
+                f"{'/'.join(ARM_NAMES[a] for a in MANAGED)} runs)"
             )
         if kind.oneshot:
             lines.append(
-                f"    one-shot s alone/shared/managed {fmt(w['oneshot_s_alone'])} / "
-                f"{fmt(w['oneshot_s_shared'])} / {fmt(w['oneshot_s_managed'])}; server misses "
-                f"{w['server_misses_alone']} / {w['server_misses_shared']} / "
-                f"{w['server_misses_managed']}, {w['server_misses_from_freeze']} from a freeze "
-                f"(frozen {w['server_frozen_s_managed']} s, longest "
-                f"{w['server_longest_freeze_s']} s)"
+                f"    one-shot s {heading} {_arms([w[f'oneshot_s_{a}'] for a in ARMS])}; "
+                f"server misses {_arms([w[f'server_misses_{a}'] for a in ARMS])}, from a "
+                f"freeze {_arms([w[f'server_misses_from_freeze_{a}'] for a in MANAGED])} "
+                f"(frozen {_arms([w[f'server_frozen_s_{a}'] for a in MANAGED])} s, longest "
+                f"{_arms([w[f'server_longest_freeze_s_{a}'] for a in MANAGED])} s)"
             )
     return "\n".join(lines)
 
 
 def spread_table(found: dict[str, Spread]) -> str:
-    lines = [f"  {'':<42} {'median':>8} {'worst':>8}"]
+    lines = [f"  {'':<48} {'median':>8} {'worst':>8}"]
     for key, s in found.items():
-        lines.append(f"  {SPREADS[key][0]:<42} {fmt(s.median):>8} {fmt(s.worst):>8}")
+        lines.append(f"  {SPREADS[key][0]:<48} {fmt(s.median):>8} {fmt(s.worst):>8}")
     return "\n".join(lines)
 
 
+#: the last line's keys: (scenario, its figure over the windows) per key, for the probe's
+#: arm; the NVML-only arm's are the same keys with ``_nvml`` after them
+HEADLINE: dict[str, tuple[str, str]] = {
+    "sparse_rt_p99_over_alone_worst": ("sparse", "rt_p99_over_alone"),
+    "sparse_be_over_ideal_worst": ("sparse", "be_over_ideal"),
+    "dense_rt_p99_over_alone_worst": ("dense", "rt_p99_over_alone"),
+    "dense_be_over_ideal_worst": ("dense", "be_over_ideal"),
+    "pair_hit_rate_managed_minus_shared_worst": ("pair", "hit_rate_{arm}_minus_shared"),
+    "pair_tight_hit_rate_managed_minus_shared_worst": ("pair",
+                                                       "tight_hit_rate_{arm}_minus_shared"),
+}  # fmt: skip
+
+
 def headline(
-    per_kind: dict[str, dict[str, Spread]], per_window: dict[str, list[dict[str, Any]]]
+    per_kind: dict[str, dict[str, Spread]],
+    per_window: dict[str, list[dict[str, Any]]],
+    probe_attached: bool | None = None,
 ) -> dict[str, Any]:
-    """The issue's keys (null where the scenario did not run); misses from a freeze are
-    summed over the windows."""
+    """The last line's figures (null where the scenario did not run): each key for the probe's
+    arm and, suffixed ``_nvml``, for the NVML-only arm; misses from a freeze are summed over
+    the windows. ``probe_attached`` is false unless the probe was attached in every probe
+    run (pure)."""
 
     def worst(kind: str, key: str) -> Any:
         found = per_kind.get(kind, {}).get(key)
         return None if found is None else found.worst
 
+    line: dict[str, Any] = {}
     oneshot = per_window.get("oneshot")
-    total = None if not oneshot else sum(w["server_misses_from_freeze"] for w in oneshot)
-    return {
-        "sparse_rt_p99_over_alone_worst": worst("sparse", "rt_p99_over_alone_managed"),
-        "sparse_be_over_ideal_worst": worst("sparse", "be_over_ideal_managed"),
-        "dense_rt_p99_over_alone_worst": worst("dense", "rt_p99_over_alone_managed"),
-        "dense_be_over_ideal_worst": worst("dense", "be_over_ideal_managed"),
-        "pair_hit_rate_managed_minus_shared_worst": worst("pair",
-                                                          "hit_rate_managed_minus_shared"),
-        "oneshot_server_misses_from_freeze": total,
-    }  # fmt: skip
+    for arm, suffix in (("probe", ""), ("nvml", "_nvml")):
+        for key, (kind, figure) in HEADLINE.items():
+            name = figure.format(arm=arm) if "{arm}" in figure else f"{figure}_{arm}"
+            line[key + suffix] = worst(kind, name)
+        line["oneshot_server_misses_from_freeze" + suffix] = (
+            None if not oneshot else sum(w[f"server_misses_from_freeze_{arm}"] for w in oneshot)
+        )
+    line["probe_attached"] = probe_attached is True
+    return line
+
+
+POINT_ARMS = ("shared", *MANAGED)
 
 
 def points(per_window: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """For each scenario with a trainer: (real-time p99 over alone, best-effort steps/s) for
-    shared, managed and ideal (p99 at alone, steps at the ideal), per window and median."""
+    """For each scenario with a trainer: (real-time p99 over alone, best-effort steps/s and
+    over ideal) for shared, NVML-only, probe and ideal (p99 at alone, steps at the ideal),
+    per window and median (pure)."""
     out: dict[str, Any] = {}
     for kind, windows in per_window.items():
         if not windows or "be_ideal" not in windows[0]:
             continue
         rows = []
         for w in windows:
-            for arm in ("shared", "managed"):
+            for arm in POINT_ARMS:
                 rows.append({"window": w["window"], "arm": arm,
                              "rt_p99_over_alone": w[f"rt_p99_over_alone_{arm}"],
                              "be_steps_per_s": w[f"be_steps_{arm}"],
@@ -616,7 +675,7 @@ def points(per_window: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             rows.append({"window": w["window"], "arm": "ideal", "rt_p99_over_alone": 1.0,
                          "be_steps_per_s": w["be_ideal"], "be_over_ideal": 1.0})  # fmt: skip
         medians = {}
-        for arm in ("shared", "managed", "ideal"):
+        for arm in (*POINT_ARMS, "ideal"):
             mine = [r for r in rows if r["arm"] == arm]
             medians[arm] = {
                 key: _median([r[key] for r in mine])
@@ -703,7 +762,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="actuator flags: --actuator-arg=--policy.order=edf (repeatable; the = form, "
                "since the value starts with --)",
     )  # fmt: skip
-    p.add_argument("--quick", action="store_true", help="three windows at once (about 4 minutes)")
+    p.add_argument("--quick", action="store_true", help="three windows at once (about 5 minutes)")
     p.add_argument("--windows", type=count, default=None, help="windows per scenario")
     p.add_argument("--window-s", type=positive, default=None, help="a window's wall seconds")
     p.add_argument("--parallel", type=count, default=None, help="windows run at once")
@@ -766,7 +825,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     base = Path(tempfile.mkdtemp(prefix="ggt-")) if args.keep is None else args.keep.resolve()
     node = NodeStack(base, "bench", time_scale=args.time_scale, poll_interval=args.poll_interval,
-                     order=order, extra_actuator_flags=rest)  # fmt: skip
+                     order=order, extra_actuator_flags=rest,
+                     extra_exporter_flags=[PROBE_FLAG["nvml"]])  # fmt: skip
+    switch = ProbeSwitch(node)
     node.gpusim_options = {"device": [f"name=gpu{i}" for i in range(devices_needed(sizes))]}
     print(
         f"traces bench ({mode}): {sizes.windows} window(s) of {sizes.wall_s:g} s wall "
@@ -778,7 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     per_window: dict[str, list[dict[str, Any]]] = {}
     notes: list[str] = []
-    actions: dict[str, dict[str, int]] = {}
+    actions: dict[str, dict[str, dict[str, int]]] = {}
     failed = False
     try:
         try:
@@ -792,7 +853,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\n== ({kind.letter}) {kind.name}", flush=True)
             t0 = time.time()
             try:
-                outcome = run_kind(node, kind, plans[kind.name], sizes, args.time_scale)
+                outcome = run_kind(switch, kind, plans[kind.name], sizes, args.time_scale)
             except Exception as exc:  # a scenario that fails leaves the others to run
                 failed = True
                 notes.append(f"{kind.name}: failed: {type(exc).__name__}: {exc}")
@@ -804,29 +865,106 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  NOTE {notes[-1]}")
             print(window_table(kind, per_window[kind.name]))
             print(spread_table(spreads(per_window[kind.name])))
-            print(f"  actuator: {actions[kind.name] or 'nothing'}; took {time.time() - t0:.0f}s",
-                  flush=True)  # fmt: skip
+            for arm in MANAGED:
+                done = actions[kind.name].get(arm)
+                print(f"  actuator {ARM_NAMES[arm]}: {done or 'nothing'}", flush=True)
+            print(f"  took {time.time() - t0:.0f}s", flush=True)
     finally:
         node.stop()
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
-    return finish(args, mode, sizes, per_window, actions, notes, time.time() - started, failed)
+    if switch.reasons:
+        notes.append(f"the launch probe was not attached: {'; '.join(switch.reasons)}")
+    return finish(args, mode, sizes, per_window, actions, notes, time.time() - started, failed,
+                  switch.attached)  # fmt: skip
+
+
+@dataclass
+class ProbeSwitch:
+    """The node's exporter for each managed arm: restarted with its actuator (the guard
+    stays) with the launch probe off or on; whether the probe attached whenever asked for."""
+
+    node: NodeStack
+    arm: str = "nvml"  # the managed arm the exporter runs for now
+    attached: bool | None = None  # None until a probe arm ran; then True only if every did
+    reasons: list[str] = field(default_factory=list)
+
+    def use(self, arm: str) -> None:
+        if arm not in MANAGED or arm == self.arm:
+            return
+        node = self.node
+        node.stop_actuator()  # first: it resumes what it paused
+        if node.exporter is not None:
+            node.exporter.stop()
+            node.exporter = None
+        node.extra_exporter_flags = exporter_flags(node.extra_exporter_flags, arm)
+        node.start_exporter()
+        node.start_actuator()
+        self.arm = arm
+        if arm == "probe":
+            up, reason = probe_up(scrape(node.exporter_url + "/metrics"))
+            if not up and reason not in self.reasons:
+                self.reasons.append(reason)
+                print(f"  probe arm: the launch probe is NOT attached ({reason}): this arm "
+                      "sees through NVML only (probe_attached: false)", flush=True)  # fmt: skip
+            self.attached = up and self.attached is not False
+
+
+def managed_order(current: str) -> tuple[str, ...]:
+    """The managed arms, the one the exporter runs for now first: one restart a batch."""
+    return tuple(sorted(MANAGED, key=lambda arm: arm != current))
+
+
+def exporter_flags(flags: Sequence[str], arm: str) -> list[str]:
+    """The exporter's flags with the launch probe as ``arm`` needs it (pure)."""
+    return [f for f in flags if not f.startswith("--probe.launch")] + [PROBE_FLAG[arm]]
+
+
+def probe_up(metrics: str) -> tuple[bool, str]:
+    """Whether the exporter's launch probe is attached, and else why, from its ``/metrics``
+    (``gpuguard_exporter_launch_probe_up{reason}``; pure)."""
+    for line in metrics.splitlines():
+        if line.startswith("gpuguard_exporter_launch_probe_up{"):
+            labels, _, value = line.rpartition(" ")
+            found = re.search(r'reason="([^"]*)"', labels)
+            up = value.strip() in ("1", "1.0")
+            return up, "" if up else (found.group(1) if found else "no reason given")
+    return False, "the exporter reports no launch probe"
+
+
+def scrape(url: str, tries: int = 20) -> str:
+    """An exporter's ``/metrics`` once it reports the probe ('' where it never does)."""
+    import requests
+
+    text = ""
+    for _ in range(tries):
+        try:
+            text = requests.get(url, timeout=5).text
+        except requests.RequestException:
+            text = ""
+        if "gpuguard_exporter_launch_probe_up{" in text:
+            break
+        time.sleep(0.2)
+    return text
 
 
 @dataclass
 class KindOutcome:
-    """A scenario's windows' figures, the actuator's actions, and the containers that
-    began behind their release (the lead-in was too short for the machine's load)."""
+    """A scenario's windows' figures, the actuator's actions per managed arm, and the
+    containers that began behind their release (the lead-in was too short for the load)."""
 
     figures: list[dict[str, Any]] = field(default_factory=list)
-    actions: dict[str, int] = field(default_factory=dict)
+    actions: dict[str, dict[str, int]] = field(default_factory=dict)
     late: dict[str, float] = field(default_factory=dict)
 
 
 def run_kind(
-    node: NodeStack, kind: Kind, plans: Sequence[WindowPlan], sizes: Sizes, time_scale: float
-) -> KindOutcome:
-    """Every run of one scenario, batch by batch."""
+    switch: ProbeSwitch, kind: Kind, plans: Sequence[WindowPlan], sizes: Sizes,
+    time_scale: float,
+) -> KindOutcome:  # fmt: skip
+    """Every run of one scenario, batch by batch; the managed arms begin with the one the
+    exporter already runs for, so that it restarts once a batch."""
+    node = switch.node
     out = KindOutcome()
     for first in range(0, len(plans), sizes.parallel):
         batch = plans[first : first + sizes.parallel]
@@ -835,11 +973,15 @@ def run_kind(
         def replay_for(label: str) -> Replay:
             return Replay(node.base_dir / "logs" / label, time_scale, sizes.wall_s)
 
-        for label, cast in run_casts(batch, replay_for, sizes.alone_beside):
+        order = managed_order(switch.arm)
+        for label, arm, cast in run_casts(batch, replay_for, sizes.alone_beside, order):
+            switch.use(arm)
             print(f"  {label}: {len(cast.specs)} containers", flush=True)
             records.append(run(node, label, cast, sizes))
             for key, n in action_counts(records[-1].audit).items():
-                out.actions[key] = out.actions.get(key, 0) + n
+                if arm in MANAGED:
+                    mine = out.actions.setdefault(arm, {})
+                    mine[key] = mine.get(key, 0) + n
             out.late.update(records[-1].late)
         seen = index(records)
         out.figures += [judge_window(p, seen, sizes.wall_s) for p in batch]
@@ -848,13 +990,15 @@ def run_kind(
 
 def finish(
     args: argparse.Namespace, mode: str, sizes: Sizes, per_window: dict[str, list[dict[str, Any]]],
-    actions: dict[str, dict[str, int]], notes: list[str], wall: float, failed: bool,
+    actions: dict[str, dict[str, dict[str, int]]], notes: list[str], wall: float, failed: bool,
+    probe_attached: bool | None,
 ) -> int:  # fmt: skip
     per_kind = {kind: spreads(windows) for kind, windows in per_window.items()}
-    line = headline(per_kind, per_window)
+    line = headline(per_kind, per_window, probe_attached)
     picture = {
         "mode": mode, "actuator_args": args.actuator_arg, "compress": COMPRESS,
-        "dense_compress": DENSE_COMPRESS,
+        "dense_compress": DENSE_COMPRESS, "probe_attached": probe_attached is True,
+        "traces": "synthetic" if args.synthetic else "azure-llm-2023",
         "time_scale": args.time_scale, "window_s": sizes.wall_s, "points": points(per_window),
     }  # fmt: skip
     where = args.points or REPO / "bench" / "results" / f"traces-points-{mode}.json"

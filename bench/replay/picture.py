@@ -1,9 +1,10 @@
 """The trade-off picture of ``bench/traces.py``: per scenario, the real-time server's p99 over
 its alone p99 against the best-effort trainer's throughput over its ideal, one point per
-window and arm (shared, managed, ideal), the medians marked, for one or more runs of the
-bench (each a points file: the actuator's defaults, another controller setting, a fixed duty
-cycle), so an operator sees where each setting sits between "the server as if alone" (y = 1)
-and "the trainer gets all the server leaves" (x = 1).
+window and arm (shared; managed with the exporter on NVML's samples only, and with the launch
+probe; the ideal), the medians marked, for one or more runs of the bench (each a points
+file: the actuator's defaults, another controller setting, a fixed duty cycle), so an
+operator sees where each sits between "the server as if alone" (y = 1) and "the trainer gets
+all the server leaves" (x = 1). A run whose probe did not attach says so in its legend.
 
     python bench/replay/picture.py POINTS.json [POINTS.json ...] --out docs/img
 
@@ -20,13 +21,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-MARKERS = {"shared": "s", "managed": "o", "ideal": "*"}
+#: arms in the order drawn: a points file has shared, nvml, probe and ideal (one written
+#: before the probe arm existed has managed)
+ARMS = ("shared", "managed", "nvml", "probe", "ideal")
+MARKERS = {"shared": "s", "managed": "o", "nvml": "o", "probe": "D", "ideal": "*"}
+NAMES = {"shared": "shared", "managed": "managed", "nvml": "NVML only",
+         "probe": "launch probe", "ideal": "ideal"}  # fmt: skip
 
 
 def label_of(doc: dict[str, Any], path: Path) -> str:
     """How a run is named in the legend: its actuator flags, else the defaults."""
     args = doc.get("actuator_args") or []
     return " ".join(a.removeprefix("--") for a in args) if args else f"defaults ({path.stem})"
+
+
+def arm_label(doc: dict[str, Any], arm: str, run: str) -> str:
+    """An arm's legend entry: what it is, the run's label, and a probe that did not attach."""
+    if arm == "ideal":
+        return "ideal"
+    name = NAMES.get(arm, arm)
+    if arm == "probe" and doc.get("probe_attached") is False:
+        name += " (NOT attached: NVML only)"
+    return f"{name}: {run}"
 
 
 def series(doc: dict[str, Any], scenario: str) -> dict[str, list[tuple[float, float]]]:
@@ -50,12 +66,13 @@ def draw(runs: Sequence[tuple[str, dict[str, Any]]], scenario: str, out: Path) -
     drawn = False
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for n, (label, doc) in enumerate(runs):
-        colour = colours[n % len(colours)]
-        for arm, points in sorted(series(doc, scenario).items()):
+        found = series(doc, scenario)
+        for arm, points in sorted(found.items(), key=lambda item: _order(item[0])):
             if arm == "ideal" and n > 0:
                 continue  # one ideal: the same trainer alone and the same server share
+            colour = colours[(n * len(ARMS) + _order(arm)) % len(colours)]
             xs, ys = zip(*points, strict=True)
-            name = "ideal" if arm == "ideal" else f"{arm}: {label}"
+            name = arm_label(doc, arm, label)
             ax.scatter(xs, ys, marker=MARKERS.get(arm, "x"), alpha=0.35, color=colour, s=20)
             ax.scatter([statistics.median(xs)], [statistics.median(ys)], color=colour, s=120,
                        marker=MARKERS.get(arm, "x"), edgecolors="black", label=name)  # fmt: skip
@@ -76,6 +93,10 @@ def draw(runs: Sequence[tuple[str, dict[str, Any]]], scenario: str, out: Path) -
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _order(arm: str) -> int:
+    return ARMS.index(arm) if arm in ARMS else len(ARMS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -88,12 +88,33 @@ class Window:
 
 def trace_dirs(repo: Path) -> list[Path]:
     """Where the subsets are looked for: beside the bench, then a ``shared/traces`` inside the
-    checkout, then the one beside it (the steering repository's ``shared/``)."""
-    return [
+    checkout, then the one beside it (the steering repository's ``shared/``), then, for a
+    ``git worktree`` checkout, the one beside its main checkout."""
+    dirs = [
         repo / "bench" / "traces",
         repo / "shared" / "traces",
         repo.parent / "shared" / "traces",
     ]
+    main = main_checkout(repo)
+    if main is not None and main.parent != repo.parent:
+        dirs.append(main.parent / "shared" / "traces")
+    return dirs
+
+
+def main_checkout(repo: Path) -> Path | None:
+    """The main working tree of a ``git worktree`` checkout, whose ``.git`` is a file naming
+    ``<main>/.git/worktrees/<name>``; None for any other checkout."""
+    try:
+        text = (repo / ".git").read_text().strip()
+    except OSError:  # a directory (a plain clone) or nothing
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = Path(text.removeprefix("gitdir:").strip())
+    gitdir = gitdir if gitdir.is_absolute() else repo / gitdir
+    if gitdir.parent.name != "worktrees" or gitdir.parent.parent.name != ".git":
+        return None
+    return gitdir.parent.parent.parent
 
 
 def find_trace_dir(candidates: Sequence[Path]) -> Path:

@@ -8,8 +8,9 @@ these runs are too short to mean anything. What this catches is a bench that no 
 a figure docs/benchmarks.md quotes. ``bench/realtime.py --smoke`` runs in ``test_realtime_bench.py``
 and ``bench/gpu_truth.py --quick`` in ``test_gpu_truth.py``.
 
-On this project's 2-core machine all of these take about 9 minutes together, ``traces.py
---quick`` about 4 of them.
+On this project's 2-core machine all of these take about 10 minutes together, ``traces.py
+--quick`` about 5 of them (on the production subsets where ``shared/traces`` holds them, else
+on the synthetic stand-in, saying why).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ class Bench:
     def id(self) -> str:
         return " ".join((self.script, *self.flags))
 
+
+#: traces.py's figures with the launch probe; the NVML-only arm's add ``_nvml``
+TRACES_KEYS = (
+    "sparse_rt_p99_over_alone_worst", "sparse_be_over_ideal_worst",
+    "dense_rt_p99_over_alone_worst", "dense_be_over_ideal_worst",
+    "pair_hit_rate_managed_minus_shared_worst", "pair_tight_hit_rate_managed_minus_shared_worst",
+    "oneshot_server_misses_from_freeze",
+)  # fmt: skip
 
 BENCHES = (
     Bench("placement.py", ("--quick",), (
@@ -98,10 +107,8 @@ BENCHES = (
     )),
     Bench("traces.py", ("--quick", "--points", str(Path(tempfile.gettempdir()) /
                                                     "gpuguard-traces-points.json")), (
-        "sparse_rt_p99_over_alone_worst", "sparse_be_over_ideal_worst",
-        "dense_rt_p99_over_alone_worst", "dense_be_over_ideal_worst",
-        "pair_hit_rate_managed_minus_shared_worst", "oneshot_server_misses_from_freeze",
-    ), traces=True, timeout_s=420.0),
+        *TRACES_KEYS, *(key + "_nvml" for key in TRACES_KEYS), "probe_attached",
+    ), traces=True, timeout_s=540.0),
     Bench("launchprobe.py", ("--quick",), (
         "probe_attached", "probe_ns_per_call", "loop_slowdown_10k", "loop_slowdown_100k",
         "exporter_cpu_share", "task_error_ms_p99", "verdicts_agree",
@@ -132,14 +139,20 @@ def test_bench_ends_with_the_figures_the_readme_quotes(bench: Bench) -> None:
         for binary in ("prometheus", "prometheus-alertmanager"):
             require_binary(binary)
     flags = list(bench.flags)
-    if bench.traces and not trace_subsets_present():
-        flags.append("--synthetic")
+    if bench.traces:
+        flags += traces_or_synthetic()
     out, err, status = _run([sys.executable, str(REPO / "bench" / bench.script), *flags],
                             bench.timeout_s)  # fmt: skip
     assert status == 0, out[-3000:] + err[-3000:]
     line = json.loads(out.strip().splitlines()[-1])
     missing = [key for key in bench.keys if line.get(key) is None]
     assert not missing, (missing, line)
+    if bench.traces:
+        # a probe arm whose probe did not attach says so, once, and is never labelled as one
+        assert isinstance(line["probe_attached"], bool), line
+        said = [x for x in out.splitlines() if "the launch probe is NOT attached" in x]
+        assert len(said) == (0 if line["probe_attached"] else 1), said
+        assert line["traces"] == ("azure-llm-2023" if "--synthetic" not in flags else "synthetic")
 
 
 def test_traces_bench_says_in_one_line_which_actuator_flag_was_refused() -> None:
@@ -149,9 +162,7 @@ def test_traces_bench_says_in_one_line_which_actuator_flag_was_refused() -> None
     if os.geteuid() != 0:
         unavailable("the benchmark's private dockerd needs root")
     argv = [sys.executable, str(REPO / "bench" / "traces.py"), "--quick", "--windows", "1",
-            "--actuator-arg=--policy.best-effort-min-share=2"]  # fmt: skip
-    if not trace_subsets_present():
-        argv.append("--synthetic")
+            "--actuator-arg=--policy.best-effort-min-share=2", *traces_or_synthetic()]  # fmt: skip
     out, err, status = _run(argv, 120)
     assert status == 2, out[-2000:] + err[-2000:]
     assert err.strip().splitlines() == [
@@ -205,19 +216,21 @@ def test_a_bench_stopped_by_sigterm_stops_every_process_it_started() -> None:
     assert not directory.exists(), rest[-3000:]  # removed, with everything that ran from it
 
 
-def trace_subsets_present() -> bool:
-    """The production traces are data kept out of the project's commits (the workplace's
-    rule for fetched data): bench/traces/README.md names each file and its sha256, and the
-    bench looks for them in bench/traces or a shared/traces. Without them the bench still
-    runs end to end on its seeded synthetic stand-in (``--synthetic``)."""
+def traces_or_synthetic() -> list[str]:
+    """No flag where the production subsets are found (bench/traces, or a shared/traces in,
+    beside or beside the main checkout of this one: CI copies ``shared/`` beside its clone);
+    else ``--synthetic``, printing why. The traces are data kept out of the project's commits
+    (the workplace's rule for fetched data): bench/traces/README.md names each file and its
+    sha256. The stand-in runs the bench end to end and says nothing about production."""
     sys.path.insert(0, str(REPO / "bench"))
     from replay.trace import TraceError, find_trace_dir, trace_dirs
 
     try:
         find_trace_dir(trace_dirs(REPO))
-    except TraceError:
-        return False
-    return True
+    except TraceError as exc:
+        print(f"traces.py runs --synthetic: {exc}")
+        return ["--synthetic"]
+    return []
 
 
 def _run(argv: list[str], timeout_s: float) -> tuple[str, str, int]:

@@ -85,6 +85,20 @@ def test_the_first_directory_holding_every_subset_is_used(tmp_path: Path) -> Non
     ]
 
 
+def test_a_worktree_also_looks_beside_its_main_checkout(tmp_path: Path) -> None:
+    """A ``git worktree`` checkout elsewhere finds the ``shared/`` beside its main checkout."""
+    main, tree = tmp_path / "main", tmp_path / "trees" / "branch"
+    (main / ".git" / "worktrees" / "branch").mkdir(parents=True)
+    tree.mkdir(parents=True)
+    (tree / ".git").write_text(f"gitdir: {main / '.git' / 'worktrees' / 'branch'}\n")
+    assert trace.main_checkout(tree) == main
+    assert trace.trace_dirs(tree)[-1] == tmp_path / "shared" / "traces"
+    assert trace.main_checkout(main) is None  # .git a directory: a plain clone
+    (tree / ".git").write_text("gitdir: /somewhere/else\n")
+    assert trace.main_checkout(tree) is None
+    assert len(trace.trace_dirs(tree)) == 3
+
+
 def test_the_readme_names_every_subset_with_its_sha256_and_source() -> None:
     text = (BENCH / "traces" / "README.md").read_text()
     for t in trace.TRACE_FILES:
@@ -230,19 +244,20 @@ def test_each_run_puts_its_containers_on_gpus_the_node_has(tmp_path: Path, quick
                  for w in trace.plan_windows(sizes.parallel, {"conv": 590.0, "code": 590.0},
                                              sizes.wall_s * kind.compress, 1)]  # fmt: skip
         runs = list(traces.run_casts(plans, lambda label: replay(tmp_path, label),
-                                     sizes.alone_beside))  # fmt: skip
-        assert [label.rsplit("-", 1)[1] for label, _ in runs] == (
-            ["shared", "managed"] if quick else ["alone", "shared", "managed"]
+                                     sizes.alone_beside, ("probe", "nvml")))  # fmt: skip
+        assert [label.rsplit("-", 1)[1] for label, _, _ in runs] == [arm for _, arm, _ in runs]
+        assert [arm for _, arm, _ in runs] == (
+            ["shared", "probe", "nvml"] if quick else ["alone", "shared", "probe", "nvml"]
         )
         every = {}
-        for _label, cast in runs:
+        for _label, _arm, cast in runs:
             gpus: dict[str, set[str]] = {}
             for spec in cast.specs:
                 device = spec.kind_args[spec.kind_args.index("--device") + 1]
                 assert int(device) < traces.devices_needed(sizes)
                 window, arm, _role = cast.who[spec.name]
                 gpus.setdefault(device, set()).add(f"{window}/{arm}")
-                assert spec.managed == (arm == "managed")
+                assert spec.managed == (arm in traces.MANAGED)
                 every[cast.who[spec.name]] = spec
             # a GPU holds one window's containers of one arm; alone: one container each
             assert all(len(owners) == 1 for owners in gpus.values())
@@ -304,32 +319,144 @@ def test_a_window_is_judged_against_alone_and_the_ideal() -> None:
         + served("x-shared-server", [0.4] * 9 + [1.5], 4.0),
         trained("x-alone-trainer", 20.0) + trained("x-shared-trainer", 15.0), [],
     )  # fmt: skip
-    managed = fake_record(
-        "b-managed", {"x-managed-server": (0, "managed", "server"),
-                      "x-managed-trainer": (0, "managed", "trainer")}, 100.0,
-        served("x-managed-server", [0.2] * 9 + [0.6], 4.0), trained("x-managed-trainer", 6.0),
-        [action(101.0, "pause", "x-managed-trainer"),
-         action(106.0, "unpause", "x-managed-trainer")],
+    probe = fake_record(
+        "b-probe", {"x-probe-server": (0, "probe", "server"),
+                    "x-probe-trainer": (0, "probe", "trainer")}, 100.0,
+        served("x-probe-server", [0.2] * 9 + [0.6], 4.0), trained("x-probe-trainer", 6.0),
+        [action(101.0, "pause", "x-probe-trainer"),
+         action(106.0, "unpause", "x-probe-trainer")],
     )  # fmt: skip
-    seen = traces.index([alone, managed])
+    nvml = fake_record(
+        "b-nvml", {"x-nvml-server": (0, "nvml", "server"),
+                   "x-nvml-trainer": (0, "nvml", "trainer")}, 100.0,
+        served("x-nvml-server", [0.2] * 9 + [1.0], 4.0), trained("x-nvml-trainer", 3.0),
+        [action(101.0, "pause", "x-nvml-trainer"),
+         action(109.0, "unpause", "x-nvml-trainer")],
+    )  # fmt: skip
+    seen = traces.index([alone, probe, nvml])
     got = traces.judge_window(planned, seen, wall_s=10.0)
     assert got["server"]["p99_alone_ms"] == 500.0 and got["server"]["hit_rate_shared"] == 0.9
-    assert got["rt_p99_over_alone_shared"] == 3.0 and got["rt_p99_over_alone_managed"] == 1.2
-    assert got["rt_hit_rate_managed"] == 1.0
+    assert got["rt_p99_over_alone_shared"] == 3.0 and got["rt_p99_over_alone_probe"] == 1.2
+    assert got["rt_p99_over_alone_nvml"] == 2.0
+    assert got["rt_hit_rate_probe"] == 1.0 and got["rt_hit_rate_nvml"] == 1.0
     assert got["rt_share_alone"] == pytest.approx(0.4) and got["be_steps_alone"] == 20.0
     assert got["be_ideal"] == pytest.approx(12.0)  # 20 steps/s x (1 - 0.4)
-    assert got["be_over_ideal_shared"] == 1.25 and got["be_over_ideal_managed"] == 0.5
-    assert got["be_frozen_share_managed"] == 0.5
-    line = traces.headline({"sparse": traces.spreads([got])}, {"sparse": [got]})
+    assert got["be_over_ideal_shared"] == 1.25 and got["be_over_ideal_probe"] == 0.5
+    assert got["be_over_ideal_nvml"] == 0.25
+    assert got["be_frozen_share_probe"] == 0.5 and got["be_frozen_share_nvml"] == 0.8
+    line = traces.headline({"sparse": traces.spreads([got])}, {"sparse": [got]}, True)
+    # the probe's figures keep their names; the NVML-only ones add _nvml
     assert line["sparse_rt_p99_over_alone_worst"] == 1.2
+    assert line["sparse_rt_p99_over_alone_worst_nvml"] == 2.0
     assert line["sparse_be_over_ideal_worst"] == 0.5
+    assert line["sparse_be_over_ideal_worst_nvml"] == 0.25
     assert line["dense_rt_p99_over_alone_worst"] is None
+    assert line["dense_rt_p99_over_alone_worst_nvml"] is None
     assert line["oneshot_server_misses_from_freeze"] is None
+    assert line["oneshot_server_misses_from_freeze_nvml"] is None
+    assert line["probe_attached"] is True
     picture = traces.points({"sparse": [got]})["sparse"]
     assert {(r["arm"], r["be_steps_per_s"]) for r in picture["windows"]} == {
-        ("shared", 15.0), ("managed", 6.0), ("ideal", 12.0)
+        ("shared", 15.0), ("nvml", 3.0), ("probe", 6.0), ("ideal", 12.0)
     }  # fmt: skip
     assert picture["median"]["ideal"]["rt_p99_over_alone"] == 1.0
+    assert picture["median"]["nvml"]["rt_p99_over_alone"] == 2.0
+
+
+def test_the_last_line_names_each_figure_for_both_arms_and_whether_the_probe_attached() -> None:
+    """Every key the probe's arm has, the NVML-only arm has with ``_nvml`` after it; a probe
+    that never ran or failed to attach is ``probe_attached: false``, never missing."""
+    oneshot = [
+        {"server_misses_from_freeze_probe": 1, "server_misses_from_freeze_nvml": 3},
+        {"server_misses_from_freeze_probe": 0, "server_misses_from_freeze_nvml": 2},
+    ]
+    pair = {"hit_rate_probe_minus_shared": judge.Spread(0.0, -0.1, 2),
+            "hit_rate_nvml_minus_shared": judge.Spread(-0.1, -0.3, 2),
+            "tight_hit_rate_probe_minus_shared": judge.Spread(0.1, 0.05, 2),
+            "tight_hit_rate_nvml_minus_shared": judge.Spread(0.0, 0.0, 2)}  # fmt: skip
+    for attached in (None, False):
+        line = traces.headline({"pair": pair}, {"oneshot": oneshot}, attached)
+        assert line["probe_attached"] is False
+    line = traces.headline({"pair": pair}, {"oneshot": oneshot}, True)
+    probe_keys = [k for k in line if k != "probe_attached" and not k.endswith("_nvml")]
+    assert sorted(line) == sorted([*probe_keys, *(k + "_nvml" for k in probe_keys),
+                                   "probe_attached"])  # fmt: skip
+    assert line["pair_hit_rate_managed_minus_shared_worst"] == -0.1
+    assert line["pair_hit_rate_managed_minus_shared_worst_nvml"] == -0.3
+    assert line["pair_tight_hit_rate_managed_minus_shared_worst"] == 0.05
+    assert line["oneshot_server_misses_from_freeze"] == 1
+    assert line["oneshot_server_misses_from_freeze_nvml"] == 5
+
+
+def test_the_exporter_runs_with_the_probe_each_arm_asks_for() -> None:
+    flags = ["--trust.all", "--probe.launch=off"]
+    assert traces.exporter_flags(flags, "probe") == ["--trust.all", "--probe.launch=auto"]
+    assert traces.exporter_flags(flags, "nvml") == ["--trust.all", "--probe.launch=off"]
+    # each batch begins with the arm the exporter already runs for, so it restarts once
+    assert traces.managed_order("nvml") == ("nvml", "probe")
+    assert traces.managed_order("probe") == ("probe", "nvml")
+
+
+@pytest.mark.parametrize(
+    ("metrics", "up", "reason"),
+    [
+        ('gpuguard_exporter_launch_probe_up{node="bench",reason=""} 1.0\n', True, ""),
+        ('# HELP x\ngpuguard_exporter_launch_probe_up{node="n",reason="no_permission"} 0.0\n',
+         False, "no_permission"),
+        ("gpuguard_exporter_build_info{} 1\n", False, "the exporter reports no launch probe"),
+        ("", False, "the exporter reports no launch probe"),
+    ],
+)  # fmt: skip
+def test_whether_the_probe_attached_is_read_from_the_exporter(
+    metrics: str, up: bool, reason: str
+) -> None:
+    assert traces.probe_up(metrics) == (up, reason)
+
+
+class FakeNode:
+    """What ``ProbeSwitch`` touches of a ``NodeStack``: the order of restarts, the flags."""
+
+    def __init__(self) -> None:
+        self.exporter: Any = self
+        self.extra_exporter_flags = ["--probe.launch=off"]
+        self.exporter_url = "http://127.0.0.1:1"
+        self.calls: list[str] = []
+
+    def stop(self) -> None:
+        self.calls.append("stop exporter")
+
+    def stop_actuator(self) -> None:
+        self.calls.append("stop actuator")
+
+    def start_exporter(self) -> None:
+        self.calls.append(f"start exporter {self.extra_exporter_flags[-1]}")
+        self.exporter = self
+
+    def start_actuator(self) -> None:
+        self.calls.append("start actuator")
+
+
+def test_the_switch_restarts_the_exporter_only_when_the_arm_changes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = iter(['gpuguard_exporter_launch_probe_up{reason=""} 1',
+                    'gpuguard_exporter_launch_probe_up{reason="no_binary"} 0'])  # fmt: skip
+    monkeypatch.setattr(traces, "scrape", lambda url: next(answers))
+    node = FakeNode()
+    switch = traces.ProbeSwitch(node)  # type: ignore[arg-type]
+    for arm in ("shared", "alone", "nvml"):
+        switch.use(arm)
+    assert node.calls == [] and switch.attached is None
+    switch.use("probe")
+    assert node.calls == ["stop actuator", "stop exporter", "start exporter --probe.launch=auto",
+                          "start actuator"]  # fmt: skip
+    assert switch.attached is True and capsys.readouterr().out == ""
+    switch.use("nvml")
+    assert node.calls[-2] == "start exporter --probe.launch=off"
+    switch.use("probe")  # this time it cannot attach: one line, and false from then on
+    assert switch.attached is False and switch.reasons == ["no_binary"]
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "NOT attached (no_binary)" in said[0]
 
 
 # --- the command line ---------------------------------------------------------------------
@@ -406,7 +533,8 @@ def test_a_pair_is_judged_by_its_worse_server() -> None:
     # latencies per (arm, role): the tight server suffers when shared, the loose one managed
     latencies = {("alone", "tight"): [0.5, 0.5], ("alone", "loose"): [0.5, 0.5],
                  ("shared", "tight"): [0.5, 2.0], ("shared", "loose"): [0.5, 0.5],
-                 ("managed", "tight"): [0.5, 0.5], ("managed", "loose"): [1.5, 0.75]}  # fmt: skip
+                 ("probe", "tight"): [0.5, 0.5], ("probe", "loose"): [1.5, 0.75],
+                 ("nvml", "tight"): [0.5, 2.0], ("nvml", "loose"): [0.5, 0.5]}  # fmt: skip
     who, requests = {}, []
     for (arm, role), values in latencies.items():
         name = f"c-{arm}-{role}"
@@ -415,11 +543,15 @@ def test_a_pair_is_judged_by_its_worse_server() -> None:
                      for i, v in enumerate(values)]  # fmt: skip
     got = traces.judge_window(planned, traces.index([fake_record("c", who, 0.0, requests, [], [])]),
                               wall_s=10.0)  # fmt: skip
-    assert got["tight"]["hit_rate_shared"] == 0.5 and got["loose"]["hit_rate_managed"] == 0.5
-    assert got["rt_hit_rate_shared"] == 0.5 and got["rt_hit_rate_managed"] == 0.5
-    assert got["rt_p99_over_alone_shared"] == 4.0 and got["rt_p99_over_alone_managed"] == 3.0
-    # the loose server lost half its hits to management: the pair's key
-    assert got["hit_rate_managed_minus_shared"] == -0.5
+    assert got["tight"]["hit_rate_shared"] == 0.5 and got["loose"]["hit_rate_probe"] == 0.5
+    assert got["rt_hit_rate_shared"] == 0.5 and got["rt_hit_rate_probe"] == 0.5
+    assert got["rt_p99_over_alone_shared"] == 4.0 and got["rt_p99_over_alone_probe"] == 3.0
+    # the loose server lost half its hits to management: the pair's key; the tight one gained
+    assert got["hit_rate_probe_minus_shared"] == -0.5
+    assert got["tight_hit_rate_probe_minus_shared"] == 0.5
+    # NVML-only: each server as if shared
+    assert got["hit_rate_nvml_minus_shared"] == 0.0
+    assert got["tight_hit_rate_nvml_minus_shared"] == 0.0
 
 
 def test_the_synthetic_stand_in_is_seeded_and_shaped_like_the_subsets() -> None:
@@ -447,12 +579,14 @@ def test_the_picture_has_a_point_per_window_and_arm(tmp_path: Path) -> None:
 
     doc = {
         "actuator_args": ["--policy.best-effort-control=rate"],
+        "probe_attached": False,
         "points": {
             "sparse": {"windows": [
                 {"window": 0, "arm": "shared", "rt_p99_over_alone": 2.5, "be_over_ideal": 1.0},
-                {"window": 0, "arm": "managed", "rt_p99_over_alone": 1.1, "be_over_ideal": 0.6},
+                {"window": 0, "arm": "nvml", "rt_p99_over_alone": 1.3, "be_over_ideal": 0.5},
+                {"window": 0, "arm": "probe", "rt_p99_over_alone": 1.1, "be_over_ideal": 0.6},
                 {"window": 0, "arm": "ideal", "rt_p99_over_alone": 1.0, "be_over_ideal": 1.0},
-                {"window": 1, "arm": "managed", "rt_p99_over_alone": None, "be_over_ideal": 0.5},
+                {"window": 1, "arm": "probe", "rt_p99_over_alone": None, "be_over_ideal": 0.5},
             ]},
         },
     }  # fmt: skip
@@ -460,10 +594,19 @@ def test_the_picture_has_a_point_per_window_and_arm(tmp_path: Path) -> None:
     points.write_text(json.dumps(doc))
     assert picture.series(doc, "sparse") == {
         "shared": [(1.0, 2.5)],
-        "managed": [(0.6, 1.1)],
+        "nvml": [(0.5, 1.3)],
+        "probe": [(0.6, 1.1)],
         "ideal": [(1.0, 1.0)],
     }
-    assert picture.label_of(doc, points) == "policy.best-effort-control=rate"
+    label = picture.label_of(doc, points)
+    assert label == "policy.best-effort-control=rate"
+    # a probe that did not attach is never drawn as the probe
+    assert picture.arm_label(doc, "probe", label) == (
+        "launch probe (NOT attached: NVML only): policy.best-effort-control=rate"
+    )
+    assert picture.arm_label({**doc, "probe_attached": True}, "probe", "r") == "launch probe: r"
+    assert picture.arm_label(doc, "nvml", "r") == "NVML only: r"
+    assert picture.arm_label(doc, "ideal", "r") == "ideal"
     assert picture.main([str(points), "--out", str(tmp_path / "img")]) == 0
     made = tmp_path / "img" / "traces-sparse.png"
     assert made.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
