@@ -22,7 +22,7 @@ from gpuguard.actuator.admission.policy.types import (
 )
 from gpuguard.actuator.admission.policy.views import is_ranked
 from gpuguard.actuator.state import EndedTask
-from tests.unit.test_actuator_policy import NOW, acts, cid, container, reasons, state, task
+from tests.unit.policy_support import NOW, acts, cid, container, reasons, state, task
 
 RT = "real-time"
 
