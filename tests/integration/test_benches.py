@@ -28,7 +28,7 @@ import pytest
 
 from tests.prereq import require_binary, unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.standalone]
 
 REPO = Path(__file__).resolve().parents[2]
 ELSEWHERE = {"realtime.py": "test_realtime_bench.py", "gpu_truth.py": "test_gpu_truth.py"}
