@@ -8,8 +8,9 @@ these runs are too short to mean anything. What this catches is a bench that no 
 a figure docs/benchmarks.md quotes. ``bench/realtime.py --smoke`` runs in ``test_realtime_bench.py``
 and ``bench/gpu_truth.py --quick`` in ``test_gpu_truth.py``.
 
-On this project's 2-core machine all of these take about 9 minutes together, ``traces.py
---quick`` about 4 of them.
+On this project's 2-core machine all of these take about 9 minutes one after another,
+``traces.py --quick`` about 3 of them; ``make test`` runs them two at a time (they mostly
+wait on their services, so neither slows the other much).
 """
 
 from __future__ import annotations
