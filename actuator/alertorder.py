@@ -1,21 +1,8 @@
 """Order each alert's deliveries, so a late duplicate cannot undo a newer one. Pure.
 
-Alertmanager delivers at least once, and clustered Alertmanagers each notify on their own
-schedule: a ``firing`` notification can arrive seconds after the ``resolved`` one it
-preceded. Every delivery of one alert (its ``fingerprint``) carries the episode it belongs
-to (``startsAt``) and, once resolved, when it ended (``endsAt``; Alertmanager sends the zero
-time while it fires). So, per fingerprint:
-
-* an older episode (``startsAt`` before the one already seen) is stale, firing or resolved;
-* a ``firing`` of an episode already seen resolved is stale;
-* anything else is news, or a harmless repeat of what is already known.
-
-A new episode of the same alert has a later ``startsAt`` (Prometheus starts a new one after
-a resolution), so it is never mistaken for a stale duplicate.
-
-The resolved episodes go to the journal (``to_doc``/``from_doc``), whatever the alert's
-action (``resolutions`` counts what there is to save), so a late ``firing`` that reaches an
-actuator restarted since the resolution is still stale.
+Per fingerprint: an older episode (``startsAt``) is stale, and so is a ``firing`` of an
+episode already seen resolved; anything else is news or a harmless repeat. The resolved
+episodes go to the journal (``to_doc``/``from_doc``). Why: docs/design-notes.md, "Alert order".
 """
 
 from __future__ import annotations

@@ -9,9 +9,6 @@ import time
 from pathlib import Path
 
 from gpuguard import flags
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.fastpath import FastPath
-from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.admission.slosignal import SloSignal
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
 from gpuguard.actuator.config import Config
@@ -19,9 +16,12 @@ from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.base import ContainerEngine
 from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.swarm import SwarmMarker
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.exporter_client import ExporterClient
+from gpuguard.actuator.fastpath import FastPath
 from gpuguard.actuator.http import ActuatorServer
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks.nodelist import NodeMarker
@@ -32,9 +32,9 @@ from gpuguard.actuator.safety.journal import (
     Journal,
     JournalContent,
     JournalCorrupt,
-    JournalLock,
     set_aside,
 )
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.contract import TriggerSource
 from gpuguard.web.webconfig import WebConfigCollector, WebConfigWatcher
@@ -61,7 +61,7 @@ def claim_journal(state_dir: Path, writes: StateWrites | None = None) -> Journal
     except OSError as exc:
         log.error("cannot lock %s: pausing nothing, and writing nothing, until it can", lock.path)
         lock.writes.failed("lock", lock.path, exc)
-    lease.renew(state_dir / lease.ACTUATOR_LEASE, writes)
+    lease.renew_actuator(state_dir, writes)
     return lock
 
 
@@ -190,7 +190,7 @@ def run(config: Config) -> int:
     # Listening first: the engine may hang for its whole timeout, and /healthz should say so
     # meanwhile. Webhooks that come in the meantime wait for the controller's lock.
     _start_up_reconcile(controller)
-    lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
+    lease.renew_actuator(config.state_dir, writes)
     controller.start_timer()
     if slo_signal is not None:
         slo_signal.start()
@@ -216,7 +216,7 @@ def run(config: Config) -> int:
     while not stop.is_set():
         started = time.monotonic()
         # The guard takes over when this lease is not renewed: a stuck loop counts as dead.
-        lease.renew(config.state_dir / lease.ACTUATOR_LEASE, writes)
+        lease.renew_actuator(config.state_dir, writes)
         metrics.guard_seen(lease.age(config.state_dir / lease.GUARD_LEASE))
         try:
             controller.maintain()

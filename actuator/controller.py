@@ -1,19 +1,8 @@
 """The actuator's control loop: fresh state -> ``decide`` -> executor, under one lock.
 
-Webhooks, the fast path and the maintenance loop all come through here, so decisions never
-interleave. The controller composes the parts and holds the lock; the work is done by
-parts it calls under that lock: ``NodeMarks`` (the node list, the journal's copy and the
-Swarm label), ``FailOpen`` (when admission steps aside and everything is resumed: the
-exporter unseen, or a ``resume_all`` alert firing for this node), ``Reconciler`` (the
-journal against Docker, ``--max-pause``), ``SloProtection`` (``protect_slo``: while a
-real-time container's SLO alert fires for this node, every decision freezes the
-best-effort containers on its GPUs sooner and longer; when none of them can be frozen,
-the alert marks the node like a ``mark_node`` alert) and ``Reporter`` (counting and
-auditing what became of each decision).
-
-A webhook's alerts are put in order first (``AlertOrder``: a late duplicate from a
-clustered Alertmanager is dropped), then each goes to the handler of its action
-(``routes``, one per ``AlertAction``).
+Webhooks, the fast path, the timer and the maintenance loop all come through here, so
+decisions never interleave. The controller composes the parts and calls them in order under
+that lock; no part calls back into it. Its parts: docs/design-notes.md, "The controller".
 """
 
 from __future__ import annotations
@@ -26,28 +15,28 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import Decision, Trigger
-from gpuguard.actuator.admission.ratecontrol import besteffort_demand
-from gpuguard.actuator.admission.slo import SloProtection
-from gpuguard.actuator.admission.slosignal import SloSignal, device_readings
-from gpuguard.actuator.admission.targets import decide_targets
+from gpuguard.actuator.admission.slosignal import SloSignal
 from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
+from gpuguard.actuator.decision import Decision, Trigger
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.execution.reconcile import Reconciler
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.nodemarks.marks import NodeMarks
 from gpuguard.actuator.nodemarks.nodelist import NodeMarker
-from gpuguard.actuator.report import Report, Reporter
+from gpuguard.actuator.ratesteps import step_rates
+from gpuguard.actuator.report import Report, Reporter, log_decision
 from gpuguard.actuator.routing import Delivery, Handler, by_action
 from gpuguard.actuator.safety.failopen import FailOpen, without_pauses
 from gpuguard.actuator.safety.journal import Journal
-from gpuguard.actuator.safety.reconcile import Reconciler
+from gpuguard.actuator.slo import SloProtection
 from gpuguard.actuator.state import ExporterState
+from gpuguard.actuator.targets import admission_targets, dropped_report
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage
 from gpuguard.contract import AlertAction, SkipReason, TriggerSource
@@ -123,8 +112,6 @@ class Controller:
             config.alerts_for(AlertAction.PROTECT_SLO),
             config.node_mark_ttl_s,
             audit,
-            self.fetch_state,
-            self.decide_now,
         )
         #: each alert action's handler, called in this order on every webhook: protect_slo
         #: leaves mark_node the alerts it cannot relieve; resume_all saves the alert
@@ -180,7 +167,9 @@ class Controller:
             trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
             self.history.saw(state, now)
             if self.config.policy.best_effort_control == "rate":
-                self._rate_control(state, now)
+                step_rates(
+                    self.history.rates, self.slo_signal, state, now, self.metrics, self.audit
+                )
             recent = self.history.snapshot(now)
             ledger = self.journal.ledger()
             pressure = self.slo.pressure.devices(state)
@@ -214,29 +203,8 @@ class Controller:
             self.metrics.decision_seconds.labels(source).observe(done - t0)
             if decision.steps:
                 times = (t_wait, t0, t_state, t_decided, done)
-                _log_decision(source, report, times, event_ts)
+                log_decision(source, report, times, event_ts)
             return report
-
-    def _rate_control(self, state: ExporterState, now: float) -> None:
-        """A control step of each device's run fraction where one is due (once a period),
-        on the readings the SLO poller last got (never a query under the lock), or where
-        no SLO is declared, on the best-effort side's measured demand."""
-        attainments = self.slo_signal.latest() if self.slo_signal is not None else []
-        readings, declared = device_readings(state, attainments)
-        if self.slo_signal is None:
-            declared = frozenset()  # no SLO signal can come: interference or open loop
-        steps = self.history.rates.control(readings, declared, now, besteffort_demand(state))
-        self.metrics.rate_stepped(steps)
-        for step in steps:
-            if step.changed:
-                gpu, mig = step.device
-                self.audit.write(
-                    "run_fraction",
-                    gpu=gpu if mig is None else f"{gpu}:{mig}",
-                    run_fraction=round(step.run_fraction, 4),
-                    step=step.step,
-                    signal=step.signal,
-                )
 
     def start_timer(self) -> None:
         """Start deciding when holds, shares and quanta fall due."""
@@ -312,7 +280,17 @@ class Controller:
         if not alerts:
             return Report()
         with self._lock:
-            return self.slo.on_alerts(alerts, delivery)
+            self.slo.take(alerts, delivery.now)
+            report = Report()
+            try:
+                state: ExporterState | None = self.fetch_state()
+                report = self.decide_now(TriggerSource.WEBHOOK, alert=alerts[0].name, state=state)
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("protect_slo: no fresh state, nothing done: %s", exc)
+                report.exporter_down = True
+                state = None
+            self.slo.leave_for_marks(delivery, state)
+            return report
 
     def _on_mark_node(self, alerts: list[Alert], delivery: Delivery) -> Report:
         """The node list reads the whole message (protect_slo's unrelieved alerts mark too);
@@ -332,7 +310,16 @@ class Controller:
             return self.resume_all(why, TriggerSource.WEBHOOK)
 
     def _on_admission(self, alerts: list[Alert], delivery: Delivery) -> Report:
-        return decide_targets(alerts, self.decide_now)
+        """Decide once for each node (and GPU) the firing ``admission`` alerts name."""
+        targets, dropped = admission_targets(alerts)
+        report = dropped_report(dropped)
+        for node, gpu, name in targets:
+            try:
+                report.merge(self.decide_now(TriggerSource.WEBHOOK, gpu=gpu, node=node, alert=name))
+            except (ExporterUnavailable, StateError) as exc:
+                log.warning("webhook %s: no fresh state, nothing done: %s", name, exc)
+                report.exporter_down = True
+        return report
 
     def save_alerts(self) -> None:
         """Journal the resolved episodes (of every alert, whatever its action) and the
@@ -388,7 +375,8 @@ class Controller:
             self.marks.expire(time.time())
             self.fail_open.expire(time.time())
             self.save_alerts()
-            self.slo.expire(time.time(), state)
+            if self.slo.expire(time.time()) and state is not None:
+                self.decide_now(TriggerSource.RECONCILE, state=state)  # thaw what it alone held
             if self.marks.pending:
                 self.marks.apply()
             self.metrics.paused_containers.set(len(self.journal.paused))
@@ -404,24 +392,3 @@ class Controller:
                 )
             if state is not None:
                 self.history.forget({c.id for c in state.containers})
-
-
-def _log_decision(
-    source: TriggerSource,
-    report: Report,
-    times: tuple[float, float, float, float, float],
-    event_ts: float | None,
-) -> None:
-    """One line per decision that did something, with where its time went."""
-    t_wait, t0, t_state, t_decided, done = times
-    log.info(
-        "%s decision: %s in %.1f ms (lock %.1f, state %.1f, decide %.1f, act %.1f)%s",
-        source,
-        ", ".join(f"{a['action']} {a['container']}={a['result']}" for a in report.actions),
-        1000 * (done - t0),
-        1000 * (t0 - t_wait),
-        1000 * (t_state - t0),
-        1000 * (t_decided - t_state),
-        1000 * (done - t_decided),
-        "" if event_ts is None else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
-    )

@@ -6,16 +6,19 @@ and audits it on the way.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuguard.actuator.admission.executor import Outcome
-from gpuguard.actuator.admission.policy.types import Decision, Skip, Step
 from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.decision import Decision, Skip, Step
+from gpuguard.actuator.execution.executor import Outcome
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.contract import Result, TriggerSource
+
+log = logging.getLogger("gpuguard.actuator")
 
 SKIP_AUDIT_EVERY_S = 30.0
 
@@ -101,3 +104,24 @@ def _step_doc(step: Step, outcome: Outcome) -> dict[str, Any]:
         "result": outcome.result,
         "skip_reason": outcome.skip_reason,
     }
+
+
+def log_decision(
+    source: TriggerSource,
+    report: Report,
+    times: tuple[float, float, float, float, float],
+    event_ts: float | None,
+) -> None:
+    """One line per decision that did something, with where its time went."""
+    t_wait, t0, t_state, t_decided, done = times
+    log.info(
+        "%s decision: %s in %.1f ms (lock %.1f, state %.1f, decide %.1f, act %.1f)%s",
+        source,
+        ", ".join(f"{a['action']} {a['container']}={a['result']}" for a in report.actions),
+        1000 * (done - t0),
+        1000 * (t0 - t_wait),
+        1000 * (t_state - t0),
+        1000 * (t_decided - t_state),
+        1000 * (done - t_decided),
+        "" if event_ts is None else f"; event->done {1000 * (time.time() - event_ts):.1f} ms",
+    )

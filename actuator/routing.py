@@ -1,20 +1,18 @@
 """Webhook routing: each alert goes to the handler of the action ``rules/actions.yml`` gives it.
 
 The table itself (``Controller.routes``: one handler per ``AlertAction``) is the
-controller's, whose parts the handlers call under its lock; this holds what the handlers
-share (``Delivery``, ``Decide``) and the grouping of one webhook's alerts by action.
+controller's; this holds what the handlers share (``Delivery``) and the grouping of one
+webhook's alerts by action.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from gpuguard.actuator.report import Report
-from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.webhook import Alert, WebhookMessage
-from gpuguard.contract import AlertAction, TriggerSource
+from gpuguard.contract import AlertAction
 
 
 @dataclass
@@ -36,21 +34,6 @@ class Delivery:
 
 #: what one alert action does with its alerts of a webhook (all of them, maybe none)
 Handler = Callable[[list[Alert], Delivery], Report]
-
-
-class Decide(Protocol):
-    """The controller's ``decide_now``, as handlers call it: decide on fresh exporter state
-    (or ``state``) under the controller's lock and act; raises ``ExporterUnavailable``."""
-
-    def __call__(
-        self,
-        source: TriggerSource,
-        *,
-        gpu: int | None = None,
-        node: str | None = None,
-        alert: str | None = None,
-        state: ExporterState | None = None,
-    ) -> Report: ...
 
 
 def by_action(

@@ -11,7 +11,6 @@ The last line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchargs import BenchParser, positive_int
 
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
@@ -88,10 +89,10 @@ def one_round(node: NodeStack, client: Any, index: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = BenchParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds (< 1 minute)")
     parser.add_argument("--smoke", action="store_true", help="1 round, for CI (~30 s)")
-    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--rounds", type=positive_int, default=None, help="rounds to time")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 10)
     base = Path(tempfile.mkdtemp(prefix="gga-"))

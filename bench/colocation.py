@@ -44,6 +44,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchargs import BenchParser, positive, positive_int
+
 from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
 from gpuguard.contract import PriorityClass, WorkloadKind
@@ -165,18 +167,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = BenchParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short runs (< 1 minute in all)")
-    parser.add_argument("--time-scale", type=float, default=0.1, help="kernel time scale")
-    parser.add_argument("--duration", type=float, default=None, help="seconds per run")
-    parser.add_argument("--rate", type=float, default=0.6, help="requests per second")
-    parser.add_argument("--request-work", type=float, default=5.0, help="device-s a request")
-    parser.add_argument("--kernels", type=int, default=5, help="kernels per request")
-    parser.add_argument("--deadline", type=float, default=3.0, help="each request's, seconds")
-    parser.add_argument("--step-work", type=float, default=0.4, help="device-s a training step")
-    parser.add_argument("--sync-every", type=int, default=1, help="steps per sync")
+    parser.add_argument("--time-scale", type=positive, default=0.1, help="kernel time scale")
+    parser.add_argument("--duration", type=positive, default=None, help="seconds per run")
+    parser.add_argument("--rate", type=positive, default=0.6, help="requests per second")
+    parser.add_argument("--request-work", type=positive, default=5.0, help="device-s a request")
+    parser.add_argument("--kernels", type=positive_int, default=5, help="kernels per request")
+    parser.add_argument("--deadline", type=positive, default=3.0, help="each request's, seconds")
+    parser.add_argument("--step-work", type=positive, default=0.4, help="device-s a training step")
+    parser.add_argument("--sync-every", type=positive_int, default=1, help="steps per sync")
     parser.add_argument("--poll-interval", default="20ms", help="exporter poll interval")
-    parser.add_argument("--lead-in", type=float, default=3.5, help="s before the release")
+    parser.add_argument("--lead-in", type=positive, default=3.5, help="s before the release")
     parser.add_argument(
         "--seed", type=int, default=8, help="arrivals (8: 30%% of the GPU in 10 s and in 60 s)"
     )

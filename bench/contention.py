@@ -30,7 +30,6 @@ object with the figures of the 10 x 13,312 case and of the light tasks, as run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchargs import BenchParser, positive
 
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
@@ -292,10 +293,10 @@ def plot(results: list[CaseResult], path: Path) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = BenchParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="only 10 x 13,312 (< 1 minute)")
     parser.add_argument("--light", action="store_true", help="only the light tasks")
-    parser.add_argument("--time-scale", type=float, default=None, help="kernel time scale")
+    parser.add_argument("--time-scale", type=positive, default=None, help="kernel time scale")
     parser.add_argument("--poll-interval", default="20ms", help="exporter poll interval")
     parser.add_argument("--seed", type=int, default=7, help="deadline mix")
     args = parser.parse_args()

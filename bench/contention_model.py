@@ -13,7 +13,6 @@ real GPU) and compares with that profile's own measured curve and reference size
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,6 +29,8 @@ sys.path.insert(0, str(REPO_ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
+
+from benchargs import BenchParser, positive, positive_int  # noqa: E402
 
 from gpuguard.demo.stack.gpusim import GpusimService  # noqa: E402
 from gpuguard.demo.stack.process import exit_on_sigterm, stop_pid  # noqa: E402
@@ -68,11 +69,13 @@ def run_concurrent(sim: GpusimService, n: int, size: int) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--time-scale", type=float, default=0.1)
+    parser = BenchParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--time-scale", type=positive, default=0.1, help="kernel time scale")
     parser.add_argument("--quick", action="store_true", help="time scale 0.02")
     parser.add_argument("--profile", default=DEFAULT_PROFILE, help="device profile: name or file")
-    parser.add_argument("--max-n", type=int, default=None, help="default: the profile's curve")
+    parser.add_argument(
+        "--max-n", type=positive_int, default=None, help="default: the profile's curve"
+    )
     args = parser.parse_args()
     profile = load_profile(args.profile)
     curve = profile.concurrent_kernel_s

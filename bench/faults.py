@@ -1,4 +1,4 @@
-"""Faults across restarts: what a restarted actuator does, and how soon it listens (issue 20).
+"""Faults across restarts: what a restarted actuator does, and how soon it listens.
 
 Real processes on 127.0.0.1: a private dockerd with busybox tenants, the actuator (and in
 case 2 its guard) as ``gpuguard`` processes, and a stub exporter in this process that

@@ -20,7 +20,6 @@ polls every 20 ms here. ``--quick``: 2 rounds per method (20 freezes each), ``--
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -34,6 +33,8 @@ from typing import Any
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchargs import BenchParser, positive_int
 
 from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
@@ -255,10 +256,10 @@ def measure(bench: Any) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = BenchParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds per method (< 2 minutes)")
     parser.add_argument("--smoke", action="store_true", help="1 round per method, for CI")
-    parser.add_argument("--rounds", type=int, default=None, help="bursts per method")
+    parser.add_argument("--rounds", type=positive_int, default=None, help="bursts per method")
     args = parser.parse_args()
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     rounds = args.rounds or ROUNDS[mode]

@@ -1,4 +1,4 @@
-"""The real-GPU truth kit: gpuguard's code paths measured on an NVIDIA GPU (issue 11).
+"""The real-GPU truth kit: gpuguard's code paths measured on an NVIDIA GPU.
 
 Runs on a machine with an NVIDIA GPU, torch (or cupy) and nvidia-ml-py, and no Docker:
 workloads are host processes and the exporter's poll loop runs in this process. Measures
@@ -24,7 +24,6 @@ and the fitted ``profile-<gpu>.json`` beside it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -42,6 +41,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(BENCH), str(REPO_ROOT), os.environ.get("PYTHONPATH")])
 )
 
+from benchargs import BenchParser, positive  # noqa: E402
 from gputruth import contention, detection, freeze, semantics  # noqa: E402
 from gputruth.rig import Rig, open_rig  # noqa: E402
 
@@ -171,10 +171,10 @@ def report(result: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = BenchParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer and smaller runs")
     parser.add_argument("--backend", choices=["auto", "nvml", "gpusim"], default="auto")
-    parser.add_argument("--time-scale", type=float, default=0.05, help="gpusim kernel scale")
+    parser.add_argument("--time-scale", type=positive, default=0.05, help="gpusim kernel scale")
     parser.add_argument(
         "--out-dir", type=Path,
         help="also write gpu-truth-<gpu>.json and the fitted profile-<gpu>.json here",

@@ -25,7 +25,6 @@ script it prints a summary and, last, one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -41,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import requests
+from benchargs import BenchParser, positive, positive_int
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuguard.contract import WorkloadKind
@@ -245,18 +245,18 @@ def measure(bench: Any) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = BenchParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 30 s run (about a minute)")
     parser.add_argument("--smoke", action="store_true", help="an 8 s run, for CI")
-    parser.add_argument("--duration", type=float, default=None, help="seconds of traffic")
-    parser.add_argument("--deadline", type=float, default=ServerLoad.deadline_s,
+    parser.add_argument("--duration", type=positive, default=None, help="seconds of traffic")
+    parser.add_argument("--deadline", type=positive, default=ServerLoad.deadline_s,
                         help="each request's deadline, seconds")  # fmt: skip
     parser.add_argument("--seed", type=int, default=ServerLoad.seed, help="the traffic's seed")
-    parser.add_argument("--burst-requests", type=int, default=ServerLoad.burst_requests,
+    parser.add_argument("--burst-requests", type=positive_int, default=ServerLoad.burst_requests,
                         help="requests in each burst")  # fmt: skip
-    parser.add_argument("--median-work", type=float, default=ServerLoad.median_work_s,
+    parser.add_argument("--median-work", type=positive, default=ServerLoad.median_work_s,
                         help="median kernel seconds of a request")  # fmt: skip
-    parser.add_argument("--time-scale", type=float, default=1.0, help="gpusim's kernel scale")
+    parser.add_argument("--time-scale", type=positive, default=1.0, help="gpusim's kernel scale")
     args = parser.parse_args(argv)
     duration = args.duration or (8.0 if args.smoke else 30.0 if args.quick else 120.0)
     load = ServerLoad(

@@ -17,6 +17,11 @@
    then most free memory), ``paper_c`` (paper C's Algorithm 2 on the node records) and
    ``gpuguard`` (the placer's default policy, told each task's run time alone);
    ``gpuguard_no_runtime`` is the same policy without the run time.
+3. kube-scheduler's two calls per pod (filter, then prioritize) over HTTP on loopback, at a
+   Prometheus stand-in that answers after 0.9 s, 1.2 s and 1.9 s (``placer.yaml``'s
+   ``--prometheus.timeout=2s``, the default ``--records.cache=1s``; each pod arrives once the
+   cache has expired, as when pods are a scrape or more apart). Target: one query per pod,
+   so a pod costs what one reply does.
 
     python bench/placement.py            # 5 seeds per workload, 1,000-node ranking x 50
     python bench/placement.py --quick    # 2 seeds, shorter runs: under a minute
@@ -24,7 +29,9 @@
 The last line is one JSON object: ``rank_ms_10``, ``rank_ms_100``, ``rank_ms_1000`` (and
 ``rank_only_ms_<n>``: ranking a list already built, as while the records are cached) and
 ``hit_rate_<policy>`` (the mean of the two workloads' hit rates), plus per workload
-``fig3_hit_rate_<policy>`` / ``fig4_hit_rate_<policy>`` and ``rejected_<policy>``.
+``fig3_hit_rate_<policy>`` / ``fig4_hit_rate_<policy>`` and ``rejected_<policy>``;
+``extender_pod_ms_<delay in ms>`` (median filter + prioritize of a pod) and
+``extender_queries_per_pod_<delay in ms>``.
 """
 
 from __future__ import annotations
@@ -43,8 +50,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import requests
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from standins.slow_prometheus import SlowPrometheus  # noqa: E402
 
 from gpuguard.contract import Phase, TaskMode  # noqa: E402
 from gpuguard.exporter.model import DeviceSample  # noqa: E402
@@ -58,9 +70,12 @@ from gpuguard.gpusim.contention import (  # noqa: E402
     matmul_work_s,
 )
 from gpuguard.noderecord import GpuRecord, NodeRecord  # noqa: E402
+from gpuguard.placer import extender  # noqa: E402
+from gpuguard.placer.http import placer_server  # noqa: E402
 from gpuguard.placer.ranking import NodeView, Policy, Request, rank  # noqa: E402
 from gpuguard.placer.reservations import Reservations  # noqa: E402
-from gpuguard.placer.source import views_from_samples  # noqa: E402
+from gpuguard.placer.service import Placer  # noqa: E402
+from gpuguard.placer.source import PrometheusSource, views_from_samples  # noqa: E402
 
 GIB = 2**30
 CONTEXT_BYTES = 300 * 2**20
@@ -375,6 +390,42 @@ def simulate(specs: list[ContainerSpec], choose: Chooser) -> Outcome:
 WORKLOADS = {"fig3": fig3_arrivals, "fig4": fig4_arrivals}
 
 
+# --- 3. the extender's calls at a slow Prometheus -----------------------------------------
+
+SLOW_PROMETHEUS_S = (0.9, 1.2, 1.9)
+EXTENDER_NODES = [f"gpu-node-{i}" for i in range(10)]
+
+
+def extender_pod_ms(delay_s: float, pods: int, cache_s: float = 1.0) -> tuple[float, float]:
+    """Median ms for one pod's filter and prioritize (over HTTP, as kube-scheduler sends
+    them) at a Prometheus answering after ``delay_s``, and Prometheus queries per pod."""
+    pod = {"metadata": {"name": "p", "namespace": "n", "labels": {"gpuguard.deadline": "9s"}}}
+    body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": EXTENDER_NODES}).encode()
+    headers = {"Content-Type": "application/json"}
+    times = []
+    with SlowPrometheus(EXTENDER_NODES, delay_s=delay_s) as prometheus:
+        source = PrometheusSource(prometheus.url, timeout_s=2.0, cache_s=cache_s)
+        server = placer_server(("127.0.0.1", 0), Placer(source), None, with_extender=True)
+        server.serve_in_thread()
+        host, port = server.server_address[:2]
+        prefix = f"http://{host}:{port}{extender.PATH_PREFIX}/"
+        try:
+            with requests.Session() as session:
+                for _ in range(pods):
+                    started = time.perf_counter()
+                    for verb in (extender.FILTER_VERB, extender.PRIORITIZE_VERB):
+                        reply = session.post(prefix + verb, data=body, headers=headers, timeout=10)
+                        assert reply.status_code == 200, reply.text
+                    times.append((time.perf_counter() - started) * 1000)
+                    time.sleep(cache_s + 0.05)  # the next pod finds the cache expired
+        finally:
+            server.shutdown()
+            server.server_close()
+            source.close()
+        queries = prometheus.queries
+    return statistics.median(times), queries / pods
+
+
 def compare(seeds: int, durations: dict[str, float]) -> dict[str, dict[str, Outcome]]:
     """workload -> policy -> outcome summed over seeds (same arrivals for every policy)."""
     results: dict[str, dict[str, Outcome]] = {}
@@ -426,6 +477,18 @@ def main() -> int:
             f"{policy:<22}"
             + "".join(f"{c:>18}" for c in cells)
             + f"{statistics.fmean(rates):>10.1%}"
+        )
+
+    pods = 2 if args.quick else 5
+    print("\nkube-scheduler's filter + prioritize of a pod at a slow Prometheus (cache 1s)")
+    for delay in SLOW_PROMETHEUS_S:
+        pod_ms, per_pod = extender_pod_ms(delay, pods)
+        key = f"{delay * 1000:.0f}"
+        figures[f"extender_pod_ms_{key}"] = round(pod_ms, 1)
+        figures[f"extender_queries_per_pod_{key}"] = round(per_pod, 2)
+        print(
+            f"  Prometheus answering after {delay:.1f} s: {pod_ms:7.1f} ms a pod, "
+            f"{per_pod:.2f} queries a pod (median of {pods})"
         )
     print(json.dumps(figures))
     return 0

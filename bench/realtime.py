@@ -59,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchargs import BenchParser, positive
 from replay.judge import merged
 
 from gpuguard.actuator.audit import read_audit
@@ -674,13 +675,13 @@ def summary_table(figures: dict[str, Any], ran: list[Scenario]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
+    parser = BenchParser(
         description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="short runs (about 2.5 minutes)")
     size.add_argument("--smoke", action="store_true", help="shortest runs, for CI (< 1 minute)")
-    parser.add_argument("--time-scale", type=float, default=0.1, help="gpusim kernel time scale")
+    parser.add_argument("--time-scale", type=positive, default=0.1, help="gpusim kernel time scale")
     parser.add_argument("--poll-interval", default="20ms", help="exporter poll interval")
     parser.add_argument("--seed", type=int, default=5, help="arrivals")
     parser.add_argument(

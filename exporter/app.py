@@ -42,13 +42,14 @@ def docker_client_factory(url: str) -> Any:
 def open_container_source(
     config: ExporterConfig, events: EventLog
 ) -> tuple[ContainerIndex | ContainerdIndex, str]:
-    """The one container source this exporter follows (``--container.source``), and where."""
+    """The one container source this exporter follows (``--container.source``), and where;
+    not started: it contacts the engine once ``start()`` is called."""
     if pick_container_source(config) == "containerd":
         ctr = Ctr(config.containerd_address, config.containerd_namespace)
         where = f"containerd {config.containerd_address} (namespace {config.containerd_namespace})"
-        return ContainerdIndex(ctr, events, policy=config.trust).start(), where
+        return ContainerdIndex(ctr, events, policy=config.trust), where
     index = ContainerIndex(docker_client_factory(config.docker_host), events, policy=config.trust)
-    return index.start(), f"docker {config.docker_host}"
+    return index, f"docker {config.docker_host}"
 
 
 def run_exporter(config: ExporterConfig) -> int:
@@ -94,9 +95,9 @@ def run_exporter(config: ExporterConfig) -> int:
             f"{exc.strerror}",
             file=sys.stderr,
         )
-        index.stop()
         backend.close()
         return 1
+    index.start()  # once listening: a port in use is its one line, with no engine warnings
     if not index.wait_synced(_SYNC_WAIT_S):
         log.warning("%s not reachable yet; retrying in the background", source)
     stop = threading.Event()

@@ -11,7 +11,7 @@ import argparse
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ from gpuguard.exporter.record import RecordConfig
 from gpuguard.exporter.tracker import TaskRules
 from gpuguard.exporter.trust import (
     DEFAULT_POLICY,
-    FILE,
     TRUST_ALL,
     TrustPolicy,
     load_policy,
@@ -165,7 +164,7 @@ def _trust(path: Any, trust_all: bool) -> TrustPolicy:
         return TRUST_ALL
     if not given:
         return DEFAULT_POLICY
-    return replace(load_policy(Path(str(path))), kind=FILE, path=str(path))
+    return load_policy(Path(str(path)))
 
 
 def _record(values: Mapping[str, Any]) -> RecordConfig:

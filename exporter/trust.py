@@ -44,20 +44,21 @@ at start-up.
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gpuguard import flags, labels, loader
-from gpuguard.contract import COMPONENT_ROLES, PriorityClass
+from gpuguard import flags, labels, loader, units
+from gpuguard.contract import COMPONENT_ROLES, PriorityClass, Role
 from gpuguard.exporter.errors import ConfigError
 from gpuguard.exporter.model import ContainerInfo
 
 _MATCH_KEYS = ("image", "name", "namespace")
 _BOOL_KEYS = ("real_time_needs_deadline", "slo", "misses_mark_node")
-_GRANT_KEYS = {"classes", "min_deadline", "managed", *_BOOL_KEYS}
+_GRANT_KEYS = {"classes", "min_deadline", "managed", "roles", *_BOOL_KEYS}
+#: The policy file format's versions this exporter reads.
+VERSIONS = (1,)
 _RULE_KEYS = {"match", *_GRANT_KEYS}
 _FALLBACK = (PriorityClass.NORMAL, PriorityClass.BEST_EFFORT)
 _MAX_FILE_BYTES = 1 << 20
@@ -77,6 +78,8 @@ class Grant:
     misses_mark_node: bool = True
     #: True: managed whatever its labels say; False: never paused; None: its label decides
     managed: bool | None = None
+    #: the ``gpuguard.role`` values believed of a managed container (each never paused)
+    roles: frozenset[Role] = frozenset(Role)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,9 @@ class TrustRule:
     grant: Grant
 
     def matches(self, subject: Mapping[str, str]) -> bool:
-        return all(fnmatch.fnmatchcase(subject.get(k, ""), p) for k, p in self.match)
+        """Every pattern matches; a key the subject lacks (a namespace off Kubernetes)
+        matches no pattern, ``*`` included."""
+        return all(k in subject and fnmatch.fnmatchcase(subject[k], p) for k, p in self.match)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +109,18 @@ class TrustPolicy:
     def describe(self) -> str:
         """One line for the start-up log: which policy, and what it grants tenants at large."""
         if self.kind == TRUSTING:
-            return "trust-all: every claim made by label is believed (a single-tenant host only)"
+            source = f" ({self.path})" if self.path else ""
+            return (
+                f"trust-all{source}: every claim made by label is believed "
+                "(a single-tenant host only)"
+            )
         where = "built-in default" if self.kind == DEFAULT else self.path
         return f"{where} ({len(self.rules)} rules; tenants at large: {_summary(self.default)})"
 
 
 def _summary(grant: Grant) -> str:
+    if grant == Grant():
+        return "every claim believed"
     classes = ", ".join(c for c in PriorityClass if c in grant.classes)
     parts = [f"classes {classes}"]
     if PriorityClass.REAL_TIME in grant.classes and grant.real_time_needs_deadline:
@@ -122,6 +133,9 @@ def _summary(grant: Grant) -> str:
         parts.append("misses never mark the node")
     if grant.managed is not None:
         parts.append("all managed" if grant.managed else "none managed")
+    if grant.managed is None and grant.roles != frozenset(Role):
+        believed = ", ".join(r for r in Role if r in grant.roles) or "none"
+        parts.append(f"{labels.ROLE} believed: {believed}")
     return ", ".join(parts)
 
 
@@ -141,21 +155,27 @@ default:
   slo: false
   # nor are its own misses: they never take the node out of placement
   misses_mark_node: false
+  # gpuguard.role (never paused) is for gpuguard's own containers, which an operator starts:
+  # a managed tenant's own role is not believed, so it ranks as any managed tenant
+  roles: []
 """
 
 
 def subject(info: ContainerInfo, namespace: str | None = None) -> dict[str, str]:
     """What rules match on: the container's image and name, and the namespace of its pod as
-    the CRI's sandbox records it (None off Kubernetes: never read from the container's own
-    labels)."""
-    return {"image": info.image, "name": info.name, "namespace": namespace or ""}
+    the CRI's sandbox records it (absent off Kubernetes: never read from the container's own
+    labels, and matched by no ``namespace`` pattern)."""
+    found = {"image": info.image, "name": info.name}
+    if namespace:
+        found["namespace"] = namespace
+    return found
 
 
 def enforce(
     policy: TrustPolicy, info: ContainerInfo, namespace: str | None = None
 ) -> ContainerInfo:
     """``info`` as ``policy`` allows it (``apply`` with the grant of its first matching rule)."""
-    if policy is TRUST_ALL:
+    if policy.kind == TRUSTING:
         return info
     return apply(policy.grant(subject(info, namespace)), info)
 
@@ -196,10 +216,15 @@ def apply(grant: Grant, info: ContainerInfo) -> ContainerInfo:
     managed, role = info.managed, info.role
     if grant.managed is not None:
         managed = grant.managed
-        if grant.managed and role in COMPONENT_ROLES:
-            rejected.append(
-                (labels.ROLE, f"{role} is not believed: the policy manages this container")
-            )
+    if managed and role in COMPONENT_ROLES:
+        if grant.managed:
+            why = f"{role} is not believed: the policy manages this container"
+        elif role not in grant.roles:
+            why = f"{role} is not granted to this container: treated as any managed tenant"
+        else:
+            why = ""
+        if why:
+            rejected.append((labels.ROLE, why))
             role = None
     vouched = info.deadline_vouched
     if deadline is not None:  # without one there is nothing to vouch for
@@ -221,11 +246,12 @@ def apply(grant: Grant, info: ContainerInfo) -> ContainerInfo:
 
 @flags.reraise_as(ConfigError)
 def load_policy(path: Path) -> TrustPolicy:
-    """The policy in ``path``; ConfigError (one line) when it cannot be used. The file is read
-    by the one loader (size, depth, encoding and integer limits: ``gpuguard/loader.py``)."""
+    """The policy in ``path`` (kind FILE, or TRUSTING where it restricts nothing); ConfigError
+    (one line) when it cannot be used. The file is read by the one loader (size, depth,
+    encoding, duplicate-key and integer limits: ``gpuguard/loader.py``)."""
     doc = loader.read_yaml(path, "--trust.policy-file", _MAX_FILE_BYTES)
     try:
-        return parse_policy(doc)
+        return replace(parse_policy(doc), path=str(path))
     except ValueError as exc:
         raise ConfigError(f"--trust.policy-file {path}: {exc}") from exc
 
@@ -234,9 +260,14 @@ def parse_policy(doc: Any) -> TrustPolicy:
     """A policy document (``load_policy``'s format) as a TrustPolicy; ValueError says why not.
 
     ``default`` left out (or empty of value) is the built-in default's grant; ``default: {}``
-    restricts nothing."""
-    if not isinstance(doc, dict) or doc.get("version") != 1:
+    restricts nothing, and with no rules the document is trust-all (kind TRUSTING)."""
+    if not isinstance(doc, dict):
         raise ValueError("expected a mapping with version: 1")
+    version = doc.get("version")
+    # bool is an int in Python and 1.0 == 1: only the integer itself names a version
+    if type(version) is not int or version not in VERSIONS:
+        shown = "missing" if version is None else repr(version)[:20]
+        raise ValueError(f"version: {shown} is not one this exporter reads (write version: 1)")
     unknown = set(doc) - {"version", "default", "rules"}
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)}")
@@ -245,7 +276,10 @@ def parse_policy(doc: Any) -> TrustPolicy:
     rules_doc = [] if doc.get("rules") is None else doc["rules"]
     if not isinstance(rules_doc, list):
         raise ValueError("rules: expected a list")
-    return TrustPolicy(tuple(_rule(r, i) for i, r in enumerate(rules_doc)), default)
+    rules = tuple(_rule(r, i) for i, r in enumerate(rules_doc))
+    if not rules and default == Grant():
+        return TRUST_ALL  # a file that restricts nothing is trust-all, and says so
+    return TrustPolicy(rules, default)
 
 
 def _rule(doc: Any, index: int) -> TrustRule:
@@ -277,12 +311,22 @@ def _grant(doc: Any, where: str) -> Grant:
             raise ValueError(f"{where}.classes: {exc} (choices: {choices})") from exc
     minimum = 0.0
     if "min_deadline" in doc:
+        if not isinstance(doc["min_deadline"], str):
+            raise ValueError(f"{where}.min_deadline: write a duration with its unit, e.g. 1s")
         try:
-            minimum = labels.parse_duration(str(doc["min_deadline"]))
-        except labels.LabelError as exc:
+            minimum = units.parse_duration(doc["min_deadline"])
+        except units.UnitError as exc:
             raise ValueError(f"{where}.min_deadline: {exc}") from exc
-    if not math.isfinite(minimum):
-        raise ValueError(f"{where}.min_deadline: must be finite")
+    roles = frozenset(Role)
+    if "roles" in doc:
+        names = doc["roles"]
+        if not isinstance(names, list):
+            raise ValueError(f"{where}.roles: expected a list (empty: none believed)")
+        try:
+            roles = frozenset(Role(str(n)) for n in names)
+        except ValueError as exc:
+            choices = ", ".join(Role)
+            raise ValueError(f"{where}.roles: {exc} (choices: {choices})") from exc
     for key in ("managed", *_BOOL_KEYS):
         if key in doc and not isinstance(doc[key], bool):
             raise ValueError(f"{where}.{key}: expected true or false")
@@ -293,6 +337,7 @@ def _grant(doc: Any, where: str) -> Grant:
         slo=doc.get("slo", True),
         misses_mark_node=doc.get("misses_mark_node", True),
         managed=doc.get("managed"),
+        roles=roles,
     )
 
 

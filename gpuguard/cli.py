@@ -78,6 +78,11 @@ def build_parser() -> CommandParser:
     nodes.register(sub)
     placer_cli.register(sub)
     demo.register(sub)
+    version = f"gpuguard {__version__}"
+    for command in sub.choices.values():
+        # `run` takes '+' flags only (its own --version is read by run itself)
+        if "-" in command.prefix_chars and "--version" not in command._option_string_actions:
+            command.add_argument("--version", action="version", version=version)
     return parser
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
-from gpuguard import files
-from gpuguard.labels import LabelError, ascii_int, parse_duration
+from gpuguard import files, units
+from gpuguard.labels import LabelError, ascii_int
 
 # ConfigError is the loader's (every file a flag names is read there, with the same integer
 # bound as a flag's value); read_yaml is kept here for the callers that import it from flags.
@@ -249,10 +249,14 @@ def listen_address(values: Mapping[str, Any], name: str, example: str) -> tuple[
 
 
 def duration(values: Mapping[str, Any], name: str) -> float:
-    """A positive duration such as ``100ms``, ``5s`` or ``2m``, in seconds."""
+    """A positive duration with its unit (``100ms``, ``5s``, ``1m30s``: ``units.py``), in
+    seconds; a YAML number in ``--config.file`` (not text) is seconds, as it always was."""
+    value = values[name]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = f"{value:.9f}s" if math.isfinite(value) and value > 0 else str(value)
     try:
-        return parse_duration(str(values[name]))
-    except LabelError as exc:
+        return units.parse_duration(str(value))
+    except units.UnitError as exc:
         raise ConfigError(f"--{name}: {exc}") from None
 
 

@@ -10,6 +10,7 @@ import math
 import re
 from typing import TypeVar
 
+from gpuguard import units
 from gpuguard.contract import PriorityClass, TaskMode
 
 DEADLINE = "gpuguard.deadline"
@@ -42,11 +43,6 @@ PLACEMENT = "gpuguard.placement"
 
 _E = TypeVar("_E", TaskMode, PriorityClass)
 
-#: ASCII digits and spaces only, on one line: ``\d`` takes Arabic-Indic or full-width digits,
-#: ``\s`` newlines and tabs, and ``$`` matches before a trailing newline.
-_DURATION = re.compile(r" *([0-9]+(?:\.[0-9]+)?|\.[0-9]+) *(ms|s|m|h)? *")
-MAX_DURATION_TEXT = 64
-_UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _ASCII_DIGITS = re.compile(r"[0-9]+")
 # Prometheus' metric name syntax; a histogram's series add _bucket, _count and _sum.
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -61,25 +57,16 @@ class LabelError(ValueError):
 
 
 def parse_duration(text: str) -> float:
-    """Parse a deadline such as ``9``, ``9s``, ``1500ms``, ``2m`` into seconds (> 0).
+    """Seconds (> 0) from a duration as labels write it (``gpuguard/units.py``): a Go
+    duration (``9s``, ``1500ms``, ``1m30s``) or a bare number of seconds (``9``, ``0.5``).
 
     >>> parse_duration("1500ms")
     1.5
     """
-    if not isinstance(text, str):
-        raise LabelError(f"duration must be a string, got {type(text).__name__}")
-    match = _DURATION.fullmatch(text) if len(text) <= MAX_DURATION_TEXT else None
-    negative = len(text) <= MAX_DURATION_TEXT and text.lstrip(" ").startswith("-")
-    if negative and _DURATION.fullmatch(text.lstrip(" ").removeprefix("-")):
-        raise LabelError(f"invalid duration {text[:40]!r}: must be greater than zero")
-    if not match:
-        raise LabelError(
-            f"invalid duration {text[:40]!r}: use a number with ms, s, m or h (e.g. 9s)"
-        )
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise LabelError(f"invalid duration {text[:40]!r}: must be greater than zero")
-    return seconds
+    try:
+        return units.parse_duration(text, bare_seconds=True)
+    except units.UnitError as exc:
+        raise LabelError(str(exc)) from None
 
 
 def parse_managed(value: str | None) -> bool:
@@ -106,10 +93,8 @@ def _choice(text: str, enum: type[_E], label: str) -> _E:
 
 
 def format_duration(seconds: float) -> str:
-    """Format seconds the way ``parse_duration`` reads them back."""
-    if seconds < 1 and (seconds * 1000).is_integer():
-        return f"{int(seconds * 1000)}ms"
-    return f"{seconds:g}s"
+    """Format seconds the way ``parse_duration`` reads them back (``units.format_duration``)."""
+    return units.format_duration(seconds)
 
 
 def ascii_int(text: str, max_digits: int) -> int:

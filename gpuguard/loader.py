@@ -14,6 +14,9 @@ one ``ConfigError`` line naming the flag and the file (the CLI prints it and exi
 * **size after aliases**: at most ``MAX_NODES`` values, an alias counting as what it
   stands for, so ten aliases of ten aliases of ... (the "billion laughs") cannot turn a small
   file into a walk of billions;
+* **duplicate keys**: refused at any level of a mapping, YAML or JSON (PyYAML and the json
+  module keep the last value, so a second ``classes:`` or ``default:`` would silently win);
+  a merge key's (``<<``) values may still be overridden by the mapping's own keys;
 * **integers**: at most ``MAX_INT_DIGITS`` digits. PyYAML turns ``1:2:3:...`` (base 60)
   into an integer by multiplying in a loop, quadratic in its length: 160 kB took 5.9 s on
   the development machine, and a 1 MiB trust policy would have taken minutes. Python's
@@ -95,7 +98,12 @@ def parse_yaml(text: str, where: str) -> Any:
 def parse_json(text: str, where: str) -> Any:
     """One JSON document within the limits; ``where`` starts the error line."""
     try:
-        doc = json.loads(text, parse_int=_json_int, parse_constant=_json_constant)
+        doc = json.loads(
+            text,
+            parse_int=_json_int,
+            parse_constant=_json_constant,
+            object_pairs_hook=_json_object,
+        )
     except _Refused as exc:
         raise ConfigError(f"{where}: invalid JSON: {exc}") from None
     except RecursionError:
@@ -133,6 +141,15 @@ def _json_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise _Refused(f"an integer of more than {MAX_INT_DIGITS} digits")
     return int(text)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _Refused(f"the key {key[:40]!r} is given twice in one object")
+        doc[key] = value
+    return doc
 
 
 def _json_constant(name: str) -> float:
@@ -174,6 +191,24 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes += n
         if self._nodes > MAX_NODES:
             raise _Refused(f"more than {MAX_NODES} values (aliases count as what they stand for)")
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                twice = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: PyYAML's own error says so below
+                continue
+            if twice:
+                line = key_node.start_mark.line + 1
+                raise _Refused(
+                    f"the key {str(key)[:40]!r} is given twice in one mapping (line {line})"
+                )
+        return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         if len(str(node.value)) > _INT_TEXT:

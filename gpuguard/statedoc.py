@@ -226,6 +226,10 @@ class EndedTask:
     mig_index: int | None = None
     #: ``TaskBoundary``'s value: ``merged`` when the task may have held several requests
     boundary: str = "exact"
+    #: whether it met its deadline; None: not judged (no deadline, or not ``exact``)
+    met_deadline: bool | None = None
+    #: its run time as the exporter timed it; None: not given
+    run_s: float | None = None
 
     @property
     def device(self) -> DeviceKey | None:
@@ -408,6 +412,8 @@ def _ended(doc: Any, where: str) -> EndedTask:
         gpu=_opt(obj, k.GPU, int, where),
         mig_index=_opt(obj, k.MIG_INDEX, int, where),
         boundary=_opt(obj, k.BOUNDARY, str, where) or "exact",
+        met_deadline=_opt(obj, k.MET_DEADLINE, bool, where),
+        run_s=_opt_float(obj, k.RUN_S, where),
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpuguard import __version__
+from gpuguard.gpusim import DEFAULT_SOCKET, SOCKET_ENV
 from gpuguard.gpusim.client import GpusimClient, default_socket_path
 from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
 from gpuguard.gpusim.errors import GpusimError
@@ -32,7 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="run the daemon")
-    socket_help = "Unix socket path (default $GPUSIM_SOCKET, else /run/gpusim/gpusim.sock)"
+    socket_help = (
+        "Unix socket path (default $GPUSIM_SOCKET, else /run/gpusim/gpusim.sock); its "
+        "directory must exist, but for the default's"
+    )
     serve.add_argument("--socket", type=Path, default=None, metavar="PATH", help=socket_help)
     serve.add_argument(
         "--device",
@@ -85,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show devices and processes")
     status.add_argument("--socket", type=Path, default=None, metavar="PATH", help=socket_help)
     status.add_argument("--json", action="store_true", help="print the raw status reply")
+    for command in (serve, status):
+        command.add_argument("--version", action="version", version=f"gpusim {__version__}")
     return parser
 
 
@@ -127,8 +133,13 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gpusim: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     path = args.socket or default_socket_path()
+    if path != Path(DEFAULT_SOCKET) and not path.parent.is_dir():
+        # only the default's directory (/run/gpusim) is made: a typo must not create trees
+        given = "--socket" if args.socket else f"${SOCKET_ENV}"
+        print(f"gpusim: error: {given} {path}: no directory {path.parent}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
     daemon = Daemon(path, config)
     try:
         daemon.bind()

@@ -6,11 +6,10 @@ Another adapter beside ``http.py``'s query API, over the same ranking (``Placer.
 ``managedResources`` (``nvidia.com/gpu``):
 
 - ``filter`` answers ``ExtenderFilterResult``: the nodes where the pod's declared deadline
-  can be met (the ranking's eligible candidates), the others in ``FailedNodes`` (the
-  reasons freeing the node's GPUs could fix: memory, saturation, misses, a predicted miss)
-  or ``FailedAndUnresolvableNodes`` (no record, stale, marked, no GPU, an invalid record,
-  or a pod whose declaration cannot be read), each with a one-line message that
-  ``kubectl describe pod`` shows;
+  can be met (the ranking's eligible candidates), every other one in
+  ``FailedAndUnresolvableNodes`` with a one-line message that ``kubectl describe pod``
+  shows; ``FailedNodes`` is always empty: kube-scheduler's preemption judges a node by its
+  own filters alone, which these nodes already passed (docs/kubernetes.md);
 - ``prioritize`` answers ``HostPriorityList``: the ranking's order of the eligible nodes as
   scores from ``MAX_EXTENDER_PRIORITY`` (10, the best) down to 1, every other node 0.
 
@@ -21,8 +20,11 @@ case: so does ``parse_args``. ``NodeNames`` comes when the extender is configure
 (whole ``v1.Node`` objects, echoed back as they came); a result answers in the same field.
 
 A pod declares itself with pod labels or annotations: ``gpuguard.deadline`` (without it the
-pod is not real-time: every node passes and scores 0), ``gpuguard.memory`` and
-``gpuguard.runtime`` (optional, as the placer's ``memory`` and ``runtime`` parameters).
+pod is not real-time: every node passes and scores 0), ``gpuguard.memory`` (a byte size:
+Kubernetes quantities such as ``20Gi``) and ``gpuguard.runtime`` (optional); durations as
+container labels write them, Go's forms included (``1m30s``: ``gpuguard/units.py``). A
+declaration that cannot be read fails every node, unresolvable, with the reason, which
+kube-scheduler's ``FitError`` puts in the pod's ``FailedScheduling`` event.
 Nothing is reserved: kube-scheduler never says which node it chose (docs/kubernetes.md).
 Prometheus unreachable is a 503, which kube-scheduler takes as the extender failing: with
 ``ignorable: true`` it schedules without gpuguard (fail open), counted here as
@@ -39,10 +41,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuguard import labels
-from gpuguard.contract import RankReason, StateReason
 from gpuguard.placer.errors import BadRequest, RecordsUnavailable
 from gpuguard.placer.query import parse_duration, parse_memory
-from gpuguard.placer.ranking import Candidate, Ranking, Reason, Request
+from gpuguard.placer.ranking import Candidate, Ranking, Request
 from gpuguard.placer.service import Placer
 
 log = logging.getLogger(__name__)
@@ -65,18 +66,6 @@ MAX_BODY = 4 * 1024 * 1024
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 MAX_NODE_NAME = 253
 _ARGS_FIELDS = {"pod": "Pod", "nodes": "Nodes", "nodenames": "NodeNames"}
-#: Reasons that freeing the node's GPUs (preempting pods there) could clear: FailedNodes.
-#: Every other reason is FailedAndUnresolvableNodes, so preemption does not try that node.
-_RESOLVABLE: frozenset[Reason] = frozenset(
-    {
-        RankReason.MEMORY,
-        RankReason.FLOAT_TIME,
-        RankReason.PREDICTED_MISS,
-        StateReason.MEMORY_FULL,
-        StateReason.SATURATED,
-        StateReason.MISSED_DEADLINE,
-    }
-)
 NO_RECORD = "gpuguard: no record of this node (no gpuguard exporter there, or not scraped)"
 
 
@@ -94,14 +83,13 @@ class ExtenderArgs:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """One node for one pod: passes, or fails with a message (unresolvable or not)."""
+    """One node for one pod: passes, or fails with a message."""
 
     eligible: bool
     #: the node's best place in the ranking; None where nothing was ranked (a pod that
     #: declares no deadline, or whose declaration cannot be read)
     position: int | None = None
     message: str = ""
-    unresolvable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,16 +198,15 @@ def declared_request(args: ExtenderArgs) -> Request | None:
     try:
         return Request(
             deadline_s=parse_duration(labels.DEADLINE, deadline),
-            memory_bytes=parse_memory(memory) if memory is not None else 0,
+            memory_bytes=(
+                parse_memory(memory, labels.PLACEMENT_MEMORY) if memory is not None else 0
+            ),
             runtime_s=(
                 parse_duration(labels.PLACEMENT_RUNTIME, runtime) if runtime is not None else None
             ),
         )
     except BadRequest as exc:
-        text = str(exc)
-        if memory is not None and text.startswith("memory "):
-            text = f"{labels.PLACEMENT_MEMORY}: {text}"
-        raise DeclarationError(text) from None
+        raise DeclarationError(str(exc)) from None
 
 
 def _declared(args: ExtenderArgs, key: str) -> str | None:
@@ -244,25 +231,24 @@ def node_verdicts(names: Iterable[str], ranking: Ranking) -> dict[str, Verdict]:
     for name in names:
         found = best.get(name)
         if found is None:
-            verdicts[name] = Verdict(False, message=NO_RECORD, unresolvable=True)
+            verdicts[name] = Verdict(False, message=NO_RECORD)
             continue
         position, candidate = found
         if candidate.eligible:
             verdicts[name] = Verdict(True, position)
             continue
         why = ", ".join(str(r) for r in candidate.reasons)
-        unresolvable = any(r not in _RESOLVABLE for r in candidate.reasons)
         message = f"gpuguard: deadline {deadline} cannot be met here ({why})"
-        verdicts[name] = Verdict(False, position, message, unresolvable)
+        verdicts[name] = Verdict(False, position, message)
     return verdicts
 
 
 def filter_result(args: ExtenderArgs, verdicts: Mapping[str, Verdict]) -> dict[str, Any]:
     """``ExtenderFilterResult`` as Go marshals it: the passing nodes in the field the
-    request used (the other ``null``), the failed ones by message, ``Error`` empty."""
+    request used (the other ``null``), every failed one by message in
+    ``FailedAndUnresolvableNodes`` (``FailedNodes`` empty), ``Error`` empty."""
     passing = [n for n in args.node_names if verdicts[n].eligible]
-    failed = {n: v.message for n, v in verdicts.items() if not v.eligible and not v.unresolvable}
-    unresolvable = {n: v.message for n, v in verdicts.items() if v.unresolvable}
+    unresolvable = {n: v.message for n, v in verdicts.items() if not v.eligible}
     nodes: dict[str, Any] | None = None
     node_names: list[str] | None = None
     if args.node_items is not None:
@@ -274,7 +260,7 @@ def filter_result(args: ExtenderArgs, verdicts: Mapping[str, Verdict]) -> dict[s
     return {
         "Nodes": nodes,
         "NodeNames": node_names,
-        "FailedNodes": failed,
+        "FailedNodes": {},
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": "",
     }
@@ -296,11 +282,10 @@ def host_priorities(names: Iterable[str], verdicts: Mapping[str, Verdict]) -> li
 
 
 def everywhere(names: Iterable[str], message: str) -> dict[str, Verdict]:
-    """The same verdict for every node, unranked: passing (``message`` empty) or
-    unresolvable."""
+    """The same verdict for every node, unranked: passing (``message`` empty) or failing."""
     if not message:
         return {n: Verdict(True) for n in names}
-    return {n: Verdict(False, message=message, unresolvable=True) for n in names}
+    return {n: Verdict(False, message=message) for n in names}
 
 
 class Extender:

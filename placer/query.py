@@ -1,10 +1,10 @@
 """Strict parsing of the placer's query parameters (pure; docs/interfaces.md §9).
 
 Every value is ASCII, bounded in length and finite; an unknown, repeated or empty parameter
-is an error. A duration is one spelling only: digits, an optional fraction and its unit, with
-nothing between (``9s``, ``1500ms``, ``0.5s``, ``2m``, ``1h``); ``9``, ``9 s`` and ``1e3s`` are
-refused, so what a client sent means one thing. A deadline is at least ``MIN_DEADLINE_S``.
-Memory is bytes with an optional unit (``2GiB``, ``512MiB``, ``1073741824``).
+is an error. A duration is gpuguard's one spelling (``gpuguard/units.py``: a Go duration,
+``9s``, ``1500ms``, ``0.5s``, ``1m30s``); ``9``, ``9 s``, ``.5s`` and ``1e3s`` are refused, so
+what a client sent means one thing. A deadline is at least ``MIN_DEADLINE_S``. Memory is a
+byte size, Kubernetes quantities included (``2GiB``, ``20Gi``, ``20G``, ``1073741824``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from gpuguard import labels
+from gpuguard import units
 from gpuguard.placer.errors import BadRequest
 from gpuguard.placer.ranking import Policy, Request
 
@@ -24,14 +24,7 @@ MAX_DURATION_S = 86_400.0  # a day: no real-time task waits longer
 #: The exporter's shortest --poll.interval: a deadline shorter than one poll can never be seen
 #: met, so it only ranks a request as no GPU can serve it (1e-13 s was taken before).
 MIN_DEADLINE_S = 0.01
-_DURATION = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,12})?)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_MEMORY = 2**50  # 1 PiB
-_MEMORY = re.compile(r"^([0-9]{1,16})(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?$")
-_UNITS = {
-    None: 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-}  # fmt: skip
 _MODEL = re.compile(r"^[A-Za-z0-9 ._()/+-]{1,64}$")
 PLACEMENT_PARAMS = ("deadline", "memory", "runtime", "gpu_model", "policy")
 
@@ -82,11 +75,11 @@ def parse_query(
 
 
 def parse_duration(name: str, text: str) -> float:
-    """Seconds from a duration as container deadlines are written, at most a day; BadRequest
-    naming ``name`` when invalid."""
+    """Seconds from a duration as container labels write it (a bare number is seconds), at
+    most a day; BadRequest naming ``name`` when invalid."""
     try:
-        seconds = labels.parse_duration(text)
-    except labels.LabelError as exc:
+        seconds = units.parse_duration(text, bare_seconds=True)
+    except units.UnitError as exc:
         raise BadRequest(f"{name}: {exc}") from None
     if seconds > MAX_DURATION_S:
         raise BadRequest(f"{name}: at most {MAX_DURATION_S:g}s")
@@ -94,15 +87,14 @@ def parse_duration(name: str, text: str) -> float:
 
 
 def query_duration(name: str, text: str, minimum: float = 0.0) -> float:
-    """Seconds from ``9s``, ``1500ms``, ``0.5s``, ``2m`` or ``1h`` (the one spelling), more than
-    0 and at least ``minimum``, at most a day; BadRequest naming ``name`` otherwise."""
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        raise BadRequest(
-            f"{name} {text[:MAX_VALUE]!r}: write digits and a unit, ms, s, m or h, with nothing "
-            "between (e.g. 9s or 1500ms)"
-        )
-    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    """Seconds from a duration with its unit (``9s``, ``1500ms``, ``1m30s``), more than 0 and
+    at least ``minimum``, at most a day; BadRequest naming ``name`` otherwise."""
+    try:
+        seconds = units.parse_duration(text)
+    except units.NotPositive:
+        seconds = 0.0
+    except units.UnitError as exc:
+        raise BadRequest(f"{name} {text[:MAX_VALUE]!r}: {exc.why}") from None
     if seconds <= 0 or seconds < minimum:
         floor = f"at least {minimum * 1000:g}ms" if minimum else "more than 0"
         raise BadRequest(f"{name} {text!r}: must be {floor}")
@@ -111,14 +103,15 @@ def query_duration(name: str, text: str, minimum: float = 0.0) -> float:
     return seconds
 
 
-def parse_memory(text: str) -> int:
-    """Bytes from ``2GiB``, ``512MiB``, ``1073741824`` ...; BadRequest when invalid."""
-    match = _MEMORY.match(text) if text.isascii() else None
-    if match is None:
-        raise BadRequest(f"memory {text!r}: use bytes with an optional unit, e.g. 2GiB")
-    value = int(match.group(1)) * _UNITS[match.group(2)]
+def parse_memory(text: str, name: str = "memory") -> int:
+    """Bytes from a byte size (``2GiB``, ``20Gi``, ``20G``, ``1073741824``), more than 0 and
+    at most 1 PiB; BadRequest naming ``name`` when invalid."""
+    try:
+        value = units.parse_bytes(text)
+    except units.UnitError as exc:
+        raise BadRequest(f"{name}: {exc}") from None
     if not 0 < value <= MAX_MEMORY:
-        raise BadRequest(f"memory {text!r}: must be more than 0 and at most 1 PiB")
+        raise BadRequest(f"{name} {text!r}: must be more than 0 and at most 1 PiB")
     return value
 
 

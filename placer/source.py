@@ -174,8 +174,19 @@ def _gpu(key: str, fields: Mapping[str, Any]) -> GpuRecord | None:
     )
 
 
+@dataclass
+class _Flight:
+    """One records query under way: whoever asks meanwhile waits for it, not for a new one."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    samples: list[Mapping[str, Any]] | None = None
+    error: str = ""
+
+
 class PrometheusSource:
-    """Reads every node's record with one query; reuses a reply for ``cache_s`` seconds."""
+    """Reads every node's record with one query, reused for ``cache_s`` seconds from when its
+    reply arrived. Callers that ask while a query is under way share it; each waits at most
+    ``timeout_s`` for the whole answer (connect, head and body), else RecordsUnavailable."""
 
     def __init__(
         self,
@@ -192,21 +203,52 @@ class PrometheusSource:
         self._session = tls_auth.session()  # --prometheus.http-config-file
         self._lock = threading.Lock()
         self._cached: tuple[float, list[Mapping[str, Any]]] | None = None
+        self._flight: _Flight | None = None
+        self._thread: threading.Thread | None = None
 
     def views(self) -> list[NodeView]:
-        """Every node's view now; RecordsUnavailable when Prometheus cannot answer."""
-        now = self._clock()
-        with self._lock:
-            if self._cached is None or now - self._cached[0] > self.cache_s:
-                self._cached = (now, self._query())
-            samples = self._cached[1]
-        return views_from_samples(samples, now)
+        """Every node's view now; RecordsUnavailable when Prometheus cannot answer in time."""
+        samples = self._samples(time.monotonic() + self.timeout_s)
+        return views_from_samples(samples, self._clock())
 
-    def _query(self) -> list[Mapping[str, Any]]:
+    def _samples(self, deadline: float) -> list[Mapping[str, Any]]:
+        with self._lock:
+            if self._cached is not None and self._clock() - self._cached[0] <= self.cache_s:
+                return self._cached[1]
+            flight = self._flight
+            if flight is None:
+                flight = self._flight = _Flight()
+                self._thread = threading.Thread(
+                    target=self._query, args=(flight,), name="placer-records", daemon=True
+                )
+                self._thread.start()
+        if not flight.done.wait(max(0.0, deadline - time.monotonic())):
+            raise RecordsUnavailable(
+                f"prometheus at {self.base_url}/api/v1/query: no whole answer within "
+                f"{self.timeout_s:g}s"
+            )
+        if flight.samples is None:
+            raise RecordsUnavailable(flight.error or f"prometheus at {self.base_url}: failed")
+        return flight.samples
+
+    def _query(self, flight: _Flight) -> None:
+        """Run one query for ``flight``; its reply is cached from when it arrived."""
         try:
-            return instant_query(self._session, self.base_url, RECORDS_QUERY, self.timeout_s)
+            flight.samples = instant_query(
+                self._session, self.base_url, RECORDS_QUERY, self.timeout_s
+            )
         except QueryFailed as exc:
-            raise RecordsUnavailable(str(exc)) from None
+            flight.error = str(exc)
+        finally:
+            with self._lock:
+                if flight.samples is not None:
+                    self._cached = (self._clock(), flight.samples)
+                self._flight = None
+            flight.done.set()
 
     def close(self) -> None:
+        """Wait for a query under way (it ends by its own deadline), then close the session."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=2 * self.timeout_s + 1)
         self._session.close()

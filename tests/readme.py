@@ -59,6 +59,9 @@ HOW: dict[str, How] = {
         By.DEMO, "rt-2 on the demo stack"
     ),
     "gpuguard ps": How(By.DEMO, "its output compared with the README's"),
+    "gpuguard ps -a --tasks 3": How(
+        By.DEMO, "once both exited: its columns compared with the README's, three verdicts each"
+    ),
     "docker rm -f rt-1 rt-2": How(By.DEMO, "removes both"),
     ".venv/bin/gpuguard exporter --gpu.backend nvml": How(
         By.UNIT,

@@ -15,23 +15,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuguard.actuator.admission.policy.types import (
-    PAUSE,
-    REPEAT_GAP_S,
-    UNPAUSE,
-    Decision,
-    PolicyConfig,
-    Recent,
-    Step,
-)
 from gpuguard.actuator.admission.ratecontrol import (
     Change,
-    DutyCycle,
-    RateLaw,
     RateStep,
     SloReading,
     control_step,
     interference_step,
+)
+from gpuguard.actuator.decision import (
+    PAUSE,
+    REPEAT_GAP_S,
+    UNPAUSE,
+    Decision,
+    DutyCycle,
+    PolicyConfig,
+    RateLaw,
+    Recent,
+    Step,
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PRE_KERNEL, Phase, Result, StepReason

@@ -1,73 +1,8 @@
 """Best-effort under rate control: how much of the time a best-effort container may run beside
-real-time work on its device, set by feedback. Pure.
+real-time work on its device, set by feedback (an integral law on the tenant's SLO
+attainment, else the interference law on measured demand). Pure.
 
-Why rate control and not detection: NVML samples a process about every 1/6 s, so a request
-shorter than that is never seen on its own, and a server's requests merge into one busy
-period. Freezing the best-effort container on seen activity then freezes it for as long as
-the server lives (dense traffic) or thaws it in the middle of a request (sparse traffic with
-a starvation guard). Instead, while real-time work is active on a device, each best-effort
-container there runs a duty cycle through the cgroup freezer (about 1 ms a freeze): within
-every ``period_s`` it runs for ``run_fraction`` of the period and is frozen for the rest,
-every best-effort container of the device in the same phase, so the real-time side meets one
-interferer at a time. The fraction is what feedback sets (TGS, NSDI '23, does the same for
-opportunistic jobs, from inside the container):
-
-* The signal is the real-time side's own: its latency SLO attainment where it declares one
-  (the tenant's histogram, ``rules/``), as an error normalised to the objective's error
-  budget: ``(objective - attainment) / (1 - objective)`` (0 on target, -1 with every request
-  in time, +1 with twice the budget missed). Several real-time containers on a device: the
-  worst one governs.
-* The law is integral control with a dead band: ``run_fraction -= gain * error`` per control
-  step, slewed to ``max_step`` and clamped to ``[floor, 1]``. Why this law: the plant
-  (attainment as a function of the best-effort run fraction) is static and monotone, more
-  running never helps the real-time side, so an integral controller with ``gain`` below the
-  reciprocal of the plant's slope converges without overshoot (each correction is smaller
-  than the error that caused it), and ends at the largest run fraction that keeps the
-  objective: best-effort gets everything real-time can spare. The dead band keeps sampling
-  noise from moving it (no chatter); backing off is faster than probing (``gain_up`` <
-  ``gain``), since a miss costs a tenant and a lost step costs only throughput.
-* The signal lags: attainment is a share over the rule's window (10 s), scraped and
-  evaluated every second or so. An integral controller that stepped every period on a
-  signal still describing the fraction of several steps ago would keep correcting an error
-  it had already corrected, and overshoot (with a delay of ``D`` steps it stays monotone
-  only for a loop gain under about ``1 / (e (D + 1))``, and the plant's slope is unknown,
-  ten times steeper for a dense server than for a sparse one). So a step uses only readings
-  taken ``settle_s`` (the window plus the scrape and evaluation) after the last change:
-  each step sees what the previous one did, the condition the no-overshoot argument above
-  needs whatever the plant's slope, as long as ``gain`` x slope < 1. Until then the step
-  is ``settling``. One exception: a miss seen after a step *up* backs off at once, since
-  the window before that step held none (the probe failed; waiting would only prolong it).
-* A signal older than ``stale_after_s`` (Prometheus down, the tenant stopped exporting) is
-  not believed: the fraction steps down to the floor, the side safe for real-time work.
-  A device whose control began less than ``stale_after_s`` ago and has no reading yet is
-  settling, not stale: a server's first window takes ``settle_s`` to appear.
-* The floor is the starvation guard: a best-effort container runs at least ``floor`` of
-  every period, whatever the signal says, so no freeze outlasts ``(1 - floor) x period``.
-
-Without a declared SLO, the signal is the interference the exporter can measure
-(``interference_fraction``). What it cannot measure is the real-time side's own slowdown:
-a process's NVML share is its share of SM time, which time-slicing conserves (a request
-stretched to twice its length beside a busy kernel shows half the share for twice as long),
-so only a real-time process that fills whole 1/6 s samples shows a drop, and a server's
-short requests never do. What it can measure is how much of the device the best-effort side
-takes when it runs: each best-effort container's demand, its SM share while it computes
-alone (``Container.demand_sm_ratio``, learnt from whole samples with nothing else active).
-A real-time kernel runs at ``1 / (2 f2)`` of its speed while one other kernel shares the
-device (``f2``: the contention curve's overhead at two, ``gpuguard/slowdown.py``; paper B's
-1.08), so with best-effort demand ``u`` running ``r`` of each period, the real-time side's
-mean speed is ``1 - r u c`` (``c = 1 - 1 / (2 f2)``, 0.54) and its mean slowdown
-``1 / (1 - r u c)``. The run fraction is the largest whose slowdown stays within
-``max_slowdown``: ``r = (1 - 1 / max_slowdown) / (u c)``, clamped to ``[floor, 1]`` and
-slewed by ``max_step`` a step. The default 1.05 keeps a best-effort container that fills
-the device at the floor (``r`` = 0.09 for ``u`` = 1), where open loop kept it, and lets one
-that uses a fifth of it run 0.44 of each period. Why this law: the measured demand does not
-depend on the run fraction (it is measured while the container runs alone), so there is no
-loop to oscillate; the fraction follows the measurement in at most ``1 / max_step`` steps
-and stays (a change under ``FRACTION_DEADBAND`` is the measurement's jitter: none). An
-unknown demand (a container not yet seen alone for whole samples: one whose real-time
-neighbour never idles) is not guessed: the fraction is ``initial`` (open loop).
-The slowdown leaves out the NVML sample the best-effort side runs through before real-time
-work is seen (the same for every fraction).
+Why rate control, and why these laws: docs/design-notes.md, "Rate control's laws".
 """
 
 from __future__ import annotations
@@ -77,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpuguard.actuator.decision import RateLaw
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PriorityClass
 from gpuguard.slowdown import slowdown_factor
@@ -99,42 +35,6 @@ class RateStep(StrEnum):
     OPEN_LOOP = "open_loop"
     #: the signal does not yet show what the last change did (``RateLaw.settle_s``)
     SETTLING = "settling"
-
-
-@dataclass(frozen=True)
-class RateLaw:
-    """The controller's knobs (``--besteffort.*``)."""
-
-    period_s: float = 1.0
-    #: least run fraction of a best-effort container beside active real-time work
-    floor: float = 0.1
-    #: run fraction without any real-time signal (open loop), and where control starts
-    initial: float = 0.1
-    #: run-fraction change per unit of normalised error, backing off ...
-    gain: float = 0.2
-    #: ... and probing upwards (smaller: a miss costs more than a lost step)
-    gain_up: float = 0.05
-    #: errors within this are noise
-    deadband: float = 0.1
-    max_step: float = 0.2
-    stale_after_s: float = 15.0
-    #: a change shows in the signal this long after it (the rule's window, scrape, evaluation)
-    settle_s: float = 12.0
-    #: without an SLO: the real-time side's mean slowdown the best-effort side may cause,
-    #: from its measured demand (``interference_fraction``); 0: open loop at ``initial``
-    max_slowdown: float = 1.05
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.floor <= self.initial <= 1:
-            raise ValueError("need 0 <= floor <= initial <= 1")
-        if self.period_s <= 0 or self.stale_after_s <= 0:
-            raise ValueError("period and staleness must be positive")
-        if self.settle_s < 0:
-            raise ValueError("settling time must not be negative")
-        if min(self.gain, self.gain_up, self.deadband, self.max_step) < 0:
-            raise ValueError("gains, dead band and step must not be negative")
-        if self.max_slowdown != 0 and self.max_slowdown <= 1:
-            raise ValueError("the slowdown bound must be above 1 (or 0: none)")
 
 
 @dataclass(frozen=True)
@@ -265,25 +165,3 @@ def interference_step(current: float, demand: float | None, law: RateLaw) -> tup
 
 def _clamp(fraction: float, law: RateLaw) -> float:
     return max(law.floor, min(1.0, fraction))
-
-
-@dataclass(frozen=True)
-class DutyCycle:
-    """A device's duty cycle: periods start at ``phase`` (wall time), each running first."""
-
-    run_fraction: float
-    period_s: float
-    phase: float
-
-    def frozen_at(self, now: float) -> bool:
-        """Whether best-effort work on the device is to be frozen at ``now``."""
-        if self.run_fraction >= 1:
-            return False
-        into = (now - self.phase) % self.period_s
-        return into >= self.run_fraction * self.period_s
-
-    def next_switch(self, now: float) -> float:
-        """The next moment ``frozen_at`` changes (for the controller's timer)."""
-        start = now - (now - self.phase) % self.period_s
-        run_end = start + self.run_fraction * self.period_s
-        return run_end if now < run_end else start + self.period_s

@@ -1,22 +1,7 @@
 """The rate controller's signal: each real-time container's SLO attainment per GPU, from
 Prometheus, polled in a thread of its own.
 
-What is read: the recording rule ``gpuguard:container_gpu_slo_attainment_ratio:10s`` for this
-node (``rules/``: the tenant's own latency histogram, the share of requests within its
-target over the last 10 s, on each GPU it has a process on). It is read as a range (the
-samples of the last ``--besteffort.stale-after``), so each reading carries the time Prometheus
-evaluated it, not the time it was asked: a rule that stopped being evaluated, or a series
-that went away, ages and turns stale instead of being read as new forever.
-
-The objective, and whether a device has a declared SLO at all, come from the exporter's
-fresh state at each decision (``Container.slo_objective``, the same declaration the
-exporter publishes as ``gpuguard_container_slo_objective_ratio``): so Prometheus being down
-reads as a stale signal on a device that declares one (towards the floor), never as a
-device without one (open loop).
-
-Never on the decision path: the poller keeps the last readings, and a decision copies them
-(``latest``) under the poller's own short lock. A failed query leaves them as they were, so
-they age (counted in ``gpuguard_actuator_slo_queries_total{result="failed"}``).
+Why: docs/design-notes.md, "Rate control's SLO signal".
 """
 
 from __future__ import annotations
@@ -29,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuguard.actuator.admission.pressure import SHORT_ID, device_of
 from gpuguard.actuator.admission.ratecontrol import SloReading
-from gpuguard.actuator.admission.slo import SHORT_ID, device_of
 from gpuguard.actuator.metrics import QUERY_FAILED, QUERY_OK
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PriorityClass

@@ -1,18 +1,7 @@
 """containerd behind the engine interface: admission without Docker
 (``--containerd.address``), through Debian's ``ctr`` (``gpuguard/ctr.py``).
 
-Every ``CtrError`` becomes gpuguard's here, decided from containerd's state, never from
-``ctr``'s words: containerd not answering ``ctr version`` is ``EngineDown``; a container no
-longer listed is ``ContainerGone``; a task not in the state a pause or resume needs is
-``EngineConflict``; anything else ``EngineRefused``. Containers are read by the shared layer
-(``gpuguard/containerd.py``), as the exporter reads them.
-
-So the freeze is the same runtime-agnostic cgroup freeze (``actuator/admission/freezer.py``,
-by container id and task PID, under either kubelet cgroup driver), handed over to
-containerd's own task pause so ``ctr tasks list`` and the kubelet's view agree; the journal,
-the guard and the maximum pause work unchanged. On a Kubernetes node ``gpuguard.managed``
-(and the other ``gpuguard.*`` labels) may be pod labels: they are read from the pod's
-sandbox, as the exporter reads them. The sandbox itself is never listed (nor paused).
+Why: docs/design-notes.md, "The containerd adapter".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The guard's own ``/metrics`` (Prometheus job ``gpuguard-guard``, docs/interfaces.md §8).
 
-Why the guard is scraped at all: when the actuator is dead its gauge of the guard's lease
-is gone with it, and if the guard is dead too, nothing resumes what the actuator paused.
-Only the guard's own scrape (its ``up``) can then raise ``GpuguardGuardMissing``; what it
-publishes says what it knows of the actuator.
-
-Sample exposition::
+Served on loopback by default, read-only (no token); if it cannot bind, the guard logs it
+and guards on. Why it is scraped: docs/design-notes.md, "The guard's metrics". Sample::
 
     # HELP gpuguard_guard_actuator The actuator alive, stuck or gone, as the guard sees it.
     # TYPE gpuguard_guard_actuator gauge
@@ -16,9 +12,6 @@ Sample exposition::
     gpuguard_guard_last_check_timestamp_seconds 1.7e+09
     gpuguard_guard_resumed_total 3.0
     gpuguard_guard_state_write_failures_total{file="lease",reason="no_space"} 0.0
-
-The server listens on loopback by default and serves only these (no token: read-only). If
-it cannot bind, the guard logs it and guards on without it.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """``gpuguard guard``: resume what the actuator paused when the actuator cannot.
 
-Its own program (own systemd unit, own container, sharing the actuator's state directory),
-so nothing that ends the actuator ends it: not PID 1 of the actuator's container dying,
-not systemd's ``KillMode=mixed``. Every half second it looks at the actuator:
-
-* **gone** (it can take the journal's ``flock``; the kernel dropped the actuator's when it
-  died, ``kill -9`` included): it resumes every container the journal says is paused,
-  removes them from the journal it now owns, and gives the lock back at once, so a new
-  actuator is never kept waiting for long;
-* **stuck** (someone holds the lock but the actuator's lease in the state directory was not
-  renewed within ``--lease.timeout``): it resumes them too, without writing the journal,
-  which is not its own while the actuator lives;
-* **alive**: it enforces ``--max-pause`` from the journal (the stricter of its own and the
-  one the actuator recorded there), whatever the actuator does.
-
-Resumes come first, writes after: its lease is renewed once a check has resumed what it
-must, and a write that fails (the state directory full or read-only, a directory where a
-file goes) is counted, logged once and tried again at the next check, never a reason to
-skip a resume (``safety.statewrites``). Without a lock file to take (a read-only directory
-that has none) the actuator's lease alone says whether it is alive.
-
-A journal it cannot read is moved aside when the actuator is gone (kept for the operator)
-and every paused container labelled ``gpuguard.managed=true`` is resumed: it no longer says
-which pauses were the actuator's, and a tenant left frozen is what must never happen. The
-guard never pauses anything, and never touches a container the journal does not name
-(except, with an unreadable journal, managed ones).
+Every half second: actuator gone (the journal's ``flock`` is free) -> resume what the journal
+names paused and forget them; stuck (its lease not renewed within ``--lease.timeout``) ->
+resume them, journal untouched; alive -> enforce ``--max-pause``. Resumes come before any
+write; it never pauses, and touches only containers the journal names (with an unreadable
+journal: managed ones). Why: docs/design-notes.md, "The guard".
 """
 
 from __future__ import annotations
@@ -32,27 +12,19 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import math
 import signal
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gpuguard import flags
-from gpuguard.actuator.admission.freezer import ContainerFreezer
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog
-from gpuguard.actuator.config import (
-    ENGINE_FLAGS,
-    containerd_address,
-    engine_url,
-    host_path,
-    private_state_dir,
-)
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt
-from gpuguard.actuator.errors import ConfigError, EngineDown
+from gpuguard.actuator.engine.freezer import ContainerFreezer
+from gpuguard.actuator.errors import EngineDown
+from gpuguard.actuator.guard.config import FLAGS, GuardConfig, validate
 from gpuguard.actuator.guard.metrics import Seen, guard_server
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import (
@@ -60,89 +32,19 @@ from gpuguard.actuator.safety.journal import (
     Journal,
     JournalContent,
     JournalCorrupt,
-    JournalLock,
     PausedEntry,
     load,
     set_aside,
 )
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
 from gpuguard.actuator.safety.resume import resume_container, resume_managed_paused
 from gpuguard.contract import Result, SkipReason
-from gpuguard.flags import Flag
-from gpuguard.web import webconfig
-from gpuguard.web.webconfig import WebConfig, WebConfigWatcher
+from gpuguard.web.webconfig import WebConfigWatcher
 
 log = logging.getLogger("gpuguard.guard")
 
 CHECK_PERIOD_S = 0.5
-
-FLAGS: tuple[Flag, ...] = (
-    Flag("state.dir", "/var/lib/gpuguard/actuator", "the actuator's --state.dir (shared)"),
-    *ENGINE_FLAGS,
-    Flag("max-pause", "120s", "resume any container the journal says is paused this long",
-         "duration"),
-    Flag("lease.timeout", "15s", "the actuator's lease older than this: it counts as stuck",
-         "duration"),
-    Flag("web.listen-address", "127.0.0.1:10838",
-         "host:port of the guard's /metrics (Prometheus job gpuguard-guard)"),
-    Flag("web.config.file", None, webconfig.FLAG_HELP),
-    Flag("log.level", "info", "debug, info, warning or error"),
-    Flag("path.procfs", "/proc", "the host's procfs (the actuator's --path.procfs)"),
-    Flag("path.sysfs", "/sys", "the host's sysfs (the actuator's --path.sysfs)"),
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    state_dir: Path
-    docker_host: str | None
-    max_pause_s: float
-    lease_timeout_s: float
-    log_level: str
-    warnings: tuple[str, ...] = ()
-    procfs: Path = Path("/proc")
-    sysfs: Path = Path("/sys")
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 10838
-    containerd_address: str | None = None  # set: resume through containerd, not Docker
-    containerd_namespace: str = "k8s.io"
-    web: WebConfig | None = None  # --web.config.file, as read at start-up
-
-
-@flags.reraise_as(ConfigError)
-def validate(values: Mapping[str, Any]) -> GuardConfig:
-    """Check every flag once; raises ``ConfigError`` with one clear line."""
-    warnings: list[str] = []
-    docker_host = engine_url(values, "docker.host")
-    max_pause_s = flags.duration(values, "max-pause")
-    lease_timeout_s = flags.duration(values, "lease.timeout")
-    log_level = flags.choice(values, "log.level", ("debug", "info", "warning", "error"))
-    procfs, sysfs = host_path(values, "path.procfs"), host_path(values, "path.sysfs")
-    host, port = flags.listen_address(
-        {"web.listen-address": values.get("web.listen-address", "127.0.0.1:10838")},
-        "web.listen-address",
-        "127.0.0.1:10838",
-    )
-    web = webconfig.web_config_from_flag(values.get("web.config.file"))
-    # Last: a bad flag must leave no directory behind.
-    state_dir = private_state_dir(Path(str(values["state.dir"])), warnings)
-    return GuardConfig(
-        state_dir,
-        docker_host,
-        max_pause_s,
-        lease_timeout_s,
-        log_level,
-        tuple(warnings),
-        procfs,
-        sysfs,
-        host,
-        port,
-        containerd_address(values),
-        flags.text(values, "containerd.namespace")
-        if "containerd.namespace" in values
-        else "k8s.io",
-        web,
-    )
 
 
 class Guard:
@@ -179,7 +81,8 @@ class Guard:
         """Look at the actuator and do what its state calls for, then renew the guard's
         lease (a resume never waits for a write); returns the verdict."""
         self.seen.last_check = time.time()
-        self.seen.actuator_lease_age_s = lease.age(self.config.state_dir / lease.ACTUATOR_LEASE)
+        held = lease.read_actuator(self.config.state_dir)
+        self.seen.actuator_lease_age_s = math.inf if held is None else held.age()
         left: JournalContent | None = None
         if self._take_lock():
             verdict = "gone"
@@ -191,7 +94,6 @@ class Guard:
                 self.lock.release()
             self._take_over(left)
         else:
-            held = lease.read(self.config.state_dir / lease.ACTUATOR_LEASE)
             stuck = held is None or held.age() > self.config.lease_timeout_s
             verdict = "stuck" if stuck else "alive"
             self._watch(resume_all=stuck)

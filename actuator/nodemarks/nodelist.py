@@ -1,21 +1,6 @@
 """The node list of paper C: may new real-time containers still be placed on this node?
 
-``NodeList`` is pure: each webhook POST is a snapshot of its alert group (``groupKey``), so an
-alert absent from, or resolved in, the group's latest payload no longer holds the node; the
-node is provisionable again when no group holds a reason. When Alertmanager truncated the
-group (``truncatedAlerts`` > 0) absence proves nothing, so only explicit resolutions clear.
-Nor does it in a snapshot older than one already applied: a late duplicate from a clustered
-Alertmanager. A snapshot's age is the newest moment it reports (an alert's ``startsAt``, or
-``endsAt`` once resolved); the caller drops stale alerts themselves (``AlertOrder``) and says
-so with ``partial``.
-
-Marks are leases: Alertmanager repeats a firing group's notification every
-``repeat_interval`` (1m on the node-list route), and each repeat renews its reasons. A reason
-not renewed within ``--node.mark-ttl`` expires, so a mark whose resolution was lost (an
-Alertmanager restarted without its state, a route changed) cannot hold a node forever.
-
-A ``NodeMarker`` executes the list: ``engine/swarm.py``'s Swarm node label, beside the Docker
-adapter whose calls it makes, or ``taints.py``'s Kubernetes taint.
+Why: docs/design-notes.md, "The node list".
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """The node mark on Kubernetes: a taint plus a node label, through the official client.
 
-``TaintMarker`` answers the same two calls as ``engine.swarm.SwarmMarker`` (``node_id``,
-``apply``), so the node marks work the same (``nodemarks.py``). Marking adds the taint
-``gpuguard.io/deadline-risk=true:NoSchedule`` (new real-time pods go elsewhere unless they
-tolerate it; running pods stay) and the label ``gpuguard.io/deadline-risk=true`` (for
-selectors and dashboards); clearing removes exactly those two and nothing else, so a taint
-or label an operator set is never touched. Idempotent: a node already as wanted is
-``already`` with no write. The write is a ``replace`` of the node read just before, carrying
-its ``resourceVersion``: a node changed meanwhile answers 409 and the read-modify-write is
-tried again, so a concurrent change (the kubelet's, an operator's) is never lost.
-
-The node's service account needs ``get`` and ``update`` on ``nodes`` (``deploy/kubernetes/
-rbac.yaml``). Tested against a local HTTP stand-in that checks every request's method, path
-and body against the API's schema (no API server can run where the tests run).
+Why: docs/design-notes.md, "Kubernetes taints".
 """
 
 from __future__ import annotations

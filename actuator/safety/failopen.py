@@ -1,18 +1,6 @@
 """Failing open: when admission control steps aside and resumes what this actuator paused.
 
-Three causes. The exporter cannot be seen for longer than ``--exporter.timeout``: everything
-is resumed once, and admission resumes when the exporter answers again. The journal cannot
-be written (the state directory full or read-only): a pause it cannot record is one nobody
-could undo after a crash, so nothing is paused and what is paused is resumed (again while
-an unpause fails) until a write succeeds. Or a ``resume_all``
-alert (e.g. ``GpuguardExporterDown``) fires for this node: that is a state, not a one-off.
-While such an alert fires, everything this actuator paused is resumed once and nothing is
-paused again, so Alertmanager's duplicates and repeats change nothing. The state ends when
-the alert resolves, or when no repeat renewed it within ``--node.mark-ttl`` (like a node
-mark). The firing alerts are kept in the journal (``to_doc``, restored by the constructor),
-so an actuator restarted while one fires goes on pausing nothing.
-
-Not thread-safe: the controller calls it under its lock and executes what it returns.
+Why: docs/design-notes.md, "Failing open".
 """
 
 from __future__ import annotations
@@ -23,8 +11,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import Alert

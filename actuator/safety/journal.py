@@ -1,41 +1,14 @@
 """What the actuator paused, admitted and marked, kept on disk so a crash loses nothing.
 
-Every change is written before the action it describes is taken (write a temporary file,
-fsync it, ``os.replace`` it over the journal, fsync the directory), so after a ``kill -9``
-the journal names every container the actuator may have frozen. The guard
-(``actuator.guard.program``) and the next start (``plan_reconcile``) read it to resume them.
-
-A pause intent is the one exception to the order, not to the record: it is replaced over the
-journal (``durable=False``: every other process, the guard included, reads it from then on)
-before the freeze, and made durable (``sync``) right after. The fsyncs cost 1-45 ms on a
-busy disk, on the path from a new task to its container frozen; what they add protects
-against power loss, and a frozen cgroup does not outlive the kernel.
-
-One owner writes it: whoever holds the ``flock`` on ``journal.lock`` in the state directory
-(``JournalLock``). A running actuator holds it for its whole life; the kernel drops it when
-the process dies, however it dies, so the guard can both tell that the actuator is gone and
-write the journal without ever overwriting the one of an actuator that replaced it.
-
-A journal that cannot be read (empty, truncated, garbage, not a regular file: ``JournalCorrupt``)
-or holds an entry that is not valid (``journaldoc.check``) is moved aside for the operator
-(``set_aside``) rather than crash-looping whoever reads it. No file here is ever opened
-through a symbolic link (``gpuguard.files``): a link planted as ``journal.lock`` is moved
-aside, never truncated through.
-
-A write that fails (the state directory full, read-only, a directory where the file goes)
-never raises out of a record of what was done (a release, a node mark, the alerts): the
-journal keeps it in memory, reports the failure to ``StateWrites``, says why in
-``unwritable`` and writes everything it holds at the next save or ``retry``. A pause
-intent is the exception, as it must be: unrecorded, it is taken back and
-``JournalUnwritable`` raised, so nothing is paused that the journal does not name. Where the
-lock's file cannot even be opened for writing (read-only), the lock is still taken on a
-read-only descriptor: ``flock`` needs none.
+Every change is written atomically before the action it describes (a pause intent: visible
+before the freeze, durable right after it). One writer: the holder of ``JournalLock``. An
+unreadable journal is moved aside (``set_aside``). A failed write never raises out of a
+record of what was done (it is kept and retried); a pause intent that cannot be written
+raises ``JournalUnwritable``. Why: docs/design-notes.md, "The journal".
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -46,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuguard import files
-from gpuguard.actuator.admission.policy.types import Ledger
+from gpuguard.actuator.decision import Ledger
 from gpuguard.actuator.safety.journaldoc import FORMAT_VERSION, JournalContent, PausedEntry, check
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.actuator.safety.pauseclock import PauseClock, host_clock
 from gpuguard.actuator.safety.statewrites import StateWrites
 from gpuguard.contract import StepReason
@@ -64,7 +38,6 @@ __all__ = [
 log = logging.getLogger("gpuguard.actuator")
 
 JOURNAL_FILE = "journal.json"
-LOCK_FILE = "journal.lock"
 #: Far above any real journal (1,000 paused containers take ~300 KB); a reader never
 #: takes more than this into memory.
 MAX_JOURNAL_BYTES = 64 << 20
@@ -322,112 +295,6 @@ def set_aside(path: Path, tag: str = "corrupt") -> Path:
     """Move a journal that cannot be used out of the way, keeping it for the operator:
     ``journal.json.corrupt-<time>-<pid>`` (``files.set_aside``)."""
     return files.set_aside(path, tag)
-
-
-class JournalLock:
-    """The journal's single writer: an exclusive ``flock`` on ``journal.lock``.
-
-    The lock belongs to the open file: it is dropped when the holder releases it or when its
-    process ends, ``kill -9`` included, and it works between containers sharing the state
-    directory (same host, same file), where a PID cannot be waited on.
-    """
-
-    def __init__(self, state_dir: Path, writes: StateWrites | None = None) -> None:
-        self.path = state_dir / LOCK_FILE
-        self.writes = writes or StateWrites()
-        self._fd: int | None = None
-        self._pid_pending = False  # held, and the holder's PID not yet written
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def try_acquire(self) -> bool:
-        """Take the lock if nobody holds it; True when we hold it now. Raises ``OSError``
-        only when there is no file to lock (read-only and missing, or not set aside)."""
-        return self._take(blocking=False)
-
-    def acquire(self) -> None:
-        """Wait for the lock, however long its holder keeps it."""
-        self._take(blocking=True)
-
-    def _take(self, blocking: bool) -> bool:
-        if self._fd is not None:
-            return True
-        fd, unwritable = self._open()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        if unwritable is not None:  # the lock is held all the same
-            self.writes.failed("lock", self.path, unwritable)
-            self._pid_pending = True
-        else:
-            self._write_pid(fd)
-        return True
-
-    def retry(self) -> None:
-        """Write the holder's PID where an earlier try could not."""
-        if self._fd is None or not self._pid_pending:
-            return
-        try:
-            fd = files.open_state_file(self.path, os.O_WRONLY)
-        except OSError as exc:
-            self.writes.failed("lock", self.path, exc)
-            return
-        try:
-            if os.fstat(fd).st_ino == os.fstat(self._fd).st_ino:  # still the file we lock
-                self._write_pid(fd)
-            else:
-                self._pid_pending = False
-        finally:
-            os.close(fd)
-
-    def _write_pid(self, fd: int) -> None:
-        """For people: who holds it. A failure is reported; the lock is held all the same."""
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError as exc:
-            self.writes.failed("lock", self.path, exc)
-            self._pid_pending = True
-            return
-        self.writes.ok("lock")
-        self._pid_pending = False
-
-    def _open(self) -> tuple[int, OSError | None]:
-        """A descriptor of the lock file, and why it could only be opened read-only."""
-        try:
-            return files.open_state_file(self.path, os.O_RDWR), None
-        except files.FileRefused as exc:
-            # A link or a FIFO in its place: nobody can hold a lock on it (holders open a
-            # regular file). Keep it for the operator and lock a file of our own.
-            kept = files.set_aside(self.path, "bad")
-            log.error("%s: %s: moved to %s", self.path, exc.strerror, kept.name)
-            return files.open_state_file(self.path, os.O_RDWR), None
-        except OSError as exc:
-            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise
-            # A read-only state directory: its lock still tells who holds the journal.
-            return files.open_state_file(self.path, os.O_RDONLY), exc
-
-    def holder(self) -> str:
-        """The PID the holder wrote (as seen in its PID namespace), for log lines."""
-        try:
-            return files.read_text(self.path, 64, follow_symlinks=False).strip() or "?"
-        except (OSError, UnicodeDecodeError):
-            return "?"
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the only descriptor drops the flock
-            self._fd = None
-            self._pid_pending = False
 
 
 def atomic_write_json(path: Path, doc: Mapping[str, Any], durable: bool = True) -> None:

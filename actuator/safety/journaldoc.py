@@ -1,20 +1,6 @@
 """The journal's document, every field checked once, where it is loaded (pure).
 
-Whoever reads the journal (the actuator at start, the guard every half second) goes through
-``check``: it returns what is valid and a line for each entry that is not. A document with
-any problem is not trusted for what it paused: its reader keeps the file aside for the
-operator, goes on with the valid rest, and resumes every paused container labelled
-``gpuguard.managed=true`` (``safety.resume.resume_managed_paused``). Before this, one
-non-numeric ``paused_at`` crashed the actuator at start, and a time without a timezone in a
-resolved alert made every webhook with that fingerprint answer 500.
-
-Fields (docs/interfaces.md, "The actuator's state directory"): ``paused`` (container id ->
-``PausedEntry``), ``admitted`` and ``exempt_tasks`` (id -> epoch seconds), ``nodes`` (this
-node's list of marks), ``alerts`` (``resolved``: the resolved episodes of every alert,
-fingerprint -> [startsAt, seen]; ``fail_open``: the ``resume_all`` alerts firing for this
-node, fingerprint -> last delivery), ``max_pause_s`` (the owner's ``--max-pause``) and
-``lost`` (why every managed pause must still be undone, until it is). Unknown top-level
-keys are ignored.
+Why: docs/design-notes.md, "The journal's document".
 """
 
 from __future__ import annotations

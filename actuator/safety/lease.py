@@ -24,7 +24,10 @@ from pathlib import Path
 from gpuguard import files
 from gpuguard.actuator.safety.statewrites import StateWrites
 
-ACTUATOR_LEASE = "actuator.safety.lease"
+ACTUATOR_LEASE = "actuator.lease"
+#: the name one release gave the actuator's lease: renewed and read beside ACTUATOR_LEASE,
+#: so an actuator and a guard of different releases see each other alive
+ACTUATOR_LEASE_ALIASES = ("actuator.safety.lease",)
 GUARD_LEASE = "guard.lease"
 
 
@@ -61,6 +64,21 @@ def renew(path: Path, writes: StateWrites | None = None) -> bool:
         return False
     writes.ok("lease")
     return True
+
+
+def renew_actuator(state_dir: Path, writes: StateWrites | None = None) -> bool:
+    """Renew the actuator's lease in ``state_dir`` under its name and every alias; False
+    when the lease under its own name cannot be written."""
+    written = renew(state_dir / ACTUATOR_LEASE, writes)
+    for alias in ACTUATOR_LEASE_ALIASES:
+        renew(state_dir / alias, writes)
+    return written
+
+
+def read_actuator(state_dir: Path) -> Lease | None:
+    """The actuator's freshest renewal in ``state_dir`` under its name or an alias."""
+    held = [read(state_dir / name) for name in (ACTUATOR_LEASE, *ACTUATOR_LEASE_ALIASES)]
+    return max((h for h in held if h is not None), key=lambda h: h.renewed, default=None)
 
 
 def age(path: Path) -> float:

@@ -8,10 +8,10 @@ import functools
 import logging
 
 from gpuguard import labels
-from gpuguard.actuator.admission.freezer import CgroupGone, ContainerFreezer, FreezerError
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, attempt, retried
-from gpuguard.contract import COMPONENT_ROLES, Result, StepReason, Verb
+from gpuguard.actuator.engine.freezer import CgroupGone, ContainerFreezer, FreezerError
+from gpuguard.contract import Result, StepReason, Verb
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -57,7 +57,8 @@ def resume_managed_paused(
     and a tenant left frozen is the one outcome gpuguard must never cause, so every managed
     pause is undone (audited with the reason). Managed containers are by contract under
     gpuguard's admission control; the cost is undoing a manual ``docker pause`` of one.
-    Containers not labelled managed, and gpuguard's own, are never touched. Raises
+    Containers not labelled managed (gpuguard's own among them) are never touched; a managed
+    one is resumed whatever role it claims, since it may have been paused as a tenant. Raises
     ``EngineDown`` (retry later).
     """
     statuses = ["paused"] if freezer is None else ["paused", "running"]
@@ -65,8 +66,6 @@ def resume_managed_paused(
     resumed = []
     for container in listed:
         if not labels.parse_managed(container.labels.get(labels.MANAGED)):
-            continue
-        if container.labels.get(labels.ROLE) in COMPONENT_ROLES:
             continue
         cid = container.id
         resume = functools.partial(resume_container, engine, freezer)

@@ -1,22 +1,6 @@
 """Writes to the state directory that fail: counted, logged once per change, never fatal.
 
-The state directory can fill up (ENOSPC), be remounted read-only (EROFS, or EACCES for a
-user who lost write access), or hold a file of the wrong type (a directory where the lease
-goes). Before, each of these crashed the actuator at start (its PID into ``journal.lock``,
-its lease) or made the guard fail every check before it reached the resume (21 tracebacks
-in 12 s). Now every writer in the state directory (journal, leases, lock, audit log)
-reports each attempt here and goes on: a failed write is counted
-(``gpuguard_actuator_state_write_failures_total{file,reason}``, the guard's
-``gpuguard_guard_state_write_failures_total``), logged once when a file starts failing (or
-fails for another reason) and once when it is written again, and retried by its writer at
-its next turn. What a failure means for the actuator (it pauses nothing while its journal
-cannot be written) is decided by its owner, not here.
-
-Sample exposition::
-
-    # HELP gpuguard_guard_state_write_failures_total Failed writes to the state directory.
-    # TYPE gpuguard_guard_state_write_failures_total counter
-    gpuguard_guard_state_write_failures_total{file="lease",reason="no_space"} 42.0
+Why: docs/design-notes.md, "Failed writes to the state directory".
 """
 
 from __future__ import annotations

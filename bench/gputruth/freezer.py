@@ -4,7 +4,7 @@ The GPU machines this kit runs on have no Docker, so the kit does what runc does
 ``docker pause``: move the process into a cgroup and freeze it — cgroup v2
 (``cgroup.freeze``, confirmed by ``frozen 1`` in ``cgroup.events``) where a v2 hierarchy is
 mounted, else the v1 freezer (``freezer.state``). Needs root. Freezing and thawing are the
-actuator's own (``gpuguard.actuator.admission.freezer``, standard library only), so the kit measures
+actuator's own (``gpuguard.actuator.engine.freezer``, standard library only), so the kit measures
 the code that freezes containers; making the cgroup is the kit's.
 """
 
@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from gpuguard.actuator.admission.freezer import FROZEN, Cgroup, FreezerError
+from gpuguard.actuator.engine.freezer import FROZEN, Cgroup, FreezerError
 
 __all__ = ["CgroupFreezer", "FreezerError"]
 

@@ -40,17 +40,28 @@ def open_backend(kind: str, gpusim_socket: Path, nvml_module: Any = None) -> Gpu
         except BackendUnavailable as exc:
             raise BackendUnavailable(f"--gpu.backend nvml: {exc}; {NVML_FIX}") from exc
     if kind == "gpusim":
-        return GpusimBackend(gpusim_socket)
+        return GpusimBackend(_gpusim_socket(gpusim_socket))
     if kind != "auto":
         raise BackendUnavailable(f"unknown GPU backend {kind!r} (use auto, nvml or gpusim)")
     try:
         return NvmlBackend(nvml_module)
     except BackendUnavailable as nvml_exc:
         if gpusim_socket.exists():
-            return GpusimBackend(gpusim_socket)
+            return GpusimBackend(_gpusim_socket(gpusim_socket))
         raise BackendUnavailable(
             f"no GPU backend: NVML failed ({nvml_exc}) and there is no gpusim socket at "
             f"{gpusim_socket}. {NVML_FIX}; without a GPU, start gpusim (`gpusim serve "
             f"--socket {gpusim_socket}`) or point --gpusim.socket at its socket "
             "(`make demo` runs everything on gpusim)"
         ) from nvml_exc
+
+
+def _gpusim_socket(path: Path) -> Path:
+    """``path``, unless something other than a socket is there (gpusim may start later at a
+    path that does not exist yet, but nothing ever listens on a regular file)."""
+    if path.exists() and not path.is_socket():
+        raise BackendUnavailable(
+            f"--gpusim.socket {path} is not a socket: point it at the one `gpusim serve` "
+            "listens on (or $GPUSIM_SOCKET)"
+        )
+    return path

@@ -20,7 +20,8 @@ def register(sub: Any) -> None:
         description="Start a private dockerd, gpusim, the exporter, the actuator, Prometheus "
         "and Alertmanager on 127.0.0.1, run paper B's scenario and an inference server beside "
         "a training job, each unmanaged then managed, and print a report. Needs root. The "
-        "stack stays up afterwards (its URLs are printed) until --stop.",
+        "stack stays up afterwards (its URLs are printed) until --stop; while it is up, "
+        "another demo in the same --dir refuses to start.",
     )
     parser.add_argument(
         "--dir", type=Path, default=DEFAULT_DIR, metavar="PATH",

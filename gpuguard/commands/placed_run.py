@@ -105,7 +105,7 @@ def place(found: dict[str, str]) -> dict[str, Any]:
 
 
 def placer_duration(flag: str, text: str) -> str:
-    """A duration as a container label may spell it (``9``, `` 9 s``) in the placer's one
+    """A duration as a container label may spell it (``9``, ``1m30s``) in the placer's
     spelling (``9000ms``), so the label and the placement agree."""
     try:
         seconds = labels.parse_duration(text)

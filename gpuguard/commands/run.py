@@ -94,6 +94,7 @@ def help_text() -> str:
         "--docker.host", metavar="URL", help="the Docker engine (default: $DOCKER_HOST or local)"
     )
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    parser.add_argument("--version", action="store_true", help="show gpuguard's version and exit")
     placed = parser.add_argument_group("with --placer.url (a Swarm service)")
     placed.add_argument(
         "--placer.url", metavar="URL", help="the placer, e.g. http://127.0.0.1:10837"
@@ -114,7 +115,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.argv[:1] in (["-h"], ["--help"]):
         print(help_text(), end="")
         return 0
+    if args.argv[:1] == ["--version"]:
+        from gpuguard import __version__
 
+        print(f"gpuguard {__version__}")
+        return 0
     if placed_run.wants_placer(args.argv):
         return placed_run.run_service(args.argv)
     return flags.run_configured("gpuguard run", lambda: docker_run_argv(args.argv), exec_docker)

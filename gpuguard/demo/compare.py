@@ -81,13 +81,15 @@ def _verdict(met: bool | None) -> str:
     return {True: "met", False: "MISSED", None: "-"}[met]
 
 
-def boundary_notes(tasks: Iterable[SeenTask], indent: str = "  ") -> list[str]:
-    """A line for each verdict other than met or MISSED that ``tasks`` show (``merged``)."""
-    shown = {t.boundary for t in tasks}
-    return [
-        line for boundary, means in BOUNDARY_MEANS.items() if boundary in shown
-        for line in wrap(means, indent)
-    ]  # fmt: skip
+def verdict_legend() -> list[str]:
+    """What each verdict the report shows means: said once, at its top, before any table."""
+    lines = textwrap.wrap(
+        "Verdicts (OUTCOME, VERDICT, and the last column of an exporter row): met or MISSED, "
+        "judged against the container's deadline; - not judged (no deadline); and, shown by "
+        "the exporter in place of a verdict (or of the deadline in scene 1):",
+        96,
+    )
+    return lines + [line for means in BOUNDARY_MEANS.values() for line in wrap(means, "  ")]
 
 
 def explain(task: TaskResult, seen: SeenTask | None) -> str:
@@ -202,7 +204,6 @@ def request_lines(
         lines.append(f"  in no exporter task: {_ids(outside)}")
     if startup:
         lines.append(f"  (and {startup} start-up context: memory in, no kernel, not a task)")
-    lines += boundary_notes(tasks)
     lines += wrap(_why_requests(tasks, held))
     return lines
 

@@ -15,15 +15,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from gpuguard.demo import scenes
-from gpuguard.demo.stack.localstack import LocalStack
+from gpuguard.demo.stack.localstack import LocalStack, running_recorded
 from gpuguard.demo.stack.process import ServiceError
 
 
 def run(args: argparse.Namespace) -> int:
-    """``gpuguard demo`` with the flags ``gpuguard.commands.demo`` parsed."""
+    """``gpuguard demo`` with the flags ``gpuguard.commands.demo`` parsed.
+
+    Refuses (exit 1, one line) while a stack it started in ``--dir`` still runs: replacing
+    it would move its ports under every shell that sourced its ``env`` file."""
     if args.stop:
         stopped = LocalStack.stop_recorded(args.dir)
         print(f"gpuguard demo: stopped {stopped} processes" if stopped else "nothing running")
@@ -32,6 +37,18 @@ def run(args: argparse.Namespace) -> int:
         print("gpuguard demo: needs root, for the private dockerd it starts: run it with sudo "
               "(sudo make demo)", file=sys.stderr)  # fmt: skip
         return 2
+    unusable = dir_problem(args.dir)
+    if unusable:
+        print(f"gpuguard demo: --dir {args.dir}: {unusable}", file=sys.stderr)
+        return 2
+    up = running_recorded(args.dir)
+    if up:
+        stop = "make stop (or: gpuguard demo --stop)" if args.dir == Path(".stack") else (
+            f"gpuguard demo --stop --dir {args.dir}")  # fmt: skip
+        print(f"gpuguard demo: a demo stack is already up in {args.dir} ({len(up)} of its "
+              f"processes run; its URLs are in {args.dir / 'env'}): stop it first with "
+              f"{stop}, then run the demo again", file=sys.stderr)  # fmt: skip
+        return 1
     LocalStack.stop_recorded(args.dir)
     LocalStack.clean(args.dir)  # a fresh stack: no journal or node marks of an earlier run
     stack = LocalStack(args.dir.resolve(), time_scale=args.time_scale, order=args.order)
@@ -61,3 +78,14 @@ def run(args: argparse.Namespace) -> int:
     print(stack.urls_text())
     print("Stop it all with: make stop   (or: gpuguard demo --stop)")
     return 0
+
+
+def dir_problem(directory: Path) -> str | None:
+    """Why the demo cannot keep its state in ``directory`` (made if missing); None: it can."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return f"cannot make it or write in it ({exc.strerror or exc})"
+    return None

@@ -19,15 +19,15 @@ from gpuguard.actuator.audit import AUDIT_FILE
 from gpuguard.contract import EventType, PriorityClass, TaskBoundary, WorkloadKind
 from gpuguard.demo.compare import (
     SeenTask,
-    boundary_notes,
     explain,
     match,
     request_lines,
     seen_tasks,
     step_lines,
+    verdict_legend,
     wrap,
 )
-from gpuguard.demo.marks import alert_exprs, mark_lines, marked_by, node_marks
+from gpuguard.demo.marks import mark_lines, marked_by, node_marks
 from gpuguard.demo.stack.process import free_port
 from gpuguard.demo.stack.scenario import Scenario, ScenarioResult, TaskResult, WorkloadSpec
 from gpuguard.demo.timeline import Panel, Span, draw, frozen_spans, lanes
@@ -86,7 +86,7 @@ class Run:
 def run_both(stack: Any, count: int, size: int) -> str:
     """Both scenes, each unmanaged then managed; the report text (timelines beside it)."""
     node = stack.nodes[0]
-    lines = ["", "gpuguard demo report", "====================", *CLOCK]
+    lines = report_header()
     first = run_scene(
         node, stack.dir, "paper-b",
         lambda name, managed: demo_specs(name, count, size, managed, node.time_scale),
@@ -108,7 +108,13 @@ def run_both(stack: Any, count: int, size: int) -> str:
     except (requests.RequestException, ValueError):
         still = []
     marks = node_marks(audit, still)
-    lines += ["", *mark_lines(marks, releases, time.time(), alert_exprs()), ""]
+    misses = [
+        (run.result.name, task.ended_at)
+        for run in (*first.values(), *second.values())
+        for task in run.seen or []
+        if task.met is False
+    ]
+    lines += ["", *mark_lines(marks, releases, time.time(), misses), ""]
     frozen = frozen_spans(audit, time.time())
     for scene, runs, title in (
         ("paper-b", first, "Scene 1: paper B's equal tasks, unmanaged vs managed"),
@@ -116,6 +122,11 @@ def run_both(stack: Any, count: int, size: int) -> str:
     ):
         lines.append(draw_scene(stack.dir / f"timeline-{scene}.png", title, runs, frozen))
     return "\n".join(lines)
+
+
+def report_header() -> list[str]:
+    """The report's title, its one clock and what its verdicts mean, before any table."""
+    return ["", "gpuguard demo report", "====================", *CLOCK, "", *verdict_legend()]
 
 
 def read_audit(path: Path) -> list[dict[str, Any]]:
@@ -234,6 +245,12 @@ def pause_lines(run: Run) -> list[str]:
         lines.append(f"  t={t:6.2f}s  {event['type']:<18} {event.get('container')}")
     if len(pauses) > PAUSES_LISTED:
         lines.append(f"  ... {len(pauses) - PAUSES_LISTED} more (see the timeline)")
+    if any(float(e["ts"]) < run.result.released_at for e in pauses):
+        lines += wrap(
+            "t < 0: before the release, while the containers started: a server loading its "
+            "model or a trainer its memory is GPU work the exporter sees like any task, and "
+            "the actuator admits it the same way, so a managed container may wait for it"
+        )
     return lines
 
 
@@ -337,21 +354,55 @@ def live_view(exporter_url: str, scenario: Scenario, title: str) -> None:
 
 
 def _table(state: dict[str, Any], title: str) -> list[str]:
+    """The live table: each container's running task, else its last finished one with its
+    verdict; STATE says whether the actuator may pause the container at all."""
     tasks = {t["container_id"]: t for t in state.get("tasks", []) if t.get("container_id")}
+    ended = {
+        t["container_id"]: t
+        for t in sorted(state.get("recent", []), key=lambda t: t.get("ended_at") or 0.0)
+        if t.get("container_id") and t.get("boundary") != TaskBoundary.NO_KERNEL
+    }
     rows = [
-        f"{title}  (GPU util {_util(state)})",
-        _row("NAME", "DEADLINE", "PHASE", "ELAPSED", "SLACK", "STATE"),
+        f"{title}  (GPU util {_util(state)}; STATE: managed, the actuator may pause it, or "
+        "never paused)",
+        _live_row("NAME", "DEADLINE", "PHASE", "ELAPSED", "SLACK", "STATE"),
     ]
     for container in sorted(state.get("containers", []), key=lambda c: c["name"]):
-        task = tasks.get(container["id"])
         deadline = f"{container['deadline_s']:.1f}s" if container.get("deadline_s") else "-"
-        phase = task["phase"] if task else "-"
-        elapsed = f"{task['elapsed_s']:.1f}s" if task else "-"
-        slack = f"{task['slack_s']:.1f}s" if task and task.get("slack_s") is not None else "-"
-        managed = "managed" if container.get("managed") else "unmanaged"
-        status = ("PAUSED " if container.get("paused") else "") + managed
-        rows.append(_row(container["name"], deadline, phase, elapsed, slack, status))
+        task = tasks.get(container["id"])
+        if task is not None:
+            phase, elapsed = task["phase"], _tenths(task.get("elapsed_s"))
+        elif container["id"] in ended:
+            task = ended[container["id"]]
+            phase, elapsed = f"ended, {_verdict_of(task)}", _tenths(task.get("run_s"))
+        else:
+            phase, elapsed = "-", "-"
+        slack = _tenths(task.get("slack_s")) if task is not None else "-"
+        managed = "managed" if container.get("managed") else "never paused"
+        status = ("PAUSED, " if container.get("paused") else "") + managed
+        rows.append(_live_row(container["name"], deadline, phase, elapsed, slack, status))
     return rows
+
+
+def _verdict_of(task: dict[str, Any]) -> str:
+    """A finished task's verdict: met, MISSED, merged (never judged), or - (no deadline)."""
+    met = task.get("met_deadline")
+    if met is not None:
+        return "met" if met else "MISSED"
+    boundary = str(task.get("boundary"))
+    return boundary if boundary != TaskBoundary.EXACT else "-"
+
+
+def _tenths(seconds: float | None) -> str:
+    """Seconds to a tenth, ``-`` for none; never ``-0.0s``."""
+    if seconds is None:
+        return "-"
+    return f"{round(seconds, 1) or 0.0:.1f}s"
+
+
+def _live_row(*cols: str) -> str:
+    widths = (18, 10, 15, 10, 10, 16)
+    return ("  " + "".join(str(c).ljust(w) for c, w in zip(cols, widths, strict=True))).rstrip()
 
 
 def _row(*cols: str) -> str:
@@ -407,9 +458,6 @@ def format_result(result: ScenarioResult, seen: list[SeenTask] | None = None) ->
                 )
             )
         lines += wrap(explain(task, theirs), "    ")
-    if seen is not None:
-        matched = [m for m in (match(t, seen) for t in result.tasks) if m is not None]
-        lines += boundary_notes(matched)
     return lines
 
 

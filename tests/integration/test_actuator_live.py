@@ -28,10 +28,10 @@ from exporter_support import (
     workload_log,
 )
 
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.policy.types import PAUSE, Step
 from gpuguard.actuator.audit import AuditLog, read_audit
+from gpuguard.actuator.decision import PAUSE, Step
 from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd

@@ -55,7 +55,7 @@ BENCHES = (
         "rank_ms_10", "rank_ms_100", "rank_ms_1000", "rank_only_ms_1000",
         "hit_rate_gpuguard", "fig3_hit_rate_gpuguard", "fig4_hit_rate_gpuguard",
         "hit_rate_gpuguard_no_runtime", "hit_rate_random", "hit_rate_least_loaded",
-        "hit_rate_paper_c",
+        "hit_rate_paper_c", "extender_pod_ms_1900", "extender_queries_per_pod_1900",
     ), dockerd=False),
     Bench("contention_model.py", ("--quick",), ("max_rel_error", "time_scale", "profile"),
           dockerd=False),

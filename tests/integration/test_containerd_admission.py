@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from containerd_support import Pod
 
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import FROZEN, THAWED, ContainerFreezer
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.engine.containerd import ContainerdEngine
+from gpuguard.actuator.engine.freezer import FROZEN, THAWED, ContainerFreezer
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.actuator.safety.resume import resume_managed_paused
@@ -155,10 +155,11 @@ from pathlib import Path
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.engine.containerd import ContainerdEngine
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import ContainerFreezer
-from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy.types import PAUSE, Step
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.engine.freezer import ContainerFreezer
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.journallock import JournalLock
+from gpuguard.actuator.decision import PAUSE, Step
 from gpuguard.ctr import Ctr
 
 state, address, cid = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -23,17 +23,17 @@ from typing import Any
 import docker.errors
 import pytest
 
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import (
+from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
+from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.engine.freezer import (
     FROZEN,
     THAWED,
     Cgroup,
     ContainerFreezer,
     process_state,
 )
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
-from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
-from gpuguard.actuator.engine.docker import DockerEngine
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
@@ -244,7 +244,7 @@ def test_unmanaged_and_gpuguard_containers_are_never_frozen(
 ) -> None:
     unmanaged = tenants("unmanaged", {"gpuguard.managed": "false"})
     unlabelled = tenants("unlabelled", {})
-    component = tenants("component", {**MANAGED, "gpuguard.role": "exporter"})
+    component = tenants("component", {"gpuguard.role": "exporter"})
     executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     everyone = [unmanaged, unlabelled, component]
     executor.vet([c.id for c in everyone])  # vetting never makes one pausable
@@ -257,6 +257,20 @@ def test_unmanaged_and_gpuguard_containers_are_never_frozen(
         assert cgroup_of(container).state() == THAWED and not docker_paused(container)
         assert advancing(container, 0.1)
     assert executor.journal.paused == {}
+
+
+def test_a_managed_tenant_claiming_a_gpuguard_role_is_frozen_as_any_tenant(
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
+) -> None:
+    # gpuguard's own containers are never labelled managed: a managed one naming a role is a
+    # tenant's claim, which would otherwise make it unpausable and others wait behind it
+    claimant = tenants("claimant", {**MANAGED, "gpuguard.role": "exporter"})
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
+    assert executor.execute(pause(claimant), "fast").result == "ok"
+    assert not advancing(claimant)
+    assert executor.execute(unpause(claimant), "fast").result == "ok"
+    assert advancing(claimant)
+    executor.settle()
 
 
 def test_without_a_usable_cgroup_a_pause_is_docker_pause(
@@ -278,11 +292,11 @@ READ_ONLY_CGROUPS = """
 import json, sys
 from pathlib import Path
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
 
 state, url, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 executor = PauseExecutor(
@@ -354,11 +368,12 @@ import sys, time
 from pathlib import Path
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.freezer import ContainerFreezer
+from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
-from gpuguard.actuator.safety.journal import Journal, JournalLock
-from gpuguard.actuator.admission.policy.types import PAUSE, Step
+from gpuguard.actuator.safety.journal import Journal
+from gpuguard.actuator.safety.journallock import JournalLock
+from gpuguard.actuator.decision import PAUSE, Step
 
 state, url, cid, crash_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 lock = JournalLock(state)

@@ -19,7 +19,7 @@ import json, sys
 from pathlib import Path
 import gpuguard
 from gpuguard import resources
-from gpuguard.actuator.config import load_actions
+from gpuguard.actuator.configfiles import load_actions
 actions = load_actions(resources.ACTIONS_FILE, resources.RULE_FILES_GLOB)
 print(json.dumps({
     "package": str(Path(gpuguard.__file__).parent),

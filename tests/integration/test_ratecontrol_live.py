@@ -24,8 +24,9 @@ import pytest
 import requests
 
 from gpuguard import labels
-from gpuguard.actuator.admission.ratecontrol import RateLaw, interference_fraction
+from gpuguard.actuator.admission.ratecontrol import interference_fraction
 from gpuguard.actuator.audit import read_audit
+from gpuguard.actuator.decision import RateLaw
 from gpuguard.demo.stack.localstack import LocalStack
 from gpuguard.demo.stack.process import free_port
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY

@@ -27,7 +27,7 @@ import requests
 from gpuguard.contract import RUNNING_PHASES
 from gpuguard.demo.stack.localstack import USER_RUN_EXAMPLE
 from tests.prereq import unavailable
-from tests.readme import HOW, By, block_in
+from tests.readme import HOW, By, block_in, blocks, section
 from tests.readme import commands as commands_of
 from tests.waiting import wait_for
 
@@ -51,6 +51,13 @@ def readme_example() -> tuple[list[str], list[str]]:
         elif commands and commands[-1] == "gpuguard ps":
             shown.append(line)
     return commands, shown
+
+
+def readme_finished() -> tuple[str, list[str]]:
+    """The example's second console block: ``gpuguard ps -a --tasks 3`` and its output."""
+    block = [b for b in blocks(section(OWN_CONTAINER)) if b.lang == "console"][1]
+    (command,) = commands_of(block)
+    return command, [line for line in block.text.splitlines() if not line.startswith("$ ")]
 
 
 def readme_report() -> list[str]:
@@ -128,22 +135,31 @@ def test_readme_run_and_ps_against_the_demo_stack(demo_dir: Path) -> None:
     for column in ("NAME", "COMMAND", "DEADLINE", "GPU"):
         assert seen[column] == rows["rt-1"][column], (column, seen, rows)
     assert re.fullmatch(r"[0-9a-f]{12}", seen["CONTAINER ID"])
-    paused_states: list[str] = []
+    # each container's PAUSED values in turn, and the phases a paused task showed
+    paused_states: dict[str, list[str]] = {"rt-1": [], "rt-2": []}
+    paused_phases: set[str] = set()
 
     def both_done() -> bool:
         now = ps_rows()
-        if "rt-2" in now:
+        for name, row in now.items():
             for column in ("NAME", "COMMAND", "DEADLINE", "GPU"):
-                assert now["rt-2"][column] == rows["rt-2"][column], (column, now, rows)
-            if not paused_states or paused_states[-1] != now["rt-2"]["PAUSED"]:
-                paused_states.append(now["rt-2"]["PAUSED"])
+                assert row[column] == rows[name][column], (column, now, rows)
+            states = paused_states[name]
+            if not states or states[-1] != row["PAUSED"]:
+                states.append(row["PAUSED"])
+            if row["PAUSED"] == "yes":
+                paused_phases.add(row["PHASE"])
         states = bash(f"{commands[0]}\ndocker ps -a --format '{{{{.Names}}}} {{{{.State}}}}'",
                       demo_dir, new_shell=True)  # fmt: skip
         return all(f"{name} exited" in states for name in ("rt-1", "rt-2"))
 
     wait_for(both_done, 120, "rt-1 and rt-2 finishing their three tasks", interval=0.2)
-    assert "yes" in paused_states, paused_states
-    assert paused_states[paused_states.index("yes") :].count("no") >= 1, paused_states
+    print(f"PAUSED in turn: {paused_states}; phases while paused: {sorted(paused_phases)}")
+    # README: whichever task starts while the other computes waits (yes, then no)
+    waited = [s for s in paused_states.values() if "yes" in s and "no" in s[s.index("yes") :]]
+    assert waited, paused_states
+    assert paused_phases <= set(PAUSED_PHASES), paused_phases
+    check_finished(demo_dir, commands[0])
     kernels = {name: kernel_spans(bash(f"{commands[0]}\ndocker logs {name}", demo_dir, True))
                for name in ("rt-1", "rt-2")}  # fmt: skip
     assert [len(k) for k in kernels.values()] == [3, 3], kernels
@@ -178,8 +194,37 @@ def test_readme_run_and_ps_against_the_demo_stack(demo_dir: Path) -> None:
     bash(f"{commands[0]}\n{remove}", demo_dir, new_shell=True)
     names = bash(f"{commands[0]}\ndocker ps -a --format '{{{{.Names}}}}'", demo_dir, True)
     assert "rt-" not in names
-    ran = {*MAKE, *commands, remove}
+    ran = {*MAKE, *commands, readme_finished()[0], remove}
     assert not [c for c, how in HOW.items() if how.by is By.DEMO and c not in ran]
+
+
+#: the phases README says a paused task shows
+PAUSED_PHASES = ("starting", "input", "computing")
+
+
+def check_finished(demo_dir: Path, env: str) -> None:
+    """README's ``gpuguard ps -a --tasks 3`` once both exited: the columns it shows, MET and
+    MISSED adding up to three tasks each, and the three listed with a verdict."""
+    command, shown = readme_finished()
+    out = bash(f"{env}\n{command}", demo_dir, new_shell=True)
+    print(out)
+    table, _, tasks = out.partition("\n\n")
+    shown_table, _, shown_tasks = "\n".join(shown).partition("\n\n")
+    header = cells(shown_table.splitlines()[0])
+    lines = table.splitlines()
+    assert cells(lines[0]) == header, lines[0]
+    found = {r["NAME"]: r for r in (dict(zip(header, cells(x), strict=True)) for x in lines[1:])}
+    for name in ("rt-1", "rt-2"):
+        assert int(found[name]["MET"]) + int(found[name]["MISSED"]) == 3, found
+    task_lines = tasks.splitlines()
+    assert task_lines[0] == shown_tasks.splitlines()[0]  # the line that says what follows
+    task_header = cells(shown_tasks.splitlines()[1])
+    assert cells(task_lines[1]) == task_header, task_lines[1]
+    verdicts = [dict(zip(task_header, cells(x), strict=True)) for x in task_lines[2:]]
+    for name in ("rt-1", "rt-2"):
+        mine = [v["VERDICT"] for v in verdicts if v["NAME"] == name]
+        assert len(mine) == 3 and set(mine) <= {"met", "MISSED"}, verdicts
+        assert mine.count("met") == int(found[name]["MET"]), (mine, found)
 
 
 def env_value(demo_dir: Path, name: str) -> str:

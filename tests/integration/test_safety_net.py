@@ -23,7 +23,8 @@ from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
-from gpuguard.actuator.safety.journal import JOURNAL_FILE, JournalLock, atomic_write_json
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, atomic_write_json
+from gpuguard.actuator.safety.journallock import JournalLock
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.support.actuatorcli import actuator_argv
@@ -169,12 +170,14 @@ def test_guard_with_an_unreadable_journal_resumes_managed_pauses(
     content: bytes,
 ) -> None:
     managed = tenants("managed", MANAGED)
+    # a managed tenant claiming a role may have been paused as one: it is resumed too
+    claimant = tenants("claimant", {**MANAGED, "gpuguard.role": "exporter"})
     unmanaged = tenants("unmanaged", {"gpuguard.managed": "false"})
-    component = tenants("component", {**MANAGED, "gpuguard.role": "exporter"})
+    component = tenants("component", {"gpuguard.role": "exporter"})
     (tmp_path / JOURNAL_FILE).write_bytes(content)
     guard = make_guard(tmp_path, dockerd.url)
     assert guard.check() == "gone"  # no crash
-    assert not is_paused(docker_client, managed)
+    assert not is_paused(docker_client, managed) and not is_paused(docker_client, claimant)
     assert is_paused(docker_client, unmanaged) and is_paused(docker_client, component)
     kept = list(tmp_path.glob(f"{JOURNAL_FILE}.corrupt-*"))
     assert len(kept) == 1 and kept[0].read_bytes() == content

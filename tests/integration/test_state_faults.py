@@ -31,7 +31,8 @@ import pytest
 import requests
 
 from gpuguard.actuator.safety import lease
-from gpuguard.actuator.safety.journal import JOURNAL_FILE, LOCK_FILE, atomic_write_json
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, atomic_write_json
+from gpuguard.actuator.safety.journallock import LOCK_FILE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess, free_port
 from tests.prereq import unavailable

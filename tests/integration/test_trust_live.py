@@ -10,6 +10,7 @@ policy file, a container the policy trusts keeps its claim.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,37 @@ def test_claims_beyond_the_policy_are_rejected_counted_and_shown(
     assert len(rejected) == 2 and all('container="tenant-claims"' in r for r in rejected)
     policy = {"policy": "file", "file": str(tmp_path / "trust.yml")}
     assert exporter.metric("gpuguard_exporter_trust_policy_info", **policy) == 1
+
+
+def test_a_managed_tenant_claiming_a_role_waits_its_turn_by_default(
+    sim: GpusimService,
+    dockerd: PrivateDockerd,
+    docker_client: Any,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    # A tenant's own gpuguard.role=exporter once made it unpausable: arriving second, it
+    # shared the GPU with the task it should have waited behind
+    from test_actuator_live import ActuatorProcess, GuardProcess, paused
+
+    state_dir = tmp_path / "actuator"
+    guard = GuardProcess(state_dir, dockerd.url)
+    actuator = ActuatorProcess(state_dir, exporter.url, dockerd.url, "--mode=fast")
+    try:
+        actuator.start()
+        start_at = time.time() + 2.0
+        made = {}
+        for i, (name, extra) in enumerate(
+            (("holder", {}), ("claimant", {labels.ROLE: "exporter"}))
+        ):
+            args = workload(sim, name, "--size", "19456", "--start-at", f"{start_at + 0.8 * i:.3f}")
+            made[name] = run_python_container(
+                args, labels={labels.MANAGED: "true", **extra}, extra_mounts=sim_mounts(sim),
+                name=name,
+            )  # fmt: skip
+        wait_for(lambda: paused(docker_client, made["claimant"]), 20, "the claimant to wait")
+        assert not paused(docker_client, made["holder"])
+    finally:
+        actuator.stop()
+        guard.stop()

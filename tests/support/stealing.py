@@ -31,8 +31,8 @@ from typing import Any
 
 from gpuguard import labels
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import Ledger, PolicyConfig, Trigger
-from gpuguard.actuator.admission.slo import SloPressure
+from gpuguard.actuator.admission.pressure import SloPressure
+from gpuguard.actuator.decision import Ledger, PolicyConfig, Trigger
 from gpuguard.actuator.webhook import Alert
 from gpuguard.contract import Phase, TaskBoundary, TaskMode, TriggerSource, Verb
 from gpuguard.statedoc import ExporterState, parse_state

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.admission.executor import PauseExecutor
 from gpuguard.actuator.app import open_journal
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import FLAGS, Config, validate
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.engine.swarm import SwarmMarker
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.safety.statewrites import StateWrites

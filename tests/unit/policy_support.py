@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuguard.actuator.admission.policy.types import Decision, Ledger
+from gpuguard.actuator.decision import Decision, Ledger
 from gpuguard.actuator.state import parse_state
 
 NOW = 1_000_000.0

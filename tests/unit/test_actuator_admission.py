@@ -1,10 +1,10 @@
-"""Which admission decisions one webhook asks for (``admission.targets.admission_targets``)."""
+"""Which admission decisions one webhook asks for (``actuator.targets.admission_targets``)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuguard.actuator.admission.targets import MAX_ADMISSION_NODES, admission_targets
+from gpuguard.actuator.targets import MAX_ADMISSION_NODES, admission_targets
 from gpuguard.actuator.webhook import Alert
 
 T0 = datetime(2025, 11, 22, tzinfo=UTC)

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from gpuguard import flags
-from gpuguard.actuator.admission.ratecontrol import RateLaw
-from gpuguard.actuator.config import add_flags, load_actions, load_config
+from gpuguard.actuator.config import add_flags, load_config
+from gpuguard.actuator.configfiles import load_actions
+from gpuguard.actuator.decision import RateLaw
 from gpuguard.actuator.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.admission.executor import _refuse_pause
-from gpuguard.actuator.config import containerd_address
+from gpuguard.actuator.configfiles import containerd_address
 from gpuguard.actuator.engine import open_engine
 from gpuguard.actuator.engine.containerd import ContainerdEngine, container_state
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.errors import ConfigError, ContainerGone, EngineConflict, EngineDown
+from gpuguard.actuator.execution.vetting import refuse_pause
 from gpuguard.actuator.guard.program import validate
 from gpuguard.containerd import read_container
 from gpuguard.ctr import Ctr, CtrError, trim_info
@@ -32,9 +32,9 @@ def test_a_pod_container_is_managed_by_its_pod_label() -> None:
     info = container_state(container)
     assert info.name == "infer" and info.pid == 4242
     assert info.running and not info.paused
-    assert _refuse_pause(info) is None
+    assert refuse_pause(info) is None
     alone = container_state(read_container(doc("info_container.json"), "running", 4242, None))
-    assert _refuse_pause(alone) is not None  # no pod label: unmanaged
+    assert refuse_pause(alone) is not None  # no pod label: unmanaged
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.audit import read_audit
 from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Decision, Skip, Step
 from gpuguard.actuator.safety.failopen import without_pauses
 from gpuguard.actuator.safety.journal import PausedEntry
 from gpuguard.actuator.webhook import parse_message

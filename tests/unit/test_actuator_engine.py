@@ -13,9 +13,8 @@ import docker.errors
 import pytest
 import requests
 
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
 from gpuguard.actuator.engine.base import Answer, ContainerEngine, ContainerState, attempt, retried
 from gpuguard.actuator.engine.containerd import ContainerdEngine
 from gpuguard.actuator.engine.docker import (
@@ -31,6 +30,7 @@ from gpuguard.actuator.errors import (
     EngineError,
     EngineRefused,
 )
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.safety.journal import Journal
 from gpuguard.containerd import read_container, read_containers
 from gpuguard.contract import Result, SkipReason

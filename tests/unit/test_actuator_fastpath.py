@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from gpuguard.actuator.admission.fastpath import FastPath
+from gpuguard.actuator.fastpath import FastPath
 from gpuguard.contract import EventType, TriggerSource
 from gpuguard.statedoc import Event, EventBatch
 

@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuguard.actuator.admission.freezer import (
+from gpuguard.actuator.engine.cgroupfs import (
+    ProcCgroup,
+    container_cgroup,
+    outside_namespace,
+    parse_proc_cgroup,
+)
+from gpuguard.actuator.engine.freezer import (
     FREEZING,
     FROZEN,
     THAWED,
@@ -27,11 +33,7 @@ from gpuguard.actuator.admission.freezer import (
     CgroupGone,
     ContainerFreezer,
     FreezerError,
-    ProcCgroup,
-    container_cgroup,
     locate,
-    outside_namespace,
-    parse_proc_cgroup,
     process_state,
     stop_pending,
     v1_state,

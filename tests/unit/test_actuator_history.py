@@ -8,13 +8,15 @@ import time
 import pytest
 
 from gpuguard.actuator.admission.history import RecentHistory
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, Decision, PolicyConfig, Step
-from gpuguard.actuator.admission.ratecontrol import (
+from gpuguard.actuator.admission.ratecontrol import RateStep, SloReading, interference_fraction
+from gpuguard.actuator.decision import (
+    PAUSE,
+    UNPAUSE,
+    Decision,
     DutyCycle,
+    PolicyConfig,
     RateLaw,
-    RateStep,
-    SloReading,
-    interference_fraction,
+    Step,
 )
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer

@@ -21,12 +21,12 @@ from gpuguard.actuator.safety.journal import (
     JOURNAL_FILE,
     Journal,
     JournalCorrupt,
-    JournalLock,
     PausedEntry,
     atomic_write_json,
     plan_reconcile,
     read_journal,
 )
+from gpuguard.actuator.safety.journallock import JournalLock
 from tests.waiting import wait_for
 
 
@@ -183,7 +183,7 @@ def test_the_journal_lock_has_one_holder(tmp_path: Path) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from gpuguard.actuator.safety.journal import JournalLock
+from gpuguard.actuator.safety.journallock import JournalLock
 lock = JournalLock(Path(sys.argv[1]))
 lock.acquire()
 print("held", flush=True)

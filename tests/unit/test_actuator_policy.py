@@ -10,7 +10,7 @@ import pytest
 from gpuguard.actuator.admission.policy.besteffort import frozen_in_window
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.order import queue_order
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,

@@ -10,16 +10,17 @@ import pytest
 
 from gpuguard.actuator.admission.policy.besteffort import NVML_SAMPLE_S
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,
+    DutyCycle,
     Ledger,
     PolicyConfig,
+    RateLaw,
     Recent,
     Trigger,
 )
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey, EndedTask
 from tests.unit.policy_support import NOW, acts, cid, container, ours, reasons, state, task
 

@@ -11,7 +11,8 @@ import pytest
 
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.precedence import servers
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.policy.views import is_ranked
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -20,7 +21,6 @@ from gpuguard.actuator.admission.policy.types import (
     Recent,
     Trigger,
 )
-from gpuguard.actuator.admission.policy.views import is_ranked
 from gpuguard.actuator.state import EndedTask
 from tests.unit.policy_support import NOW, acts, cid, container, reasons, state, task
 

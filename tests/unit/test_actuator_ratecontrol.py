@@ -11,8 +11,6 @@ from gpuguard.actuator.admission.ratecontrol import (
     CONTENTION,
     FRACTION_DEADBAND,
     Change,
-    DutyCycle,
-    RateLaw,
     RateStep,
     SloReading,
     besteffort_demand,
@@ -22,6 +20,7 @@ from gpuguard.actuator.admission.ratecontrol import (
     next_run_fraction,
     worst_error,
 )
+from gpuguard.actuator.decision import DutyCycle, RateLaw
 from gpuguard.slowdown import slowdown_factor
 from tests.unit.policy_support import container, state, task
 

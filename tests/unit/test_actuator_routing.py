@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpuguard.actuator.audit import read_audit
-from gpuguard.actuator.config import load_actions
+from gpuguard.actuator.configfiles import load_actions
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.report import Report
 from gpuguard.actuator.routing import Delivery, by_action

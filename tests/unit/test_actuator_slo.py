@@ -1,5 +1,6 @@
 """protect_slo: the policy's SLO pressure (table tests, one per branch), the actuator's record
-of firing SLO alerts (actuator/admission/slo.py), and the controller acting on them."""
+of firing SLO alerts (actuator/admission/pressure.py, actuator/slo.py), and the controller
+acting on them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.pressure import SloPressure, device_of
+from gpuguard.actuator.audit import read_audit
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,
@@ -20,8 +23,6 @@ from gpuguard.actuator.admission.policy.types import (
     Recent,
     Trigger,
 )
-from gpuguard.actuator.admission.slo import SloPressure, device_of
-from gpuguard.actuator.audit import read_audit
 from gpuguard.actuator.errors import ExporterUnavailable
 from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.webhook import WebhookMessage, parse_message
@@ -304,7 +305,7 @@ def test_every_decision_sees_the_pressure_until_it_expires(tmp_path: Path) -> No
     controller.handle_webhook(message(alert("f1", "s")))
     report = controller.decide_now("fast")  # type: ignore[arg-type]
     assert [a["reason"] for a in report.actions] == ["slo_pressure"]
-    controller.slo.expire(time.time() + 10 * controller.config.node_mark_ttl_s, None)
+    controller.slo.expire(time.time() + 10 * controller.config.node_mark_ttl_s)
     assert controller.slo.pressure.alerts == {}
     assert controller.decide_now("fast").actions == []  # type: ignore[arg-type]
     controller.audit.close()

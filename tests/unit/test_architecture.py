@@ -11,6 +11,9 @@
   it shares with the tests lives there), ``deploy/`` not even that (what its generators
   render comes from the shared layer).
 - No import cycle between modules, not even one hidden by an import inside a function.
+- The actuator's rooms (its sub-packages) import each other one way only, down
+  ``ACTUATOR_ROOMS``: ``admission`` decides and imports no other room; and no room imports
+  the modules that compose them (the controller, its handlers and drivers, the entry points).
 - Importing a service's entry point loads no other service (``sys.modules`` of a fresh
   interpreter): the placer runs without the exporter's internals and without the simulator.
 """
@@ -38,6 +41,15 @@ COMPOSERS = ("gpuguard.cli", "gpuguard.demo")
 HARNESS = "gpuguard.demo"
 #: the one door into the harness, opened only when ``gpuguard demo`` runs
 HARNESS_DOOR = ("gpuguard.commands.demo", "gpuguard.demo.main")
+#: the actuator's rooms, lowest first: each may import only rooms before it
+ACTUATOR_ROOMS = ("admission", "engine", "safety", "execution", "nodemarks", "guard")
+#: the actuator's composition (beside the rooms): no room imports it
+ACTUATOR_COMPOSITION = tuple(
+    f"gpuguard.actuator.{name}"
+    for name in (
+        "app", "cli", "controller", "http", "routing", "targets", "slo", "fastpath", "ratesteps",
+    )
+)  # fmt: skip
 #: the folders of scripts outside the package, and what each may not import
 SCRIPTS = {"bench": ("tests",), "deploy": ("tests", HARNESS)}
 
@@ -166,6 +178,38 @@ def test_only_the_demo_command_opens_the_harness_and_nothing_imports_the_tests()
         for line, name in _all_imports(path)
         if name == "tests" or name.startswith("tests.")
     ]
+    assert not offenders, "; ".join(offenders)
+
+
+def _actuator_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["gpuguard", "actuator"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in ACTUATOR_ROOMS else None
+
+
+def test_every_actuator_package_is_a_room() -> None:
+    packages = {
+        m.split(".")[2]
+        for m, path in MODULES.items()
+        if m.startswith("gpuguard.actuator.") and path.stem == "__init__"
+    }
+    assert packages == set(ACTUATOR_ROOMS)
+
+
+def test_the_actuators_rooms_import_one_way_and_never_the_composition() -> None:
+    rank = {room: i for i, room in enumerate(ACTUATOR_ROOMS)}
+    offenders = []
+    for module, path in MODULES.items():
+        room = _actuator_room(module)
+        if room is None:
+            continue
+        for line, target in _imports(module, path):
+            other = _actuator_room(target)
+            if other is not None and other != room and rank[other] > rank[room]:
+                offenders.append(f"{module}:{line} climbs to {target}")
+            if _within(target, ACTUATOR_COMPOSITION):
+                offenders.append(f"{module}:{line} imports the composition: {target}")
     assert not offenders, "; ".join(offenders)
 
 

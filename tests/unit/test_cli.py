@@ -43,6 +43,18 @@ def test_every_subcommand_has_a_help_text(command: str, capsys: pytest.CaptureFi
     assert "usage: " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_takes_version(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuguard import __version__
+
+    try:  # `run` would otherwise say --deadline is required
+        status = main([command, "--version"])
+    except SystemExit as exited:
+        status = exited.code
+    captured = capsys.readouterr()
+    assert (status, captured.out, captured.err) == (0, f"gpuguard {__version__}\n", "")
+
+
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
     parser = build_parser()
     (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -70,7 +82,9 @@ def test_every_option_with_a_default_says_it(command: str) -> None:
     parser = _subparsers()[command]
     text = parser.format_help()
     for action in _options(command):
-        if isinstance(action, argparse._StoreTrueAction) or action.dest == "config_file":
+        if isinstance(action, argparse._StoreTrueAction | argparse._VersionAction):
+            continue
+        if action.dest == "config_file":
             continue
         if _default(command, action) is None:
             continue  # nothing is used when it is not given

@@ -4,6 +4,9 @@ nothing started (each bad value is one that validation rejects before any side e
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,28 @@ def test_a_bad_flag_is_one_line_and_exit_2(
     assert err.startswith(f"{prog}: "), err
     assert needle in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_exporter_port_in_use_is_its_one_line_and_no_engine_is_asked(tmp_path: Path) -> None:
+    """The port is taken before anything else starts: no warnings of a container source
+    that starts and stops after the fatal line."""
+    engine_path = tmp_path / "docker.sock"
+    with socket.socket() as held, socket.socket(socket.AF_UNIX) as engine:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        engine.bind(str(engine_path))
+        engine.listen()
+        engine.setblocking(False)
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuguard.cli", "exporter", "--gpu.backend", "gpusim",
+             f"--gpusim.socket={tmp_path / 'none.sock'}", f"--docker.host=unix://{engine_path}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        *before, last = done.stderr.splitlines()
+        assert last.startswith(f"gpuguard exporter: cannot listen on 127.0.0.1:{port}: Address")
+        assert not [line for line in before if " INFO " not in line], done.stderr
+        with pytest.raises(BlockingIOError):
+            engine.accept()  # the exporter never connected to its engine

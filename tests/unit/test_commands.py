@@ -11,7 +11,13 @@ from gpuguard.cli import main
 from gpuguard.commands.errors import PlacementFailed
 from gpuguard.commands.nodes import DEFAULT_ACTUATOR_URL, DEFAULT_PLACER_URL, format_ranked
 from gpuguard.commands.placed_run import service_argv, swarm_node_id, wants_placer
-from gpuguard.commands.ps import DEFAULT_EXPORTER_URL, format_table, ps_rows
+from gpuguard.commands.ps import (
+    DEFAULT_EXPORTER_URL,
+    TASK_COLUMNS,
+    format_table,
+    ps_rows,
+    task_rows,
+)
 from gpuguard.commands.run import docker_run_argv
 from gpuguard.flags import ConfigError
 from gpuguard.statedoc import parse_state
@@ -88,6 +94,55 @@ def test_ps_rows() -> None:
     assert all_rows[2]["DEADLINE"] == "1.5s"
     table = format_table(rows).splitlines()
     assert table[0].split()[:3] == ["CONTAINER", "ID", "NAME"] and len(table) == 3
+
+
+C = "c" * 64
+
+
+def _ended(cid: str, started: float, met: bool | None, boundary: str = "exact") -> dict:
+    return {"task_id": f"{cid[:12]}:1:5:{started:g}", "container_id": cid, "container": "x",
+            "pid": 1, "gpu": 0, "phase": "ended", "mode": "burst", "started_at": started,
+            "proc_start_ticks": 5, "elapsed_s": 2.0, "ended_at": started + 2.0, "run_s": 2.0,
+            "boundary": boundary, "met_deadline": met}  # fmt: skip
+
+
+#: rt-1 missed once; the exited "old" met three, missed one, and showed a merged busy span
+#: and a start-up context (no kernel: not a task of its own)
+FINISHED = {**STATE, "recent": [
+    _ended(C, 10.0, None, "no_kernel"), _ended(C, 20.0, True), _ended(C, 30.0, True),
+    _ended(A, 35.0, False), _ended(C, 40.0, False), _ended(C, 50.0, None, "merged"),
+    _ended(C, 60.0, True),
+]}  # fmt: skip
+
+
+def test_ps_never_shows_minus_zero() -> None:
+    doc = {**STATE, "tasks": [{**STATE["tasks"][0], "slack_s": -0.04, "elapsed_s": -0.01}]}
+    (row,) = [r for r in ps_rows(parse_state(doc)) if r["NAME"] == "rt-1"]
+    assert (row["SLACK"], row["ELAPSED"]) == ("+0.0s", "0.0s")
+
+
+def test_ps_counts_met_and_missed_of_each_container_also_a_finished_one() -> None:
+    rows = {r["NAME"]: r for r in ps_rows(parse_state(FINISHED), show_all=True)}
+    assert (rows["old"]["MET"], rows["old"]["MISSED"]) == ("3", "1")
+    assert (rows["rt-1"]["MET"], rows["rt-1"]["MISSED"]) == ("0", "1")
+    assert (rows["idle"]["MET"], rows["idle"]["MISSED"]) == ("-", "-")  # no deadline
+    assert (rows["(pid 77)"]["MET"], rows["(pid 77)"]["MISSED"]) == ("-", "-")
+    header = format_table(list(rows.values())).splitlines()[0].split()
+    assert header[-3:] == ["PAUSED", "MET", "MISSED"]  # added after the columns there were
+    assert ps_rows(parse_state(STATE))[0]["MET"] == "0"  # no history: nothing met yet
+
+
+def test_ps_tasks_lists_the_last_finished_tasks_with_their_verdict() -> None:
+    rows = task_rows(parse_state(FINISHED), last=4, show_all=True)
+    old = [(r["STARTED"], r["VERDICT"]) for r in rows if r["NAME"] == "old"]
+    assert old == [("70.0s ago", "met"), ("60.0s ago", "MISSED"), ("50.0s ago", "merged"),
+                   ("40.0s ago", "met")]  # fmt: skip
+    assert [r["VERDICT"] for r in rows if r["NAME"] == "rt-1"] == ["MISSED"]
+    assert [r["NAME"] for r in task_rows(parse_state(FINISHED), last=4)] == ["rt-1"]  # not -a
+    table = format_table(rows, TASK_COLUMNS).splitlines()
+    assert table[0].split() == ["CONTAINER", "ID", "NAME", "GPU", "STARTED", "RUN", "DEADLINE",
+                                "VERDICT"]  # fmt: skip
+    assert table[1].split()[-3:] == ["2.0s", "9s", "MISSED"]  # rt-1 first, as ps lists it
 
 
 DOC = {

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gpuguard.demo.stack.localstack import env_file_text
+from gpuguard.demo.stack.gpusim import GpusimService
+from gpuguard.demo.stack.localstack import env_file_text, user_env
 
 #: a login shell's PATH on Debian, without any virtualenv
 NEW_SHELL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -44,3 +46,18 @@ def test_the_env_file_puts_the_demos_gpuguard_on_path(tmp_path: Path) -> None:
 def test_no_path_line_without_a_gpuguard_script(tmp_path: Path) -> None:
     text = env_file_text({"DOCKER_HOST": "unix:///x"}, tmp_path)
     assert "PATH" not in text and "export DOCKER_HOST=unix:///x\n" in text
+
+
+def test_gpusim_status_works_after_sourcing_the_env_file(
+    gpusim_daemon: Callable[..., GpusimService], tmp_path: Path
+) -> None:
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "gpusim").exists():
+        pytest.skip("not run from a virtualenv with the gpusim script")
+    sim = gpusim_daemon()
+    values = user_env("unix:///x", sim, "http://127.0.0.1:9", "http://127.0.0.1:9")
+    env = tmp_path / "env"
+    env.write_text(env_file_text(values, bin_dir))
+    done = _in_new_shell(env, "gpusim status")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("GPU ") and "(no processes)" in done.stdout

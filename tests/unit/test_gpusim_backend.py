@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuguard.exporter.backends.base import open_backend
 from gpuguard.exporter.backends.gpusim import GpusimBackend, parse_sample
-from gpuguard.exporter.errors import BackendError
+from gpuguard.exporter.errors import BackendError, BackendUnavailable
 from gpuguard.gpusim.config import DaemonConfig, DeviceSpec, parse_device_spec
 from gpuguard.gpusim.errors import DaemonUnavailable
 from gpuguard.gpusim.gpu import SimulatedGpu
 from gpuguard.gpusim.protocol import parse_request
 from tests.unit.exporter_fakes import three_container_poller
+from tests.unit.fake_pynvml import NVML_ERROR_DRIVER_NOT_LOADED, FakeNvml
 
 REPLY = {
     "ok": True,
@@ -98,6 +102,24 @@ def test_no_socket_says_how_to_start_gpusim_and_healthz_says_it_too(tmp_path: Pa
     poller.backend = GpusimBackend(missing)
     poller.poll_once()
     assert f"no gpusim socket at {missing}: start gpusim" in (poller.health() or "")
+
+
+def test_a_gpusim_socket_that_is_a_file_is_refused_at_start(tmp_path: Path) -> None:
+    """Not a warning at every poll: ``gpuguard exporter`` exits 1 with this one line."""
+    no_driver = FakeNvml([], init_error=NVML_ERROR_DRIVER_NOT_LOADED)
+    for backend in ("gpusim", "auto"):  # auto: NVML fails, and a file is where gpusim's is
+        with pytest.raises(BackendUnavailable, match=r"--gpusim\.socket /etc/passwd is not a"):
+            open_backend(backend, Path("/etc/passwd"), nvml_module=no_driver)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuguard.cli", "exporter", "--gpu.backend", "gpusim",
+         "--gpusim.socket", "/etc/passwd", "--web.listen-address", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "gpuguard exporter: --gpusim.socket /etc/passwd is not a socket: point it at the one "
+        "`gpusim serve` listens on (or $GPUSIM_SOCKET)\n"
+    )
 
 
 def test_mig_devices_keep_their_index_and_have_no_utilization() -> None:

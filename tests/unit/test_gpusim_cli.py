@@ -86,14 +86,30 @@ def test_bad_arguments_are_one_line_and_exit_2(
     assert err.count("\n") == 1 and err.startswith("gpusim")
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 26: ``gpusim --version`` exited 2 (a command was required)."""
+@pytest.mark.parametrize("argv", [["--version"], ["serve", "--version"], ["status", "--version"]])
+def test_version(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpusim --version`` and each command's: the version, exit 0 (no command required)."""
     from gpuguard import __version__
 
     with pytest.raises(SystemExit) as exc:
-        main(["--version"])
+        main(argv)
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"gpusim {__version__}\n"
+
+
+@pytest.mark.parametrize("env", [False, True])
+def test_serve_makes_no_directory_for_a_socket(
+    env: bool, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the default socket's directory is made: a mistyped path creates nothing."""
+    missing = Path("/nonexistent-gpusim-test/dir/x.sock")
+    if env:
+        monkeypatch.setenv("GPUSIM_SOCKET", str(missing))
+    assert main(["serve"] if env else ["serve", "--socket", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no directory {missing.parent}" in err
+    assert ("$GPUSIM_SOCKET" if env else "--socket") in err
+    assert not Path("/nonexistent-gpusim-test").exists()
 
 
 def test_status_without_daemon(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,8 @@ from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
-from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, JournalLock, PausedEntry
+from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
+from gpuguard.actuator.safety.journallock import JournalLock
 from tests.support.tlscerts import Pki
 from tests.unit.engine_fakes import FakeEngine
 

@@ -20,15 +20,22 @@ from gpuguard.labels import (
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("9", 9.0), ("9s", 9.0), ("1500ms", 1.5), ("2m", 120.0), ("0.5s", 0.5), (".5", 0.5),
-     (" 3s ", 3.0), ("1h", 3600.0)],
+    [("9", 9.0), ("9s", 9.0), ("1500ms", 1.5), ("2m", 120.0), ("0.5s", 0.5), ("0.5", 0.5),
+     ("1h", 3600.0), ("1m30s", 90.0), ("1h2m3.5s", 3723.5), ("250us", 0.00025),
+     ("2000000ns", 0.002)],
 )  # fmt: skip
 def test_parse_duration(text: str, seconds: float) -> None:
+    """The documented label forms: a Go duration, or seconds alone."""
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "0", "0s", "-1s", "9x", "s", "nan", "inf", "1e3", "9 s s"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "0", "0s", "-1s", "9x", "s", "nan", "inf", "1e3", "9 s s", "9 s", " 3s ", "3s ",
+     ".5s", ".5", "5.s", "5.", "1e3s", "+1s", "1m 30s", "1S", "1sec", "µs", "1µs", "ms"],
+)  # fmt: skip
 def test_parse_duration_rejects(text: str) -> None:
+    """One spelling everywhere: no spaces, digits on both sides of a point, no exponent."""
     with pytest.raises(LabelError):
         parse_duration(text)
 
@@ -47,7 +54,7 @@ def test_parse_managed(value: str | None, managed: bool) -> None:
     assert parse_managed(value) is managed
 
 
-@pytest.mark.parametrize("seconds", [9.0, 1.5, 0.5, 0.25, 120.0, 0.001])
+@pytest.mark.parametrize("seconds", [9.0, 1.5, 0.5, 0.25, 120.0, 0.001, 1e-13, 3.6e6, 1e-4])
 def test_format_duration_round_trips(seconds: float) -> None:
     assert parse_duration(format_duration(seconds)) == pytest.approx(seconds)
 
@@ -91,7 +98,7 @@ def test_parse_choice_rejects_non_strings() -> None:
          "fullwidth", "long", "carriage-return"],
 )  # fmt: skip
 def test_parse_duration_takes_ascii_digits_on_one_line(text: str) -> None:
-    # Issue 20: int() and \d accept Arabic-Indic or full-width digits and `$` matches before
-    # a trailing newline, so a deadline label or flag like "9s\n" was silently accepted.
+    # int() and \d accept Arabic-Indic or full-width digits and `$` matches before a trailing
+    # newline: a deadline label or flag like "9s\n" must not be silently accepted.
     with pytest.raises(LabelError):
         parse_duration(text)

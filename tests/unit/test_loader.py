@@ -45,6 +45,16 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "sexagesimal": (b"version: 1" + b":1" * 50_000 + b"\n", "more than 18 digits"),
     "hexadecimal": (b"version: 0x" + b"f" * 100_000 + b"\n", "more than 18 digits"),
     "decimal": (b"version: " + b"9" * 5_000 + b"\n", "more than 18 digits"),
+    # PyYAML keeps the last of two equal keys: a second default: {} made a policy trust-all
+    "duplicate-top": (b"version: 1\ndefault: {classes: [normal]}\ndefault: {}\n", "'default'"),
+    "duplicate-nested": (
+        b"version: 1\nrules:\n  - match: {name: x}\n    classes: [normal]\n"
+        b"    classes: [real-time]\n",
+        "the key 'classes' is given twice in one mapping (line 5)",
+    ),
+    "duplicate-flow": (b"default: {slo: false, slo: true}\n", "'slo' is given twice"),
+    "duplicate-same-value": (b"a: 1\nb: 2\na: 1\n", "'a' is given twice"),
+    "duplicate-equal-keys": (b"1: a\n0x1: b\n", "'1' is given twice"),
 }
 
 
@@ -79,11 +89,8 @@ def test_size_is_bounded_before_anything_is_parsed(tmp_path: Path) -> None:
 def test_within_the_limits_yaml_reads_as_pyyaml_reads_it() -> None:
     text = (
         "version: 1\nint: 999999999999999999\nneg: -0x10\nsexa: 1:30\nf: 1.5e3\n"
-        "anchored: &a {k: [1, 2]}\nagain: *a\nmerged: {<<: *a, j: 3}\nwhen: 2024-01-02\n"
-        + "deep: "
-        + "[" * 60
-        + "]" * 60
-        + "\n"
+        "anchored: &a {k: [1, 2]}\nagain: *a\nmerged: {<<: *a, j: 3}\nover: {<<: *a, k: 9}\n"
+        "when: 2024-01-02\n" + "deep: " + "[" * 60 + "]" * 60 + "\n"
     )
     assert loader.parse_yaml(text, "--x") == yaml.safe_load(text)
     for path in sorted((PACKAGE / "rules").glob("*.yml")):
@@ -100,8 +107,9 @@ def test_within_the_limits_yaml_reads_as_pyyaml_reads_it() -> None:
         ("[-Infinity]", "-Infinity is not a number JSON allows"),
         ("[" + "0," * 300_000 + "0]", "more than 250000 values"),
         ("{", "invalid JSON: Expecting property name"),
+        ('{"a": {"b": 1, "b": 2}}', "the key 'b' is given twice in one object"),
     ],
-    ids=["deep", "65", "big-int", "nan", "inf", "many", "broken"],
+    ids=["deep", "65", "big-int", "nan", "inf", "many", "broken", "duplicate"],
 )
 def test_hostile_json_is_one_line(text: str, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -141,7 +149,7 @@ READERS: dict[str, tuple[Callable[[list[str]], int], list[str], str, str]] = {
 #: scans 1,024 characters ahead for a possible key at each level) only the trust policy.
 READER_CASES = [
     *((r, c) for r in sorted(READERS)
-      for c in ("deep-block", "not-utf8", "laughs", "sexagesimal", "huge")),
+      for c in ("deep-block", "not-utf8", "laughs", "sexagesimal", "huge", "duplicate-top")),
     ("trust-policy", "deep-flow"),
 ]  # fmt: skip
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -116,7 +117,8 @@ def test_auto_prefers_nvml_then_gpusim_then_fails(tmp_path: Path) -> None:
     assert open_backend("auto", tmp_path / "none.sock", nvml).name == "nvml"
     broken = FakeNvml([], init_error=NVML_ERROR_LIBRARY_NOT_FOUND)
     sock = tmp_path / "gpusim.sock"
-    sock.touch()
+    with socket.socket(socket.AF_UNIX) as listener:  # a socket file (a plain one is refused)
+        listener.bind(str(sock))
     assert open_backend("auto", sock, broken).name == "gpusim"
     with pytest.raises(BackendUnavailable, match="no GPU backend") as err:
         open_backend("auto", tmp_path / "none.sock", broken)

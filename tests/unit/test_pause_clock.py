@@ -19,7 +19,8 @@ import pytest
 from gpuguard.actuator.audit import AUDIT_FILE, AuditLog, read_audit
 from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease, pauseclock
-from gpuguard.actuator.safety.journal import Journal, JournalLock, PausedEntry
+from gpuguard.actuator.safety.journal import Journal, PausedEntry
+from gpuguard.actuator.safety.journallock import JournalLock
 from tests.unit.actuator_support import make_controller
 from tests.unit.engine_fakes import FakeEngine
 

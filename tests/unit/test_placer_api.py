@@ -49,7 +49,7 @@ def test_query_reads_every_parameter() -> None:
         ("deadline=nan&memory=1", "write digits and a unit"),
         ("deadline=inf&memory=1", "write digits and a unit"),
         ("deadline=1e3&memory=1", "write digits and a unit"),
-        ("deadline=-1s&memory=1", "write digits and a unit"),
+        ("deadline=-1s&memory=1", "must be greater than zero"),
         ("deadline=0s&memory=1", "at least 10ms"),
         ("deadline=2d&memory=1", "write digits and a unit"),
         ("deadline=90000s&memory=1", "at most"),

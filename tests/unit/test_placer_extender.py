@@ -306,7 +306,7 @@ def test_the_declaration_comes_from_labels_or_annotations() -> None:
         ({"gpuguard.deadline": "soon"}, {}, "gpuguard.deadline: invalid duration"),
         ({"gpuguard.deadline": "2d"}, {}, "gpuguard.deadline: invalid duration"),
         ({"gpuguard.deadline": "90000s"}, {}, "gpuguard.deadline: at most"),
-        ({"gpuguard.deadline": "9s", "gpuguard.memory": "lots"}, {}, "gpuguard.memory: memory"),
+        ({"gpuguard.deadline": "9s", "gpuguard.memory": "lots"}, {}, "gpuguard.memory: invalid"),
         ({"gpuguard.deadline": "9s"}, {"gpuguard.runtime": ""}, "gpuguard.runtime: invalid"),
     ],
 )
@@ -320,21 +320,31 @@ def test_a_declaration_that_cannot_be_read(
 # --- verdicts (pure) ----------------------------------------------------------------------
 
 
-def test_verdicts_follow_the_ranking_and_sort_failures_by_whether_preemption_could_help() -> None:
+def test_verdicts_follow_the_ranking_with_each_failures_reasons() -> None:
     ranking = rank(CLUSTER, Request(9.0, 4 * GIB))
     verdicts = node_verdicts(ALL, ranking)
     assert [n for n in ALL if verdicts[n].eligible] == ["gpu-a", "gpu-b", "gpu-g"]
-    failed = {n: v.message for n, v in verdicts.items() if not v.eligible and not v.unresolvable}
+    failed = {n: v.message for n, v in verdicts.items() if not v.eligible}
     assert failed == {
         "gpu-c": "gpuguard: deadline 9s cannot be met here (saturated)",
         "gpu-f": "gpuguard: deadline 9s cannot be met here (memory)",
-    }
-    unresolvable = {n: v.message for n, v in verdicts.items() if v.unresolvable}
-    assert unresolvable == {
         "gpu-d": "gpuguard: deadline 9s cannot be met here (marked)",
         "gpu-e": "gpuguard: deadline 9s cannot be met here (stale)",
         "cpu-only": NO_RECORD,
     }
+
+
+def test_every_failure_is_one_kube_schedulers_preemption_cannot_resolve(placer: Placer) -> None:
+    # Preemption's dry run (preemption.go, DryRunPreemption) judges a node by kube-scheduler's
+    # own filters, which every node sent to the extender has passed: on a node in FailedNodes
+    # it finds no victim and logs "expected at least one victim pod on node", every cycle.
+    # Memory held by lower-priority pods included: the dry run never asks the extender.
+    result = extender.Extender(placer).filter(scheduler_body(v1_pod(REAL_TIME), ALL)).doc
+    assert result["FailedNodes"] == {}
+    assert set(result["FailedAndUnresolvableNodes"]) == set(ALL) - set(result["NodeNames"])
+    assert result["FailedAndUnresolvableNodes"]["gpu-f"] == (
+        "gpuguard: deadline 9s cannot be met here (memory)"
+    )
 
 
 def test_scores_are_the_ranking_order_from_10_down_to_1() -> None:
@@ -364,8 +374,10 @@ def test_filter_with_node_names(placer: Placer) -> None:
     ]  # fmt: skip
     assert result["Nodes"] is None and result["Error"] == ""
     assert result["NodeNames"] == ["gpu-a", "gpu-b", "gpu-g"]  # a subset, in the given order
-    assert set(result["FailedNodes"]) == {"gpu-c", "gpu-f"}
-    assert set(result["FailedAndUnresolvableNodes"]) == {"gpu-d", "gpu-e", "cpu-only"}
+    assert result["FailedNodes"] == {}
+    assert set(result["FailedAndUnresolvableNodes"]) == {
+        "gpu-c", "gpu-d", "gpu-e", "gpu-f", "cpu-only",
+    }  # fmt: skip
 
 
 def test_filter_with_whole_nodes_echoes_the_passing_ones(placer: Placer) -> None:
@@ -374,7 +386,7 @@ def test_filter_with_whole_nodes_echoes_the_passing_ones(placer: Placer) -> None
     assert result["NodeNames"] is None
     assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["gpu-a", "gpu-b"]
     assert result["Nodes"]["items"][0] == v1_node("gpu-a")  # as sent, for Go to decode
-    assert set(result["FailedNodes"]) == {"gpu-c"}
+    assert result["FailedNodes"] == {} and set(result["FailedAndUnresolvableNodes"]) == {"gpu-c"}
 
 
 def test_a_pod_without_a_deadline_passes_everywhere_unscored(placer: Placer) -> None:
@@ -444,6 +456,12 @@ def test_the_verbs_over_http_need_no_token_which_kube_scheduler_cannot_send(plai
     filtered = post(plain + FILTER, body)
     assert filtered.status_code == 200 and filtered.headers["Content-Type"] == "application/json"
     assert filtered.json()["NodeNames"] == ["gpu-a", "gpu-b", "gpu-g"]
+    assert filtered.json()["FailedNodes"] == {}  # preemption could resolve none of them
+    assert set(filtered.json()["FailedAndUnresolvableNodes"]) == set(ALL) - {
+        "gpu-a",
+        "gpu-b",
+        "gpu-g",
+    }
     scores = post(plain + PRIORITIZE, body).json()
     assert scores[0] == {"Host": "gpu-a", "Score": 10}
     # the placer's own API keeps its token

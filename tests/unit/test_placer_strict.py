@@ -1,6 +1,6 @@
 """The placer's query parser is strict (one spelling of a duration, a floor on deadlines) and
-reservations are limited per credential, not per address (issue 26 item 3). Servers on
-loopback; the records are held in memory."""
+reservations are limited per credential, not per address. Servers on loopback; the records
+are held in memory."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_durations_the_placer_takes() -> None:
 
 def test_gpuguard_run_sends_the_placers_spelling_of_a_label_deadline() -> None:
     """``gpuguard run --deadline 9`` is a valid label; the placer is sent ``9000ms``."""
-    for label, sent in (("9", "9000ms"), (" 9 s", "9000ms"), ("1500ms", "1500ms"),
+    for label, sent in (("9", "9000ms"), ("1m30s", "90000ms"), ("1500ms", "1500ms"),
                         ("0.5s", "500ms"), ("2m", "120000ms")):  # fmt: skip
         assert placer_duration("--deadline", label) == sent
         request = parse_query(f"deadline={sent}&memory=1").request
@@ -95,6 +95,10 @@ def test_gpuguard_run_sends_the_placers_spelling_of_a_label_deadline() -> None:
         parse_query(f"deadline={placer_duration('--deadline', '0.0001')}&memory=1")
     with pytest.raises(ConfigError, match=r"^--runtime: invalid duration"):
         placer_duration("--runtime", "soon")
+    # a spelling no label takes any more is refused before the placer is asked
+    for refused in (" 9 s", "9 s", ".5s"):
+        with pytest.raises(ConfigError, match=r"^--deadline: invalid duration"):
+            placer_duration("--deadline", refused)
 
 
 @pytest.fixture
@@ -187,8 +191,8 @@ def test_a_client_certificate_is_its_own_budget(pki: Pki, tmp_path: Path) -> Non
 def test_the_commands_send_a_label_deadline_the_placer_takes(
     token_server: tuple[Placer, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``gpuguard run --deadline 9`` and ``gpuguard nodes --deadline '9 s'`` are valid as the
-    label spells a deadline; the placer, strict now, still answers them (9000ms)."""
+    """``gpuguard run --deadline 9`` and ``gpuguard nodes --deadline 1m30s`` are valid as the
+    label spells a deadline; the placer answers them (sent as 9000ms, 90000ms)."""
     from gpuguard.cli import main
     from gpuguard.commands.placed_run import place
 
@@ -197,16 +201,17 @@ def test_the_commands_send_a_label_deadline_the_placer_takes(
     token = tmp_path / "placer.token"
     token.write_text("s3cret\n")
     url = f"http://127.0.0.1:{port}"
-    found = {"--placer.url": url, "--deadline": "9", "--memory": "1GiB", "--runtime": " 2 s",
+    found = {"--placer.url": url, "--deadline": "9", "--memory": "1GiB", "--runtime": "2s",
              "--placer.token-file": str(token)}  # fmt: skip
     answer = place(found)
     assert answer["request"]["deadline_s"] == 9.0 and answer["request"]["runtime_s"] == 2.0
     assert len(placer.reservations) == 1  # with the token: reserved
     argv = ["nodes", "--placer.url", url, "--placer.token-file", str(token), "--json"]
-    assert main([*argv, "--deadline", " 9 s", "--memory", "1GiB"]) == 0
-    assert '"deadline_s": 9.0' in capsys.readouterr().out
+    assert main([*argv, "--deadline", "1m30s", "--memory", "1GiB"]) == 0
+    assert '"deadline_s": 90.0' in capsys.readouterr().out
     assert main([*argv, "--deadline", "soon"]) == 2  # refused here, before the placer
     assert capsys.readouterr().err == (
-        "gpuguard nodes: --deadline: invalid duration 'soon': use a number with ms, s, m or h "
-        "(e.g. 9s)\n"
+        "gpuguard nodes: --deadline: invalid duration 'soon': write digits and a unit (ns, us, "
+        "ms, s, m or h) with nothing between, e.g. 9s, 1500ms, 0.5s or 1m30s (or seconds "
+        "alone: 9)\n"
     )

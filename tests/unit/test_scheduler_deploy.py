@@ -160,7 +160,8 @@ def test_the_verbs_reach_the_placer_as_kube_scheduler_builds_their_urls(placer_u
         headers={"Content-Type": "application/json"},
         timeout=10,
     ).json()
-    assert filtered["NodeNames"] == ["gpu-a"] and set(filtered["FailedNodes"]) == {"gpu-c"}
+    assert filtered["NodeNames"] == ["gpu-a"] and filtered["FailedNodes"] == {}
+    assert set(filtered["FailedAndUnresolvableNodes"]) == {"gpu-c"}
 
 
 # --- the placer's manifest --------------------------------------------------------------

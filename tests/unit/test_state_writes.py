@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from gpuguard import files
-from gpuguard.actuator.admission.policy.types import PAUSE, Decision, Step
 from gpuguard.actuator.audit import AUDIT_FILE, BACKLOG, AuditLog, read_audit
+from gpuguard.actuator.decision import PAUSE, Decision, Step
 from gpuguard.actuator.engine.base import ContainerState
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.actuator.safety import lease

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from gpuguard.contract import PriorityClass
+from gpuguard.contract import PriorityClass, Role
 from gpuguard.exporter import trust
 from gpuguard.exporter.config import add_flags, load_config
 from gpuguard.exporter.containers import container_info
@@ -151,7 +152,9 @@ def test_the_built_in_default() -> None:
     """What a host several tenants share gets without a flag (docs/security.md says why)."""
     default = trust.DEFAULT_POLICY
     assert (default.kind, default.rules) == (trust.DEFAULT, ())
-    assert default.default == Grant(frozenset({NORMAL, BE}), 1.0, slo=False, misses_mark_node=False)
+    assert default.default == Grant(
+        frozenset({NORMAL, BE}), 1.0, slo=False, misses_mark_node=False, roles=frozenset()
+    )
     # what the issue's hostile tenant tried, each bounded
     hostile = trust.enforce(default, info(class_label=RT, deadline_s=1e-13, slo=SLO, managed=True))
     assert (hostile.priority_class, hostile.deadline_s, hostile.slo) == (NORMAL, 1.0, None)
@@ -160,9 +163,89 @@ def test_the_built_in_default() -> None:
     assert trust.enforce(default, info(managed=True)) == info(managed=True)
     assert default.describe() == (
         "built-in default (0 rules; tenants at large: classes normal, best-effort, deadlines "
-        "under 1s raised, no SLO pressure, misses never mark the node)"
+        "under 1s raised, no SLO pressure, misses never mark the node, gpuguard.role "
+        "believed: none)"
     )
     assert "single-tenant" in trust.TRUST_ALL.describe()
+
+
+@pytest.mark.parametrize("role", ["exporter", "actuator", "guard"])
+def test_the_built_in_default_believes_no_tenants_role(role: str) -> None:
+    """A managed tenant's own gpuguard.role would make it never paused while its tasks hold
+    the GPU; under the built-in default it is paused like any managed tenant."""
+    claim = trust.enforce(trust.DEFAULT_POLICY, info(managed=True, role=role))
+    assert (claim.managed, claim.role) == (True, None)
+    assert [label for label, _ in claim.claims_rejected] == ["gpuguard.role"]
+    # unmanaged, the role changes nothing (never paused either way): nothing to reject, so
+    # gpuguard's own containers show no rejected claim
+    own = info(role=role)
+    assert trust.enforce(trust.DEFAULT_POLICY, own) == own
+
+
+def test_a_policy_grants_roles_by_rule() -> None:
+    policy = parse_policy(
+        yaml.safe_load(
+            "version: 1\nrules:\n  - match: {image: 'registry.example.com/gpuguard:*'}\n"
+            "    roles: [exporter, actuator, guard]\n"
+        )
+    )
+    own = info(managed=True, role="exporter")
+    assert trust.enforce(policy, replace(own, image="registry.example.com/gpuguard:1")) == replace(
+        own, image="registry.example.com/gpuguard:1"
+    )
+    # elsewhere the file's default is the built-in one: not believed
+    assert trust.enforce(policy, own).role is None
+    # a grant that leaves roles out restricts nothing, as every key
+    assert Grant().roles == frozenset(Role)
+    with pytest.raises(ValueError, match=r"default\.roles: 'tenant' is not a valid Role"):
+        parse_policy({"version": 1, "default": {"roles": ["tenant"]}})
+    with pytest.raises(ValueError, match=r"default\.roles: expected a list"):
+        parse_policy({"version": 1, "default": {"roles": "exporter"}})
+
+
+def test_a_namespace_pattern_matches_only_a_container_with_a_namespace() -> None:
+    """``namespace: '*'`` means "any Kubernetes pod": a plain Docker container has no
+    namespace, so the rule is not its own (it gets the default)."""
+    policy = parse_policy(
+        yaml.safe_load(
+            "version: 1\nrules:\n  - match: {namespace: '*'}\n    classes: [real-time]\n"
+        )
+    )
+    claim = {"gpuguard.deadline": "0.0000000001ms", "gpuguard.managed": "true"}
+    docker = container_info(inspect_doc(claim), policy)
+    assert (docker.priority_class, docker.deadline_s) == (NORMAL, 1.0)
+    assert not docker.deadline_vouched
+    pod = trust.enforce(policy, info(deadline_s=1e-13), namespace="team-a")
+    assert (pod.priority_class, pod.deadline_s) == (RT, 1e-13)
+    # nor does an empty namespace match: it is no namespace
+    assert trust.enforce(policy, info(deadline_s=1e-13), namespace="").priority_class == NORMAL
+    # image and name are always there: '*' on them matches every container
+    every = parse_policy({"version": 1, "rules": [{"match": {"name": "*"}, "classes": ["normal"]}]})
+    assert every.grant(trust.subject(info())) == Grant(frozenset({NORMAL}))
+
+
+def test_a_file_that_restricts_nothing_is_trust_all_and_says_so(tmp_path: Path) -> None:
+    """The documented one-line trust-all file is reported as trust-all (with its file), not
+    as a "file" policy that looks like a restrictive one."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    path = tmp_path / "trust.yml"
+    for text in ("{version: 1, default: {}}", "version: 1\ndefault: {slo: true}\nrules: []\n"):
+        path.write_text(text)
+        policy = load_config(parser.parse_args([f"--trust.policy-file={path}"]), env={}).trust
+        assert (policy.kind, policy.path) == (trust.TRUSTING, str(path))
+        assert policy.describe() == (
+            f"trust-all ({path}): every claim made by label is believed (a single-tenant host only)"
+        )
+        claim = info(class_label=RT, deadline_s=1e-13, slo=SLO, role="exporter", managed=True)
+        assert trust.enforce(policy, claim) == claim
+    # rules and an empty default: a file policy, whose line says what tenants at large get
+    path.write_text("version: 1\ndefault: {}\nrules: [{match: {name: x}, classes: [normal]}]\n")
+    policy = load_config(parser.parse_args([f"--trust.policy-file={path}"]), env={}).trust
+    assert policy.kind == trust.FILE
+    assert policy.describe() == f"{path} (1 rules; tenants at large: every claim believed)"
 
 
 def test_a_file_without_default_gets_the_built_in_one_and_an_empty_default_trusts_all() -> None:
@@ -170,6 +253,7 @@ def test_a_file_without_default_gets_the_built_in_one_and_an_empty_default_trust
     assert rules_only.default == trust.DEFAULT_POLICY.default
     one_line = parse_policy(yaml.safe_load("{version: 1, default: {}}"))
     assert one_line.default == Grant() and one_line.rules == ()
+    assert one_line.kind == trust.TRUSTING
     claim = info(class_label=RT, deadline_s=1e-13, slo=SLO, role="exporter")
     assert trust.enforce(one_line, claim) == claim
 
@@ -206,6 +290,16 @@ def test_first_matching_rule_decides_else_the_default() -> None:
             "rules[0].real_time_needs_deadline",
         ),
         ("version: 1\ndefault: {pause: never}", "default: expected keys among"),
+        # only the integer version: YAML's true and 1.0 compare equal to 1 in Python
+        ("version: true", "version: True is not one this exporter reads"),
+        ("version: 1.0", "version: 1.0 is not one this exporter reads"),
+        ("version: '1'", "version: '1' is not one this exporter reads"),
+        ("default: {}", "version: missing is not one this exporter reads"),
+        # durations have one spelling, with their unit
+        ("version: 1\ndefault: {min_deadline: 1}", "default.min_deadline: write a duration"),
+        ("version: 1\ndefault: {min_deadline: '1'}", "default.min_deadline: invalid duration"),
+        ("version: 1\ndefault: {min_deadline: 9 s}", "default.min_deadline: invalid duration"),
+        ("version: 1\ndefault: {min_deadline: .5s}", "default.min_deadline: invalid duration"),
     ],
 )
 def test_bad_policies_say_why(doc: str, message: str) -> None:
@@ -246,6 +340,27 @@ def test_rejections_are_in_the_state_json() -> None:
     assert [item["label"] for item in doc["claims_rejected"]] == ["gpuguard.class"]
 
 
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        # the issue's: the second classes granted real-time
+        ("version: 1\nrules:\n  - match: {name: x}\n    classes: [normal]\n"
+         "    classes: [real-time]\n", "classes"),
+        # and a second default: {} turned the file into trust-all
+        ("version: 1\ndefault: {classes: [normal]}\ndefault: {}\n", "default"),
+        ("version: 1\nversion: 1\n", "version"),
+        ("version: 1\nrules: [{match: {name: x, name: y}}]\n", "name"),
+    ],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused(text: str, key: str, tmp_path: Path) -> None:
+    path = tmp_path / "trust.yml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        trust.load_policy(path)
+    assert str(err.value).startswith(f"--trust.policy-file {path}: invalid YAML: the key {key!r}")
+    assert "\n" not in str(err.value)
+
+
 def test_the_policy_file_is_loaded_once_at_start_up(tmp_path: Path) -> None:
     import argparse
 
@@ -284,22 +399,38 @@ def test_trust_all_from_a_config_file_must_be_a_boolean(tmp_path: Path) -> None:
 
 
 def test_the_shipped_example_policy_loads() -> None:
+    """The example an operator copies is the safe one: tenants at large get what the built-in
+    default gives them, all managed; real-time by rule only."""
     example = Path(__file__).resolve().parents[2] / "deploy" / "trust-policy.example.yml"
     policy = trust.load_policy(example)
-    at_large = {"namespace": "", "image": "gpuguard/workload:local", "name": "rt-1"}
+    at_large = {"image": "gpuguard/workload:local", "name": "rt-1"}
     assert policy.grant(at_large) == Grant(
-        frozenset(PriorityClass), 1.0, real_time_needs_deadline=True, slo=False,
-        misses_mark_node=False, managed=True,
-    )  # fmt: skip
-    # an honest tenant's bare 9 s deadline stays real-time, and nothing is rejected (issue 26)
-    honest = trust.enforce(policy, info(deadline_s=9.0, managed=True))
-    assert (honest.priority_class, honest.deadline_s, honest.claims_rejected) == (RT, 9.0, ())
-    # its misses are its own there; an inference namespace's count
-    assert not honest.deadline_vouched
+        frozenset({NORMAL, BE}), 1.0, slo=False, misses_mark_node=False, managed=True
+    )
+    # a tenant that states a deadline of 1 s or more is judged against it, but not real-time
+    stated = trust.enforce(policy, info(deadline_s=9.0, managed=True))
+    assert (stated.priority_class, stated.deadline_s) == (NORMAL, 9.0)
+    assert not stated.deadline_vouched
+    # an inference namespace gets real-time, and its misses count
     served = trust.enforce(policy, info(deadline_s=0.05), namespace="inference-eu")
     assert (served.priority_class, served.deadline_vouched) == (RT, True)
     # real-time by class alone at large: normal
     assert trust.enforce(policy, info(class_label=RT)).priority_class == NORMAL
+
+
+def test_the_examples_permissive_choice_is_a_commented_one() -> None:
+    """The permissive grant is in the example, commented out, and does what its comment says
+    once chosen: a deadline of 1 s or more buys real-time."""
+    example = Path(__file__).resolve().parents[2] / "deploy" / "trust-policy.example.yml"
+    text = example.read_text()
+    chosen = text.replace("  classes: [normal, best-effort]\n", "").replace(
+        "  # classes: [real-time, normal, best-effort]\n  # real_time_needs_deadline: true\n",
+        "  classes: [real-time, normal, best-effort]\n  real_time_needs_deadline: true\n",
+    )
+    assert chosen != text
+    policy = parse_policy(yaml.safe_load(chosen))
+    stated = trust.enforce(policy, info(deadline_s=9.0, managed=True))
+    assert (stated.priority_class, stated.claims_rejected) == (RT, ())
 
 
 def test_security_md_shows_the_built_in_default_as_the_code_has_it() -> None:

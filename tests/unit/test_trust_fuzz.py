@@ -1,4 +1,4 @@
-"""Issue 26's properties, re-run: hostile label sets against honest neighbours, seeded.
+"""Hostile label sets against honest neighbours, seeded.
 
 Each case gives a hostile tenant's container labels drawn from what a tenant may write
 (classes in any case, deadlines down to 1e-13 s and in odd notations, SLO declarations, a
@@ -168,21 +168,52 @@ def test_trust_all_lets_them_take_it_which_the_search_sees() -> None:
     assert len({id(f[0]) for f in found}) > CASES // 10
 
 
-def test_the_example_policy_bounds_tenants_that_state_their_deadlines() -> None:
-    """deploy/trust-policy.example.yml grants real-time to a deadline of 1 s or more at
-    large: among tenants that state their deadlines (bare, as `gpuguard run --deadline`
-    writes them) no label set takes anything, and the bare 9 s deadline stays real-time."""
-    example = trust.load_policy(REPO / "deploy" / "trust-policy.example.yml")
-    stating = {
-        **HONEST,
-        "honest-a": {labels.DEADLINE: "9s", labels.MANAGED: "true"},
-        "honest-c": {labels.DEADLINE: "9s", labels.MANAGED: "true"},
-    }
-    search = Search(example, stating)
-    assert search.honest_info["honest-a"].priority_class == PriorityClass.REAL_TIME
+EXAMPLE = REPO / "deploy" / "trust-policy.example.yml"
+#: honest tenants that state their deadlines, as `gpuguard run --deadline 9s` writes them
+STATING = {
+    **HONEST,
+    "honest-a": {labels.DEADLINE: "9s", labels.MANAGED: "true"},
+    "honest-c": {labels.DEADLINE: "9s", labels.MANAGED: "true"},
+}
+
+
+def permissive_example() -> TrustPolicy:
+    """The example with its commented permissive choice taken (real-time for any deadline of
+    1 s or more at large)."""
+    text = EXAMPLE.read_text().replace("  classes: [normal, best-effort]\n", "", 1)
+    text = text.replace("  # classes: [real-time", "  classes: [real-time").replace(
+        "  # real_time_needs_deadline: true", "  real_time_needs_deadline: true"
+    )
+    return trust.parse_policy(yaml.safe_load(text))
+
+
+@pytest.mark.parametrize("honest", [HONEST, STATING], ids=["normal-honest", "stating-honest"])
+def test_the_example_policy_lets_no_hostile_label_set_take_the_gpu(
+    honest: dict[str, dict[str, str]],
+) -> None:
+    """deploy/trust-policy.example.yml, the file operators copy: over every class x deadline
+    x SLO claim and drawn sets, nothing is taken from honest tenants, whether they state
+    their deadlines or not."""
+    example = trust.load_policy(EXAMPLE)
     rng = random.Random(SEED + 2)
-    found = fuzz(example, [hostile_labels(rng) for _ in range(CASES)], stating)
-    assert found == [], found[:3]
+    hostile_sets = every_claim(rng) + [hostile_labels(rng) for _ in range(CASES)]
+    found = fuzz(example, hostile_sets, honest)
+    assert found == [], f"{len(found)} steals in {len(hostile_sets)} label sets: {found[:3]}"
+
+
+def test_the_examples_permissive_choice_lets_a_stated_deadline_freeze_the_trainer() -> None:
+    """What the commented choice costs, as its comment says: any tenant that writes a
+    deadline of 1 s or more is real-time and freezes the best-effort trainer (the search
+    sees it); honest tenants that state deadlines stay real-time and lose nothing else."""
+    permissive = permissive_example()
+    assert Search(permissive, STATING).honest_info["honest-a"].priority_class == (
+        PriorityClass.REAL_TIME
+    )
+    rng = random.Random(SEED + 2)
+    hostile_sets = [hostile_labels(rng) for _ in range(CASES)]
+    found = fuzz(permissive, hostile_sets, HONEST)
+    assert found and all("honest-b" in taken for *_, taken in found), found[:3]
+    assert fuzz(permissive, hostile_sets, STATING) == []
 
 
 MANAGING = trust.parse_policy(
@@ -208,11 +239,24 @@ def test_where_the_policy_manages_every_container_opting_out_takes_nothing() -> 
             if extra:
                 found.append((hostile_set, *case, extra))
     assert found == [], found[:3]
-    # without the policy's word, the same opting out keeps C waiting: the search sees it
+    # without the policy's word, opting out (no gpuguard.managed) keeps C waiting: the search
+    # sees it
     honest = Search(trust.DEFAULT_POLICY).honest
-    opted_out = as_state(info_of(HOSTILE, {labels.ROLE: "exporter"}, trust.DEFAULT_POLICY))
+    opted_out = as_state(info_of(HOSTILE, {}, trust.DEFAULT_POLICY))
     managed = as_state(info_of(HOSTILE, {labels.MANAGED: "true"}, trust.DEFAULT_POLICY))
     assert held_back(honest, opted_out, "free", "fifo") - held_back(honest, managed, "free", "fifo")
+
+
+@pytest.mark.parametrize("role", ["exporter", "actuator", "guard", "EXPORTER", "tenant"])
+def test_the_built_in_default_believes_no_managed_tenants_role(role: str) -> None:
+    """A managed tenant that also writes gpuguard.role holds back no honest tenant more than
+    the same tenant without it: the role is gpuguard's own containers', not a tenant's."""
+    honest = Search(trust.DEFAULT_POLICY).honest
+    managed = {labels.MANAGED: "true", labels.TASK: "process"}
+    with_role = as_state(info_of(HOSTILE, {**managed, labels.ROLE: role}, trust.DEFAULT_POLICY))
+    plain = as_state(info_of(HOSTILE, managed, trust.DEFAULT_POLICY))
+    for case in SCENES:
+        assert held_back(honest, with_role, *case) == held_back(honest, plain, *case), case
 
 
 @pytest.mark.parametrize(
@@ -225,7 +269,7 @@ def test_where_the_policy_manages_every_container_opting_out_takes_nothing() -> 
     ],
 )
 def test_the_issues_own_examples(hostile_set: dict[str, str]) -> None:
-    """Each named in issue 26 steals under trust-all and not under the built-in default."""
+    """Each steals under trust-all and not under the built-in default."""
     hostile_set = {**hostile_set, labels.MANAGED: "true"}
     assert Search(trust.TRUST_ALL).steals(hostile_set)
     assert not Search(trust.DEFAULT_POLICY).steals(hostile_set)

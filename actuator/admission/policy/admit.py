@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuguard.actuator.admission.policy.types import PAUSE, Ledger, PolicyConfig, Skip, Step
 from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
+from gpuguard.actuator.decision import PAUSE, Ledger, PolicyConfig, Skip, Step
 from gpuguard.actuator.state import Gpu
 from gpuguard.contract import PRE_KERNEL, Phase, SkipReason, StepReason, TaskMode
 

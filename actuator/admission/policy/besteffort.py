@@ -1,16 +1,7 @@
-"""Best-effort containers beside real-time work, by ``--policy.best-effort-control``:
+"""Best-effort containers beside real-time work, by ``--policy.best-effort-control``
+(``hold``: freezes, holds and a starvation share; ``rate``: duty cycles). Pure.
 
-* ``hold``: frozen while real-time work needs one of their devices (or a real-time SLO alert
-  fires on one), held past its last activity (an adaptive hold), thawed for a minimum share
-  of every sliding window (the starvation guard); a light server whose requests merge
-  freezes no one (``light_servers``). ``plan_best_effort``.
-* ``rate``: while real-time work is active on a device (or its SLO alert fires there), its
-  best-effort containers run the device's duty cycle (``admission/ratecontrol.py``: a
-  period, a run fraction set by feedback on the real-time side's SLO, never under the
-  floor), all in phase; a cycle starts with its frozen part, so work just seen gets the
-  device first. When real-time work goes idle they are thawed after one NVML sample period
-  (a next request is seen within one). The controller subsumes the adaptive hold, the
-  light-server exception and the starvation share. ``plan_best_effort_rate``.
+Why: docs/design-notes.md, "Best-effort freezes".
 """
 
 from __future__ import annotations
@@ -19,17 +10,18 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
+    DutyCycle,
     Ledger,
     PolicyConfig,
+    RateLaw,
     Recent,
     Skip,
     Step,
 )
-from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import StepReason, TaskBoundary
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from gpuguard.actuator.admission.policy.precedence import own_deadline, spare_s
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Decision,

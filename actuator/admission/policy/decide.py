@@ -17,7 +17,9 @@ from gpuguard.actuator.admission.policy.besteffort import (
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
 from gpuguard.actuator.admission.policy.precedence import servers
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.policy.views import view_of
+from gpuguard.actuator.admission.policy.yields import between_tasks
+from gpuguard.actuator.decision import (
     Decision,
     Ledger,
     PolicyConfig,
@@ -25,8 +27,6 @@ from gpuguard.actuator.admission.policy.types import (
     Skip,
     Trigger,
 )
-from gpuguard.actuator.admission.policy.views import view_of
-from gpuguard.actuator.admission.policy.yields import between_tasks
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import PriorityClass, SkipReason
 

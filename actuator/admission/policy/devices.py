@@ -28,7 +28,9 @@ from gpuguard.actuator.admission.policy.precedence import (
     thaw_at,
     waited,
 )
-from gpuguard.actuator.admission.policy.types import (
+from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
+from gpuguard.actuator.admission.policy.yields import yields, yields_between
+from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
     Ledger,
@@ -36,8 +38,6 @@ from gpuguard.actuator.admission.policy.types import (
     Skip,
     Step,
 )
-from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
-from gpuguard.actuator.admission.policy.yields import yields, yields_between
 from gpuguard.actuator.state import Container, DeviceKey, Gpu
 from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass, SkipReason, StepReason
 

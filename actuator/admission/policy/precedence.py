@@ -1,45 +1,8 @@
-"""Who may make whom wait, and for how long: ranked tasks, servers, SLO signals, slack.
+"""Who may make whom wait, and for how long: ranked tasks, servers, SLO signals, slack. Pure.
 
-NVML samples a process about every 1/6 s, so it cannot see where one request of a busy
-server ends and the next begins: a server's busy period may merge many requests, and the
-moment it began says nothing of those still waiting in it. Ranking two such periods (FIFO,
-EDF), or freezing a server behind a long one-shot, harmed production traffic (issue 24: a
-server frozen 13.1 s behind a one-shot, two requests missed; of two servers, one fared
-worse than sharing). So precedence acts only where it is known to be right:
-
-* Ranked tasks (``TaskView.ranked``, ``views.is_ranked``): ``process`` and ``memory`` tasks,
-  and the bursts of a container that is not a server (paper B's one-shot, a light inference
-  task, a repeater). Queue order (class, FIFO, EDF), admission and preemption act among
-  these only. A server not yet known as one (below) ranks too; the slack bounds what that
-  costs a real-time neighbour.
-* Servers (``servers``): long-lived burst-mode containers, one seen beginning new tasks
-  already computing right after a drain, its memory cached (``Recent.serving``; for a
-  real-time one, going straight on after a drain), whose busy periods merged work (the
-  exporter's ``merged``: nothing but idle gaps, which NVML may not see, part its requests),
-  or one that declares a latency SLO (``gpuguard.slo.*``: it serves requests, and its own
-  histogram says how each fares). Their busy periods are
-  never ranked: they neither queue nor hold the queue, nor yield between requests. Either
-  sign alone is no test: a light one-shot's busy period merges its own host work, and a
-  repeater that keeps its memory begins each run at once.
-* The tenant's SLO signal judges a server (``plan_servers``): one whose SLO alert fires
-  (``slo_at_risk``, from the protect_slo alerts) is at risk and takes precedence; one that
-  declares an SLO whose alert does not fire can afford a bounded wait (``affords``): it is
-  frozen while a ranked task of its class or higher, or a server at risk, runs on its device;
-  one without an SLO cannot be judged and is never frozen for another's precedence: it
-  shares the device (skip ``not_ranked``). Two servers without SLO signals share, as
-  unmanaged; with them, the one at risk goes first. (With ``--policy.preempt=false`` a
-  server whose kernels run is left alone, as any task: ``kernel_running``.)
-* Slack (``thaw_at``): no freeze of a real-time container outlasts its slack, whatever the
-  queue says. Its freeze ends (``slack``) at its deadline (``gpuguard.deadline``, else its
-  SLO's target) less its run (``spare_s``: for a container that repeats tasks, the longest
-  of its last ones and at least half its deadline) and ``--policy.slack-margin``,
-  counted from its task's start for a ranked task (the deadline is that task's) and from the
-  freeze's start for a server, or for a burst that merged or was late when the freeze began
-  (``on_own_clock``: a request may have come just as it began). A real-time task whose
-  slack is already spent is not frozen (skip ``no_slack``). One counted from its freeze and
-  thawed so is not frozen again for the tasks that held it then (``waited``): only for one
-  that started after its thaw, or, for a server at risk, once it has run for its own
-  deadline since.
+Queue order, admission and preemption act only among ranked tasks; a server is frozen for
+another's precedence only where its SLO signal says it can afford it; no freeze of a
+real-time container outlasts its slack. Why: docs/design-notes.md, "Precedence".
 """
 
 from __future__ import annotations
@@ -48,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuguard.actuator.admission.policy.order import CLASS_RANK
-from gpuguard.actuator.admission.policy.types import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.decision import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState
 from gpuguard.contract import Phase, PriorityClass, SkipReason, StepReason, TaskBoundary, TaskMode
 

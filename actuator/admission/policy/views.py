@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuguard.actuator.admission.policy.types import Ledger, Skip, Step
+from gpuguard.actuator.decision import Ledger, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.contract import (
     COMPONENT_ROLES,

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 
 from gpuguard.actuator.admission.policy.order import next_waits
-from gpuguard.actuator.admission.policy.types import PAUSE, REPEAT_GAP_S, Ledger, Step
 from gpuguard.actuator.admission.policy.views import TaskView, share_of, step_for
+from gpuguard.actuator.decision import PAUSE, REPEAT_GAP_S, Ledger, Step
 from gpuguard.actuator.state import Container, DeviceKey, ExporterState
 from gpuguard.contract import COMPONENT_ROLES, Phase, PriorityClass, StepReason
 

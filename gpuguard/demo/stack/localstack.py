@@ -367,12 +367,7 @@ class LocalStack:
             ensure_app_image(client)
         finally:
             client.close()
-        values = {
-            "DOCKER_HOST": node.engine.url,
-            "GPUSIM_DIR": str(node.gpusim.dir),
-            "GPUGUARD_EXPORTER_URL": node.exporter_url,
-            "GPUGUARD_ACTUATOR_URL": node.actuator_url,
-        }
+        values = user_env(node.engine.url, node.gpusim, node.exporter_url, node.actuator_url)
         path = self.dir / ENV_FILE
         path.write_text(env_file_text(values, Path(sys.executable).parent))
         return path
@@ -433,6 +428,20 @@ class LocalStack:
                     child.unlink(missing_ok=True)
 
 
+def user_env(
+    docker_host: str, gpusim: GpusimService, exporter_url: str, actuator_url: str
+) -> dict[str, str]:
+    """What ``.stack/env`` exports: the engine, the exporter and actuator, and gpusim's
+    directory (to mount in containers) and socket (for ``gpusim status`` on the host)."""
+    return {
+        "DOCKER_HOST": docker_host,
+        "GPUSIM_DIR": str(gpusim.dir),
+        "GPUSIM_SOCKET": str(gpusim.socket),
+        "GPUGUARD_EXPORTER_URL": exporter_url,
+        "GPUGUARD_ACTUATOR_URL": actuator_url,
+    }
+
+
 def env_file_text(values: dict[str, str], bin_dir: Path) -> str:
     """``.stack/env``: ``values`` exported, and ``bin_dir`` (the venv's ``bin``, where the
     ``gpuguard`` running the demo lives) first on ``PATH`` when it holds ``gpuguard``."""
@@ -441,6 +450,16 @@ def env_file_text(values: dict[str, str], bin_dir: Path) -> str:
         lines.append(f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"')
     lines += [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def running_recorded(directory: Path) -> list[dict[str, Any]]:
+    """The processes a stack recorded in ``directory`` that still run (none: no stack up)."""
+    path = directory / RECORD
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [e for e in entries if _is_ours(int(e["pid"]), e["name"])]
 
 
 def stop_recorded(directory: Path) -> int:

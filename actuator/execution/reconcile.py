@@ -18,10 +18,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpuguard.actuator.admission.executor import PauseExecutor
-from gpuguard.actuator.admission.policy.types import UNPAUSE, Decision, Step
 from gpuguard.actuator.audit import AuditLog
+from gpuguard.actuator.decision import UNPAUSE, Decision, Step
 from gpuguard.actuator.errors import EngineDown
+from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.safety.journal import Journal, plan_reconcile
 from gpuguard.actuator.safety.resume import resume_managed_paused
 from gpuguard.actuator.state import ExporterState

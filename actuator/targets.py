@@ -1,7 +1,7 @@
 """Which admission decisions one webhook asks for: one per node, at most ``MAX_ADMISSION_NODES``.
 
-The ``admission`` alerts are triggers: each names a node and, maybe, a GPU, and the
-controller decides for it on fresh exporter state (``decide_targets``).
+The ``admission`` alerts are triggers: each names a node and, maybe, a GPU; the controller
+decides for each target on fresh exporter state.
 """
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.report import Report
-from gpuguard.actuator.routing import Decide
 from gpuguard.actuator.webhook import Alert
-from gpuguard.contract import SkipReason, TriggerSource
+from gpuguard.contract import SkipReason
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -44,10 +42,9 @@ def admission_targets(
     return targets[:max_nodes], max(0, len(targets) - max_nodes)
 
 
-def decide_targets(alerts: Sequence[Alert], decide: Decide) -> Report:
-    """Decide once for each node (and GPU) the firing ``admission`` alerts name."""
+def dropped_report(dropped: int) -> Report:
+    """The report's start for a webhook naming ``dropped`` nodes too many (logged)."""
     report = Report()
-    targets, dropped = admission_targets(alerts)
     if dropped:
         log.warning("webhook names %d nodes too many: ignored", dropped)
         report.skips.append(
@@ -56,10 +53,4 @@ def decide_targets(alerts: Sequence[Alert], decide: Decide) -> Report:
                 "detail": f"{dropped} more nodes than one webhook may name",
             }
         )
-    for node, gpu, name in targets:
-        try:
-            report.merge(decide(TriggerSource.WEBHOOK, gpu=gpu, node=node, alert=name))
-        except (ExporterUnavailable, StateError) as exc:
-            log.warning("webhook %s: no fresh state, nothing done: %s", name, exc)
-            report.exporter_down = True
     return report

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuguard.actuator.admission.ratecontrol import DutyCycle, RateLaw
 from gpuguard.actuator.state import DeviceKey
 from gpuguard.contract import SkipReason, StepReason, TriggerSource, Verb
 
@@ -23,6 +22,64 @@ BEST_EFFORT_CONTROLS = ("hold", "rate")
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
 REPEAT_GAP_S = 2.0
+
+
+@dataclass(frozen=True)
+class RateLaw:
+    """The controller's knobs (``--besteffort.*``)."""
+
+    period_s: float = 1.0
+    #: least run fraction of a best-effort container beside active real-time work
+    floor: float = 0.1
+    #: run fraction without any real-time signal (open loop), and where control starts
+    initial: float = 0.1
+    #: run-fraction change per unit of normalised error, backing off ...
+    gain: float = 0.2
+    #: ... and probing upwards (smaller: a miss costs more than a lost step)
+    gain_up: float = 0.05
+    #: errors within this are noise
+    deadband: float = 0.1
+    max_step: float = 0.2
+    stale_after_s: float = 15.0
+    #: a change shows in the signal this long after it (the rule's window, scrape, evaluation)
+    settle_s: float = 12.0
+    #: without an SLO: the real-time side's mean slowdown the best-effort side may cause,
+    #: from its measured demand (``interference_fraction``); 0: open loop at ``initial``
+    max_slowdown: float = 1.05
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.floor <= self.initial <= 1:
+            raise ValueError("need 0 <= floor <= initial <= 1")
+        if self.period_s <= 0 or self.stale_after_s <= 0:
+            raise ValueError("period and staleness must be positive")
+        if self.settle_s < 0:
+            raise ValueError("settling time must not be negative")
+        if min(self.gain, self.gain_up, self.deadband, self.max_step) < 0:
+            raise ValueError("gains, dead band and step must not be negative")
+        if self.max_slowdown != 0 and self.max_slowdown <= 1:
+            raise ValueError("the slowdown bound must be above 1 (or 0: none)")
+
+
+@dataclass(frozen=True)
+class DutyCycle:
+    """A device's duty cycle: periods start at ``phase`` (wall time), each running first."""
+
+    run_fraction: float
+    period_s: float
+    phase: float
+
+    def frozen_at(self, now: float) -> bool:
+        """Whether best-effort work on the device is to be frozen at ``now``."""
+        if self.run_fraction >= 1:
+            return False
+        into = (now - self.phase) % self.period_s
+        return into >= self.run_fraction * self.period_s
+
+    def next_switch(self, now: float) -> float:
+        """The next moment ``frozen_at`` changes (for the controller's timer)."""
+        start = now - (now - self.phase) % self.period_s
+        run_end = start + self.run_fraction * self.period_s
+        return run_end if now < run_end else start + self.period_s
 
 
 @dataclass(frozen=True)

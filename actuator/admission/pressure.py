@@ -1,36 +1,19 @@
 """Which devices are under SLO pressure: a real-time container's latency SLO alert fires.
 
-The ``protect_slo`` alerts (``GpuguardSloAtRisk``, ``GpuguardSloViolated``) come from the
-tenants' own latency histograms (``rules/``): the per-request truth NVML's samples cannot
-give. Like failing open, pressure is a state kept from alerts: a firing alert for this node
-holds until it resolves, or until no repeat renewed it within ``--node.mark-ttl`` (a lost
-resolution cannot freeze a neighbour forever).
-
-Each alert names a container (``container_id``, 12 hex) and one GPU it runs on (``gpu``);
-one without ``gpu`` (the container had no GPU process when it fired) stands for the devices
-of the container's running tasks. Alerts are triggers, not truth: what they protect is
-worked out on fresh exporter state at every decision, and only a container that is still
-there and ``real-time`` puts its devices under pressure. ``SloPressure`` is pure but for
-the clock the caller passes in; ``SloProtection`` acts on it for the controller: it takes
-each webhook's protect_slo alerts, decides at once, and says which of them mark the node.
+``SloPressure`` keeps the firing ``protect_slo`` alerts of one node (by fingerprint) and,
+on fresh exporter state, says which devices and containers they protect. Pure but for the
+clock the caller passes in. Why pressure is kept from alerts:
+docs/design-notes.md, "The SLO pressure".
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuguard.actuator.audit import AuditLog
-from gpuguard.actuator.errors import ExporterUnavailable, StateError
-from gpuguard.actuator.report import Report
-from gpuguard.actuator.routing import Decide, Delivery
 from gpuguard.actuator.state import Container, DeviceKey, ExporterState
 from gpuguard.actuator.webhook import Alert
-from gpuguard.contract import COMPONENT_ROLES, PriorityClass, TriggerSource
-
-log = logging.getLogger("gpuguard.actuator")
+from gpuguard.contract import COMPONENT_ROLES, PriorityClass
 
 SHORT_ID = 12
 
@@ -135,68 +118,6 @@ class SloPressure:
              "device": list(a.device) if a.device is not None else None}
             for a in sorted(self.alerts.values(), key=lambda a: -a.seen)
         ]  # fmt: skip
-
-
-class SloProtection:
-    """The protect_slo alerts acted on: the pressure they keep, a decision at once when they
-    come, and the node mark when freezing cannot help.
-
-    Not thread-safe: the controller calls it under its lock, and ``decide`` (its
-    ``decide_now``) takes that lock again.
-    """
-
-    def __init__(
-        self,
-        node_name: str,
-        alert_names: frozenset[str],
-        mark_ttl_s: float,
-        audit: AuditLog,
-        fetch_state: Callable[[], ExporterState],
-        decide: Decide,
-    ) -> None:
-        self.pressure = SloPressure(node_name)
-        self.alert_names = alert_names
-        self.mark_ttl_s = mark_ttl_s
-        self.audit = audit
-        self.fetch_state = fetch_state
-        self.decide = decide
-
-    def on_alerts(self, alerts: list[Alert], delivery: Delivery) -> Report:
-        """Take a webhook's protect_slo alerts: renew or end the SLO pressure, decide for this
-        node at once, and leave in ``delivery`` the message as the node list should read it:
-        of the firing protect_slo alerts, only those with nothing on their GPUs that could be
-        frozen."""
-        report = Report()
-        if self.pressure.apply(alerts, delivery.now):
-            log.info("SLO pressure: %s", self.pressure.to_doc() or "none")
-            self.audit.write("slo_pressure", alerts=self.pressure.to_doc())
-        try:
-            state = self.fetch_state()
-            report.merge(self.decide(TriggerSource.WEBHOOK, alert=alerts[0].name, state=state))
-            unrelieved = self.pressure.unrelieved(state)
-        except (ExporterUnavailable, StateError) as exc:
-            log.warning("protect_slo: no fresh state, nothing done: %s", exc)
-            report.exporter_down = True
-            unrelieved = set()
-            delivery.partial = True  # marks stay as they are
-        kept = tuple(
-            a
-            for a in delivery.message.alerts
-            if a.name not in self.alert_names or not a.firing or a.fingerprint in unrelieved
-        )
-        delivery.message = dataclasses.replace(delivery.message, alerts=kept)
-        delivery.mark_also = self.alert_names
-        return report
-
-    def expire(self, now: float, state: ExporterState | None) -> None:
-        """End the pressure of alerts no webhook renewed within the mark TTL, and thaw what
-        the pressure alone held (even in webhook mode) when ``state`` is fresh."""
-        if not self.pressure.expire(now, self.mark_ttl_s):
-            return
-        log.warning("SLO alert(s) not renewed within the mark TTL: pressure ends")
-        self.audit.write("slo_pressure", alerts=self.pressure.to_doc(), why="not renewed")
-        if state is not None:
-            self.decide(TriggerSource.RECONCILE, state=state)
 
 
 def _find(state: ExporterState, short_id: str) -> Container | None:

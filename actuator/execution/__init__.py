@@ -1,0 +1,1 @@
+"""Carrying decisions out: pause and unpause (vet, record, act, settle), and reconciling."""
