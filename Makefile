@@ -57,7 +57,7 @@ integration: setup
 test: lint
 	@echo "== unit and rules tests, one worker per core (about 1 minute)"
 	$(PY) -m pytest tests/unit tests/rules $(XDIST) -q
-	@echo "== benchmarks' short forms and installs, 2 at a time (about 5 minutes)"
+	@echo "== benchmarks' short forms and installs, 2 at a time (about 6 minutes)"
 	$(PY) -m pytest tests/integration -m standalone -n 2
 	@echo "== integration tests on real services, 1 at a time (about 12 minutes)"
 	$(PY) -m pytest tests/integration -m "not standalone" --durations=15
