@@ -20,6 +20,7 @@ from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.images import ensure_base_image, python_container_kwargs
 from gpuguard.demo.stack.process import ServiceError
 from tests.prereq import Services, require_binary, unavailable
+from tests.support.tlscerts import Pki, make_pki
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +29,12 @@ def short_tmp() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="gg-"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A throwaway CA with server and client certificates (tests/support/tlscerts.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="session")

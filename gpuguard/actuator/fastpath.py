@@ -39,6 +39,7 @@ class FastPath:
         self.controller = controller
         self.client = client
         self._stop = threading.Event()
+        self._deciding = threading.Lock()  # held by a decision; stop() waits for it only
         self._thread = threading.Thread(target=self.follow, name="fastpath", daemon=True)
         self.latencies_ms: list[float] = []
 
@@ -46,9 +47,18 @@ class FastPath:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=LONG_POLL_S + 3)
+        """No decision starts once this returns; a long poll under way is not waited for."""
+        with self._deciding:
+            self._stop.set()
         self.client.close()
+
+    def _decide(self, event_ts: float | None = None) -> bool:
+        """Decide unless stopped; False once stopped."""
+        with self._deciding:
+            if self._stop.is_set():
+                return False
+            self.controller.decide_now(TriggerSource.FAST, event_ts=event_ts)
+            return True
 
     def follow(self) -> None:
         since: int | None = None
@@ -56,7 +66,8 @@ class FastPath:
         while not self._stop.is_set():
             try:
                 if since is None:
-                    self.controller.decide_now(TriggerSource.FAST)
+                    if not self._decide():
+                        break
                     assert self.controller.last_state is not None
                     since = self.controller.last_state.seq
                 # Every change the policy acts on comes as an event: a kernel's end too (the
@@ -71,11 +82,10 @@ class FastPath:
                     continue
                 since = batch.next
                 relevant = [e for e in batch.events if e.type in RELEVANT_EVENTS]
-                if self._stop.is_set():
-                    break
                 if relevant:
                     first = min(e.ts for e in relevant)
-                    self.controller.decide_now(TriggerSource.FAST, event_ts=first)
+                    if not self._decide(first):
+                        break
                     self.latencies_ms.append(1000 * (time.time() - first))
                     del self.latencies_ms[:-1000]
             except (ExporterUnavailable, StateError) as exc:

@@ -11,7 +11,10 @@ from gpuguard.demo.stack.dockerd import unmount_below
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
 from gpuguard.demo.stack.process import ServiceError
-from tests.prereq import unavailable
+from tests.prereq import require_binary, unavailable
+
+#: what a stack with alerting runs: a skip without them (a failure under CI=true)
+ALERTING_BINARIES = ("dockerd", "prometheus", "prometheus-alertmanager")
 
 
 def running(stack: LocalStack) -> Iterator[LocalStack]:
@@ -24,6 +27,13 @@ def running(stack: LocalStack) -> Iterator[LocalStack]:
     yield stack
     stack.stop()
     unmount_below(stack.dir)  # the engine's own stop did; a second look costs nothing
+
+
+def with_alerting(stack: LocalStack) -> Iterator[LocalStack]:
+    """``running(stack)`` for a stack with Prometheus and Alertmanager."""
+    for binary in ALERTING_BINARIES:
+        require_binary(binary)
+    yield from running(stack)
 
 
 def workload(

@@ -22,8 +22,7 @@ from gpuguard.actuator.audit import read_audit
 from gpuguard.demo.stack.images import python_container_kwargs
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
 from gpuguard.demo.stack.swarm import node_labels
-from tests.integration.stack_support import running
-from tests.prereq import require_binary
+from tests.integration.stack_support import with_alerting
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -43,14 +42,12 @@ IDLE_CONTEXT = (
 @pytest.fixture
 def stack(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
     """One node in a swarm, its actuator in webhook mode, Prometheus and Alertmanager."""
-    for binary in ("prometheus", "prometheus-alertmanager"):
-        require_binary(binary)
     stack = LocalStack(short_tmp / "act-alerts", ["node-a"], time_scale=0.1, swarm=True)
     node = stack.nodes[0]
     node.actuator_mode = "webhook"
     # The waiting task below holds an idle context: keep it in the queue for the test.
     node.extra_actuator_flags = ["--policy.input-timeout=60s"]
-    yield from running(stack)
+    yield from with_alerting(stack)
 
 
 def _run(node: NodeStack, client: Any, name: str, labels: dict[str, str], args: list[str]) -> Any:

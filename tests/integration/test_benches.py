@@ -8,9 +8,10 @@ these runs are too short to mean anything. What this catches is a bench that no 
 a figure docs/benchmarks.md quotes. ``bench/realtime.py --smoke`` runs in ``test_realtime_bench.py``
 and ``bench/gpu_truth.py --quick`` in ``test_gpu_truth.py``.
 
-On this project's 2-core machine all of these take about 10 minutes together, ``traces.py
---quick`` about 5 of them (on the production subsets where ``shared/traces`` holds them, else
-on the synthetic stand-in, saying why).
+On this project's 2-core machine all of these take about 11 minutes one after another,
+``traces.py --quick`` about 5 of them (on the production subsets where ``shared/traces`` holds
+them, else on the synthetic stand-in, saying why); ``make test`` runs them two at a time (they
+mostly wait on their services, so neither slows the other much).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pytest
 
 from tests.prereq import require_binary, unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.standalone]
 
 REPO = Path(__file__).resolve().parents[2]
 ELSEWHERE = {"realtime.py": "test_realtime_bench.py", "gpu_truth.py": "test_gpu_truth.py"}

@@ -18,11 +18,10 @@ import pytest
 import requests
 
 from gpuguard.demo.stack.localstack import LocalStack
-from gpuguard.demo.stack.process import ServiceError
 from gpuguard.demo.stack.scenario import Scenario, WorkloadSpec
 from gpuguard.demo.stack.swarm import node_labels
 from tests.dashboards import MAY_BE_EMPTY, load_dashboards, panel_queries
-from tests.prereq import require_binary, unavailable
+from tests.integration.stack_support import with_alerting
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -34,20 +33,11 @@ MARK = "gpuguard.provisionable"
 @pytest.fixture(scope="module")
 def cluster(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
     """Two nodes in one swarm plus Prometheus and Alertmanager (fast profile)."""
-    for binary in ("prometheus", "prometheus-alertmanager"):
-        require_binary(binary)
     stack = LocalStack(
         short_tmp / "cluster", ["node-a", "node-b"], time_scale=0.1, order="edf", swarm=True
     )
-    try:
-        stack.start()
-    except ServiceError as exc:
-        stack.stop()
-        unavailable(f"cluster did not start: {exc}")
-    stack_started = time.time()
-    stack.started_at = stack_started  # type: ignore[attr-defined]
-    yield stack
-    stack.stop()
+    stack.started_at = time.time()  # type: ignore[attr-defined]
+    yield from with_alerting(stack)
 
 
 def test_marked_node_gets_no_new_realtime_service_until_it_recovers(cluster: LocalStack) -> None:

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -51,6 +53,7 @@ def test_cgroup_freezer_freezes_and_thaws_a_process() -> None:
         child.wait()
 
 
+@pytest.mark.standalone
 def test_kit_runs_every_section_on_gpusim(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "gpu_truth.py"), "--quick", "--backend", "gpusim",

@@ -8,6 +8,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.standalone
+
 REPO = Path(__file__).resolve().parents[2]
 
 CHECK = """

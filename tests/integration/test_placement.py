@@ -24,10 +24,10 @@ import requests
 
 from gpuguard.demo.stack.images import BASE_IMAGE
 from gpuguard.demo.stack.localstack import LocalStack
-from gpuguard.demo.stack.process import ServiceError
 from gpuguard.demo.stack.swarm import node_labels
 from gpuguard.gpusim.client import GpusimClient
-from tests.prereq import require_binary, unavailable
+from tests.integration.stack_support import with_alerting
+from tests.prereq import require_binary
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -39,8 +39,7 @@ REQUEST = {"deadline": "9s", "memory": "4GiB"}
 
 @pytest.fixture(scope="module")
 def cluster(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
-    for binary in ("prometheus", "prometheus-alertmanager", "docker"):
-        require_binary(binary)
+    require_binary("docker")
     stack = LocalStack(
         short_tmp / "placement",
         ["node-a", "node-b", "node-c"],
@@ -48,13 +47,7 @@ def cluster(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
         swarm=True,
         placer_flags=["--records.cache=0.2s", "--placement.settle=2s"],
     )
-    try:
-        stack.start()
-    except ServiceError as exc:
-        stack.stop()
-        unavailable(f"cluster did not start: {exc}")
-    yield stack
-    stack.stop()
+    yield from with_alerting(stack)
 
 
 def ranked(cluster: LocalStack, **params: str) -> dict[str, Any]:

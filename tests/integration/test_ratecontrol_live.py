@@ -30,8 +30,7 @@ from gpuguard.actuator.decision import RateLaw
 from gpuguard.demo.stack.localstack import LocalStack
 from gpuguard.demo.stack.process import free_port
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
-from tests.integration.stack_support import running, workload
-from tests.prereq import require_binary
+from tests.integration.stack_support import with_alerting, workload
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -44,8 +43,6 @@ RUN_S = "150"
 @pytest.fixture(scope="module")
 def stack(short_tmp: Path) -> Iterator[LocalStack]:
     """One node whose actuator runs rate control against the stack's Prometheus."""
-    for binary in ("dockerd", "prometheus", "prometheus-alertmanager"):
-        require_binary(binary)
     flags = [
         "--policy.best-effort-control=rate",
         f"--besteffort.period={PERIOD_S:g}s",
@@ -56,7 +53,7 @@ def stack(short_tmp: Path) -> Iterator[LocalStack]:
     stack = LocalStack(
         short_tmp / "rate", ["rc-node"], time_scale=0.1, default_ports=False, actuator_flags=flags
     )
-    yield from running(stack)
+    yield from with_alerting(stack)
 
 
 def _frozen_spans(audit: Path, since: float, name: str = TRAINER) -> list[tuple[float, float]]:

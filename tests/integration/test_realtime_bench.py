@@ -17,7 +17,7 @@ import pytest
 
 from tests.prereq import require_binary, unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.standalone]
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = (

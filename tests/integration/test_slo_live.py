@@ -28,8 +28,7 @@ from gpuguard.demo.stack.localstack import LocalStack, NodeStack
 from gpuguard.demo.stack.process import free_port
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
 from tests.dashboards import load_dashboards, panel_queries
-from tests.integration.stack_support import running, workload
-from tests.prereq import require_binary
+from tests.integration.stack_support import with_alerting, workload
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -44,15 +43,13 @@ RUN_S = "150"
 def stack(short_tmp: Path) -> Iterator[LocalStack]:
     """One node (actuator in its default mode: fast path and webhooks), Prometheus with the
     tenants' job on the node's engine, Alertmanager routing to the actuator."""
-    for binary in ("dockerd", "prometheus", "prometheus-alertmanager"):
-        require_binary(binary)
     # hold control: protect_slo's freezes, as this test describes them (under the default,
     # rate control, the same signal sets a duty cycle: test_ratecontrol_live.py)
     stack = LocalStack(
         short_tmp / "slo", ["slo-node"], time_scale=0.1, default_ports=False,
         actuator_flags=["--policy.best-effort-control=hold"],
     )  # fmt: skip
-    yield from running(stack)
+    yield from with_alerting(stack)
 
 
 def _paused(client: Any, container: Any) -> bool:

@@ -28,17 +28,12 @@ from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.process import ManagedProcess, free_port
 from gpuguard.demo.stack.prometheus import PrometheusService
 from gpuguard.deployconfig import ACTUATOR_JOB, EXPORTER_JOB
-from tests.support.tlscerts import Pki, make_pki, write_web_config
+from tests.support.tlscerts import Pki, write_web_config
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def secret(path: Path, text: str) -> Path:

@@ -299,7 +299,7 @@ def test_forgetting_gone_containers_rewrites_the_journal_once(tmp_path: Path) ->
 def test_rate_control_steps_each_running_cycle_once_a_period(tmp_path: Path) -> None:
     """Without --prometheus.url there is no signal: the cycle the first decision starts is
     stepped open loop, counted, and its fraction shown per device."""
-    from tests.unit.test_actuator_policy import container, state, task
+    from tests.unit.policy_support import container, state, task
 
     controller = make_controller(
         tmp_path, **{"policy.best-effort-control": "rate", "besteffort.period": "200ms"}

@@ -22,7 +22,7 @@ from gpuguard.actuator.decision import (
     Trigger,
 )
 from gpuguard.actuator.state import DeviceKey, EndedTask
-from tests.unit.test_actuator_policy import NOW, acts, cid, container, ours, reasons, state, task
+from tests.unit.policy_support import NOW, acts, cid, container, ours, reasons, state, task
 
 BE = "best-effort"
 GPU0: DeviceKey = (0, None)

@@ -23,7 +23,7 @@ from gpuguard.actuator.decision import (
     Trigger,
 )
 from gpuguard.actuator.state import EndedTask
-from tests.unit.test_actuator_policy import NOW, acts, cid, container, reasons, state, task
+from tests.unit.policy_support import NOW, acts, cid, container, reasons, state, task
 
 RT = "real-time"
 

@@ -22,7 +22,7 @@ from gpuguard.actuator.admission.ratecontrol import (
 )
 from gpuguard.actuator.decision import DutyCycle, RateLaw
 from gpuguard.slowdown import slowdown_factor
-from tests.unit.test_actuator_policy import container, state, task
+from tests.unit.policy_support import container, state, task
 
 LAW = RateLaw(floor=0.1, initial=0.2, gain=0.2, gain_up=0.05, deadband=0.1, max_step=0.2)
 

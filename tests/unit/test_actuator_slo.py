@@ -28,7 +28,7 @@ from gpuguard.actuator.errors import ExporterUnavailable
 from gpuguard.actuator.state import ExporterState
 from gpuguard.actuator.webhook import WebhookMessage, parse_message
 from tests.unit.actuator_support import make_controller
-from tests.unit.test_actuator_policy import NOW, acts, cid, container, ours, reasons, state, task
+from tests.unit.policy_support import NOW, acts, cid, container, ours, reasons, state, task
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "alertmanager"
 BE = "best-effort"

@@ -20,7 +20,7 @@ from gpuguard.actuator.admission.slosignal import (
 )
 from gpuguard.actuator.metrics import ActuatorMetrics
 from gpuguard.demo.stack.process import free_port
-from tests.unit.test_actuator_policy import cid, container, state, task
+from tests.unit.policy_support import cid, container, state, task
 
 
 def series(values: list[tuple[float, str]], **labels: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import yaml
 
 from tests.prereq import require_binary, unavailable
 from tests.support.scripts import load_script
+from tests.support.tlscerts import Pki
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -991,12 +992,10 @@ def test_kubernetes_servers_read_their_web_config_from_the_secret(name: str, con
     assert context.get("runAsUser") == 0 or context.get("fsGroup") == 10001, context
 
 
-def test_kubernetes_web_configs_are_valid_with_a_real_certificate(tmp_path: Path) -> None:
+def test_kubernetes_web_configs_are_valid_with_a_real_certificate(pki: Pki, tmp_path: Path) -> None:
     from gpuguard.web.client import load_client_config
     from gpuguard.web.webconfig import load_web_config
-    from tests.support.tlscerts import make_pki
 
-    pki = make_pki(tmp_path / "pki")
     for key, source in (("tls.crt", pki.server_cert), ("tls.key", pki.server_key),
                         ("ca.crt", pki.ca)):  # fmt: skip
         (tmp_path / key).write_bytes(source.read_bytes())

@@ -19,6 +19,7 @@ from gpuguard.actuator.guard.program import Guard, GuardConfig
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
 from gpuguard.actuator.safety.journallock import JournalLock
+from tests.support.tlscerts import Pki
 from tests.unit.engine_fakes import FakeEngine
 
 
@@ -218,7 +219,7 @@ def test_the_guard_serves_its_metrics(tmp_path: Path) -> None:
         audit.close()
 
 
-def test_the_guard_serves_its_metrics_over_tls_with_basic_auth(tmp_path: Path) -> None:
+def test_the_guard_serves_its_metrics_over_tls_with_basic_auth(pki: Pki, tmp_path: Path) -> None:
     # Its port is reachable by tenants like the others: the same --web.config.file.
     import requests
 
@@ -227,9 +228,8 @@ def test_the_guard_serves_its_metrics_over_tls_with_basic_auth(tmp_path: Path) -
     from gpuguard.actuator.guard.program import FLAGS, validate
     from gpuguard.demo.stack.process import free_port
     from gpuguard.web.webconfig import WebConfigWatcher
-    from tests.support.tlscerts import make_pki, write_web_config
+    from tests.support.tlscerts import write_web_config
 
-    pki = make_pki(tmp_path / "pki")
     web = write_web_config(tmp_path / "web.yml", pki, {"prometheus": "right"})
     port = free_port()
     base = {f.name: f.default for f in FLAGS} | {"state.dir": str(tmp_path / "state")}

@@ -39,6 +39,7 @@ from gpuguard.placer.http import placer_server
 from gpuguard.placer.ranking import NodeView, Request, rank
 from gpuguard.placer.service import Placer, Settings
 from gpuguard.web.webconfig import WebConfigWatcher, load_web_config
+from tests.support.tlscerts import Pki
 from tests.unit.test_placer_api import StaticSource
 
 GIB = 2**30
@@ -509,11 +510,10 @@ def test_without_the_flag_there_is_no_extender(placer: Placer) -> None:
 
 
 def test_kube_schedulers_client_certificate_is_what_admits_it(
-    placer: Placer, tmp_path: Path
+    placer: Placer, pki: Pki, tmp_path: Path
 ) -> None:
-    from tests.support.tlscerts import make_pki, write_web_config
+    from tests.support.tlscerts import write_web_config
 
-    pki = make_pki(tmp_path / "pki")
     web_file = write_web_config(tmp_path / "web.yml", pki, client_auth="RequireAndVerifyClientCert")
     web = WebConfigWatcher(load_web_config(web_file), require_auth=True)
     server, port = serve(placer, web=web)
@@ -543,10 +543,10 @@ def test_the_extender_is_off_by_default_and_free_on_loopback() -> None:
 
 
 def test_beyond_loopback_the_extender_needs_client_certificates(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pki: Pki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gpuguard.cli import main
-    from tests.support.tlscerts import make_pki, write_web_config
+    from tests.support.tlscerts import write_web_config
     from tests.unit.test_placer_cli import config
 
     token = tmp_path / "token"
@@ -556,7 +556,6 @@ def test_beyond_loopback_the_extender_needs_client_certificates(
     assert main(["placer", *wide, f"--web.token-file={token}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "RequireAndVerifyClientCert" in err
-    pki = make_pki(tmp_path / "pki")
     tls_only = write_web_config(tmp_path / "tls.yml", pki)
     with pytest.raises(ConfigError, match="client certificate"):
         config(*wide, f"--web.config.file={tls_only}")

@@ -25,7 +25,7 @@ from gpuguard.placer.ranking import NodeView
 from gpuguard.placer.service import Placer, Settings
 from gpuguard.web.server import HttpServer
 from gpuguard.web.webconfig import WebConfigWatcher, load_web_config
-from tests.support.tlscerts import Pki, make_pki, write_web_config
+from tests.support.tlscerts import Pki, write_web_config
 
 GIB = 2**30
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -169,11 +169,6 @@ def test_each_basic_auth_user_is_its_own_budget_wherever_it_comes_from(tmp_path:
     finally:
         server.shutdown()
         server.server_close()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def test_a_client_certificate_is_its_own_budget(pki: Pki, tmp_path: Path) -> None:

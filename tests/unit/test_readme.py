@@ -56,10 +56,17 @@ def _dry_run(target: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+#: the last step of ``make integration`` and ``make test``: the tests that time real services
+SERIAL = '.venv/bin/python -m pytest tests/integration -m "not standalone" --durations=15'
+
+
 @pytest.mark.parametrize(("target", "runs"), [
     ("demo", ".venv/bin/gpuguard demo"),
     ("stop", ".venv/bin/gpuguard demo --stop"),
-    ("test", ".venv/bin/python -m pytest tests"),
+    ("unit", ".venv/bin/python -m pytest tests/unit -n auto -q"),
+    ("rules", ".venv/bin/python -m pytest tests/rules -q"),
+    ("integration", SERIAL),
+    ("test", SERIAL),
 ])  # fmt: skip
 def test_make_targets_run_what_the_tests_run(target: str, runs: str) -> None:
     """test_readme_demo runs ``gpuguard demo`` and ``gpuguard demo --stop`` for ``make
@@ -67,6 +74,18 @@ def test_make_targets_run_what_the_tests_run(target: str, runs: str) -> None:
     if not (REPO / ".venv" / "bin" / "gpuguard").exists():
         pytest.skip("no .venv: make setup makes it")
     assert _dry_run(target) == runs
+
+
+def test_make_test_runs_every_test_folder() -> None:
+    """``make test`` splits the suite (unit and rules on workers, integration one at a time):
+    every folder of tests/ is still run by one of its pytest commands."""
+    if not (REPO / ".venv" / "bin" / "gpuguard").exists():
+        pytest.skip("no .venv: make setup makes it")
+    done = subprocess.run(["make", "-n", "-s", "test"], cwd=REPO, capture_output=True,
+                          text=True, timeout=30, check=True)  # fmt: skip
+    runs = [line.split() for line in done.stdout.splitlines() if " -m pytest " in line]
+    folders = {f"tests/{test.parent.name}" for test in (REPO / "tests").glob("*/test_*.py")}
+    assert folders <= {word for run in runs for word in run}, runs
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -80,6 +99,8 @@ def test_the_gpu_host_check_says_what_is_missing_without_a_gpu() -> None:
     once; on a GPU host it serves, and is stopped after a few seconds."""
     command = ".venv/bin/gpuguard exporter --gpu.backend nvml"
     assert command in HOW
+    if not (REPO / ".venv" / "bin" / "gpuguard").exists():
+        pytest.skip("no .venv: make setup makes it")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     proc = subprocess.Popen(command.split(), cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip

@@ -25,6 +25,7 @@ from gpuguard.placer import extender
 from gpuguard.placer.http import placer_server
 from gpuguard.placer.service import Placer, Settings
 from gpuguard.web.webconfig import parse_web_config
+from tests.support.tlscerts import Pki
 from tests.unit.test_deploy_files import DEPLOY, assert_parses
 from tests.unit.test_placer_api import StaticSource
 from tests.unit.test_placer_extender import CLUSTER, REAL_TIME, scheduler_body, v1_pod
@@ -198,12 +199,11 @@ def test_the_placer_runs_unprivileged_with_no_api_access() -> None:
     assert "tcpSocket" in main["readinessProbe"]  # the kubelet has no client certificate
 
 
-def test_the_placer_starts_with_its_shipped_args_and_web_config(tmp_path: Path) -> None:
+def test_the_placer_starts_with_its_shipped_args_and_web_config(pki: Pki, tmp_path: Path) -> None:
     """The Deployment's args and the Secret's web config, as the placer validates them at
     start-up (the files it names replaced by a test PKI's)."""
     from gpuguard.cli import build_parser
     from gpuguard.placer.config import load_config
-    from tests.support.tlscerts import make_pki
 
     objects = placer_objects()
     args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -213,7 +213,6 @@ def test_the_placer_starts_with_its_shipped_args_and_web_config(tmp_path: Path) 
     tls = shipped["tls_server_config"]
     assert tls["client_auth_type"] == "RequireAndVerifyClientCert"
     assert "basic_auth_users" not in shipped
-    pki = make_pki(tmp_path / "pki")
     tls.update(cert_file=str(pki.server_cert), key_file=str(pki.server_key),
                client_ca_file=str(pki.ca))  # fmt: skip
     web = tmp_path / "placer.yml"

@@ -35,7 +35,7 @@ from gpuguard.actuator.safety.journal import (
 )
 from gpuguard.actuator.safety.statewrites import FILES, REASONS, StateWrites, reason_of
 from gpuguard.contract import StepReason, TriggerSource
-from tests.unit import test_actuator_policy as policy
+from tests.unit import policy_support as policy
 from tests.unit.actuator_support import make_controller
 
 

@@ -18,14 +18,9 @@ from gpuguard.cli import main
 from gpuguard.web import HttpServer, Limits, Request, Response, Router
 from gpuguard.web.routes import json_response
 from gpuguard.web.webconfig import WebConfigWatcher, load_web_config
-from tests.support.tlscerts import Pki, make_pki, write_web_config
+from tests.support.tlscerts import Pki, write_web_config
 
 TOKEN = "tok-for-tests"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def serve(config: Path, limits: Limits | None = None) -> HttpServer:

@@ -21,12 +21,7 @@ from gpuguard.web.webconfig import (
     load_web_config,
     parse_basic,
 )
-from tests.support.tlscerts import Pki, bcrypt_hash, make_pki, write_web_config
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+from tests.support.tlscerts import Pki, bcrypt_hash, write_web_config
 
 
 def write(tmp_path: Path, doc: object) -> Path:
