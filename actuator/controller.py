@@ -237,9 +237,9 @@ class Controller:
             outcomes = self.executor.execute_many(steps, source, self._pool)
         else:
             outcomes = [self.executor.execute(step, source) for step in steps]
-        self.history.observe(
-            decision, [(s, o.result) for s, o in zip(steps, outcomes, strict=True)], time.time()
-        )
+        done = [(s, o.result) for s, o in zip(steps, outcomes, strict=True)]
+        took = [o.freeze_ms / 1000 if o.freeze_ms is not None else None for o in outcomes]
+        self.history.observe(decision, done, time.time(), took)
         for outcome in outcomes:
             if outcome.engine_down:
                 self.reconciler.engine_failed(outcome.detail)

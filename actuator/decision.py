@@ -22,6 +22,8 @@ BEST_EFFORT_CONTROLS = ("hold", "rate")
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
 REPEAT_GAP_S = 2.0
+#: a cgroup freeze's cost until one is measured (the freezer's ~1 ms)
+FREEZE_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class Recent:
     ``straight_on``: containers seen (or whose image was last seen) computing again within
     ``REPEAT_GAP_S`` of a drain with no input phase between: they yield as they drain.
     ``duty_cycles``, ``run_fractions``: the rate controller's state (``rate`` control only).
+    ``freeze_s``: the executor's measured freeze (a moving average of its recent ones).
     """
 
     #: containers seen serving: a new task computing at once after a drain (twice)
@@ -183,6 +186,8 @@ class Recent:
     duty_cycles: Mapping[DeviceKey, DutyCycle] = field(default_factory=dict)
     #: ... and the run fraction the controller set for every device it has stepped
     run_fractions: Mapping[DeviceKey, float] = field(default_factory=dict)
+    #: a freeze's cost as measured lately (asked -> every process frozen), in seconds
+    freeze_s: float = FREEZE_S
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from gpuguard.actuator.admission.ratecontrol import (
     interference_step,
 )
 from gpuguard.actuator.decision import (
+    FREEZE_S,
     PAUSE,
     REPEAT_GAP_S,
     UNPAUSE,
@@ -47,6 +48,8 @@ REPEATER_MEMORY_S = 600.0
 #: a container seen this many times beginning a new task already computing right after a
 #: drain serves requests (once could be a short input phase no decision happened to see)
 SERVES = 2
+#: each measured freeze moves ``Recent.freeze_s`` this far towards it
+FREEZE_WEIGHT = 0.2
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class RecentHistory:
         self._straight_on: frozenset[str] = frozenset()
         #: rate control's state (``--policy.best-effort-control=rate``)
         self.rates = RateHistory(config.rate)
+        self._freeze_s = FREEZE_S
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -251,10 +255,20 @@ class RecentHistory:
             straight_on=self._straight_on,
             duty_cycles=self.rates.cycles(),
             run_fractions=self.rates.fractions(),
+            freeze_s=self._freeze_s,
         )
 
-    def observe(self, decision: Decision, done: Sequence[tuple[Step, Result]], now: float) -> None:
-        """Record a decision and what became of its steps."""
+    def observe(
+        self,
+        decision: Decision,
+        done: Sequence[tuple[Step, Result]],
+        now: float,
+        freezes_s: Sequence[float | None] = (),
+    ) -> None:
+        """Record a decision, what became of its steps and how long its freezes took."""
+        for took in freezes_s:
+            if took is not None:
+                self._freeze_s += FREEZE_WEIGHT * (took - self._freeze_s)
         for device in decision.realtime_devices:
             self._realtime_seen[device] = now
         self.rates.ran(decision.duty_cycles)

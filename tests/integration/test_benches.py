@@ -82,6 +82,11 @@ BENCHES = (
         "freeze_p50_ms_burst10", "freeze_p95_ms_burst10", "freeze_docker_in_line_p95_ms_burst10",
         "docker_pause_p50_ms_burst10", "docker_pause_p95_ms_burst10",
     )),
+    Bench("edgefreeze.py", ("--quick",), (
+        "edge_freeze_p95_ms_1", "edge_freeze_p95_ms_10", "edge_freeze_p50_ms_1",
+        "edge_freeze_p50_ms_10", "edge_published_split_p50_ms_1",
+        "published_started_split_p50_ms_1", "started_frozen_split_p50_ms_1", "probe_attached",
+    ), probe=True),
     Bench("colocation.py", ("--quick",), (
         "rt_p99_alone_ms", "rt_p99_shared_ms", "rt_p99_managed_ms", "rt_hit_rate_shared",
         "rt_hit_rate_managed", "be_steps_per_s_alone", "be_steps_per_s_managed",

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from gpuguard.actuator.admission.policy.edges import NVML_SAMPLE_S, Edges, thaw_after_s
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
 from gpuguard.actuator.decision import (
     PAUSE,
@@ -24,10 +25,6 @@ from gpuguard.actuator.decision import (
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
 from gpuguard.contract import StepReason, TaskBoundary
-
-#: NVML's per-process samples come about this often: real-time work unseen for this long
-#: after its last activity is idle (rate control's only hold)
-NVML_SAMPLE_S = 1 / 6
 
 
 def light_servers(state: ExporterState, coexist_demand: float) -> set[str]:
@@ -125,20 +122,27 @@ def plan_best_effort_rate(
     config: PolicyConfig,
     recent: Recent,
     slo_pressure: frozenset[DeviceKey] = frozenset(),
+    edges: Edges | None = None,
 ) -> BestEffortPlan:
-    """Run each best-effort container by its devices' duty cycles while real-time work is
-    active there (or its SLO alert fires); thaw it one NVML sample after the work went idle.
+    """Freeze each best-effort container while real-time work seen exactly is busy on one of
+    its devices (``edges``); elsewhere run it by its devices' duty cycles while real-time work
+    seen through NVML is active there (``realtime``, or its SLO alert fires); thaw it once
+    both sides are idle: one NVML sample after NVML's, ``thaw_after_s`` after the exact one's.
 
-    A container on several such devices is frozen while any of their cycles says so. A
-    device's cycle is ``recent``'s; a device without one starts one here, frozen first.
+    A container on several such devices is frozen while any of them says so. A device's
+    cycle is ``recent``'s; a device without one starts one here, frozen first.
     """
     plan = BestEffortPlan()
     law = config.rate
+    edges = edges or Edges()
     controlled = realtime | slo_pressure
     for mine in _by_container(views).values():
         v = mine[0]
         devices = {m.task.device for m in mine}
         active = devices & controlled
+        settled = devices & edges.busy or not active
+        if settled and _edge_freeze(plan, v, devices, edges, now, recent):
+            continue
         if not active:
             last_seen = max(recent.realtime_seen.get(d, -math.inf) for d in devices)
             if v.ours and now - last_seen < NVML_SAMPLE_S:
@@ -160,6 +164,33 @@ def plan_best_effort_rate(
             plan.steps.append(step_for(UNPAUSE, v, StepReason.DUTY_CYCLE))
         plan.due.append(min(c.next_switch(now) for c in cycles))
     return plan
+
+
+def _edge_freeze(
+    plan: BestEffortPlan,
+    v: TaskView,
+    devices: set[DeviceKey],
+    edges: Edges,
+    now: float,
+    recent: Recent,
+) -> bool:
+    """Exact real-time work on its devices: frozen while it is busy, held until a gap worth
+    a thaw; True when that settles the container (the NVML law has nothing to add)."""
+    if devices & edges.busy:
+        if v.blocker:
+            if not v.paused:
+                plan.skips.append(skip_for(v, v.blocker, "best-effort, but cannot be paused"))
+        elif not v.paused:
+            plan.steps.append(step_for(PAUSE, v, StepReason.BEST_EFFORT))
+        return True
+    idle = [edges.idle_since[d] for d in devices if d in edges.idle_since]
+    if not idle or not v.ours:
+        return False
+    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s)
+    if now < thaw_at:
+        plan.due.append(thaw_at)
+        return True
+    return False
 
 
 def _keep_idle_cycles(

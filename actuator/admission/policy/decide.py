@@ -16,6 +16,7 @@ from gpuguard.actuator.admission.policy.besteffort import (
 )
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
+from gpuguard.actuator.admission.policy.edges import edges_of
 from gpuguard.actuator.admission.policy.precedence import servers
 from gpuguard.actuator.admission.policy.views import view_of
 from gpuguard.actuator.admission.policy.yields import between_tasks
@@ -75,9 +76,15 @@ def decide(
     steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
-    realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy - light)
+    edges = edges_of(state)
+    # real-time work seen exactly is followed on its edges, not by the NVML law
+    realtime = frozenset(
+        key for key, plan in plans.items() if plan.realtime_busy - light - edges.containers
+    )
     if rate:
-        be = plan_best_effort_rate(best_effort, realtime, trigger.now, config, recent, slo_pressure)
+        be = plan_best_effort_rate(
+            best_effort, realtime, trigger.now, config, recent, slo_pressure, edges
+        )
     else:
         be = plan_best_effort(
             best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure
