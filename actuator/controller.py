@@ -166,10 +166,7 @@ class Controller:
             now = time.time()
             trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
             self.history.saw(state, now)
-            if self.config.policy.best_effort_control == "rate":
-                step_rates(
-                    self.history.rates, self.slo_signal, state, now, self.metrics, self.audit
-                )
+            step_rates(self.history.rates, self.slo_signal, state, now, self.metrics, self.audit)
             recent = self.history.snapshot(now)
             ledger = self.journal.ledger()
             pressure = self.slo.pressure.devices(state)

@@ -154,14 +154,14 @@ def test_traces_bench_says_in_one_line_which_actuator_flag_was_refused() -> None
     if os.geteuid() != 0:
         unavailable("the benchmark's private dockerd needs root")
     argv = [sys.executable, str(REPO / "bench" / "traces.py"), "--quick", "--windows", "1",
-            "--actuator-arg=--policy.best-effort-min-share=2"]  # fmt: skip
+            "--actuator-arg=--besteffort.floor=2"]  # fmt: skip
     if not trace_subsets_present():
         argv.append("--synthetic")
     out, err, status = _run(argv, 120)
     assert status == 2, out[-2000:] + err[-2000:]
     assert err.strip().splitlines() == [
         "bench/traces.py: error: the stack did not start: actuator exited early: gpuguard "
-        "actuator: --policy.best-effort-min-share '2': must be in [0, 1)"
+        "actuator: --besteffort.floor '2': must be in [0, 1)"
     ]
     base = next(line for line in out.splitlines() if "dockerd at unix://" in line)
     directory = Path(base.split("unix://", 1)[1]).parents[1]
