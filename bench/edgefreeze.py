@@ -18,8 +18,9 @@ request and trainer, from the clocks of the parts themselves:
 ``edge_freeze_p95_ms_1`` and ``edge_freeze_p95_ms_10``: launch -> frozen, p95 (targets 5 ms
 and 15 ms); ``*_split_p50_ms``: the median of each part. A trainer already frozen when a
 request starts (its thaw still waiting out the gap) gives no sample; they are counted.
-``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else 40 s. The last line printed is one
-JSON object.
+``--exporter-flag`` passes a flag to the exporter (``--probe.interval=2ms``: the probe read
+more often). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else 40 s. The last line
+printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -205,12 +206,17 @@ def main() -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="12 s per size (about 1.5 minutes)")
     size.add_argument("--smoke", action="store_true", help="6 s per size, for CI")
+    parser.add_argument(
+        "--exporter-flag", action="append", default=[], metavar="FLAG",
+        help="one more exporter flag (repeatable), e.g. --exporter-flag=--probe.interval=2ms",
+    )  # fmt: skip
     args = parser.parse_args()
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     base = Path(tempfile.mkdtemp(prefix="gge-"))
     node = NodeStack(base, "bench", time_scale=1.0, poll_interval="20ms")
     node.actuator_mode = "fast"
-    line: dict[str, Any] = {"mode": mode}
+    node.extra_exporter_flags = list(args.exporter_flag)
+    line: dict[str, Any] = {"mode": mode, "exporter_flags": args.exporter_flag}
     try:
         node.start(progress=lambda text: print("  " + text, flush=True))
         for n in SIZES:
