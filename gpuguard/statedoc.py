@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from gpuguard.contract import RUNNING_PHASES, Phase, PriorityClass, TaskMode
+from gpuguard.contract import RUNNING_PHASES, ActivitySource, Phase, PriorityClass, TaskMode
 
 PHASES = RUNNING_PHASES
 _E = TypeVar("_E", Phase, TaskMode, PriorityClass)
@@ -106,6 +106,7 @@ class ActivityField(_Fields):
     LAST_TASK: Final = "last_task"  # [first launch, last wait's return] or null
     INFLIGHT: Final = "inflight"  # the server's own in-flight gauge, last read, or null
     INFLIGHT_ERROR: Final = "inflight_error"  # why its last read failed, or null
+    IN_FLIGHT: Final = "in_flight"  # a kernel launched and not yet waited for, or null
 
 
 class SloField(_Fields):
@@ -167,6 +168,27 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Activity:
+    """How a container's GPU work is seen (its ``activity``), as the policy needs it."""
+
+    #: ``ActivitySource``'s value: ``launch``, ``gauge`` or ``nvml``
+    source: str
+    #: work launched and not yet waited for (``launch``), requests in flight (``gauge``)
+    busy: bool = False
+    #: the running task's first launch (``launch`` only); None: idle or not known
+    busy_since: float | None = None
+    #: the last finished task's (first launch, last wait's return); None: none seen
+    last_task: tuple[float, float] | None = None
+    #: a kernel launched and not yet waited for (``launch``; ``gauge``: as ``busy``)
+    in_flight: bool = False
+
+    @property
+    def exact(self) -> bool:
+        """Whether its tasks' starts and ends are seen as they happen (not NVML samples)."""
+        return self.source != ActivitySource.NVML
+
+
+@dataclass(frozen=True)
 class Container:
     id: str
     name: str
@@ -196,6 +218,8 @@ class Container:
     slo_target_s: float | None = None
     #: the objective of the latency SLO it declares (``slo.objective``); None: no SLO
     slo_objective: float | None = None
+    #: how its GPU work is seen; None: an exporter that does not say
+    activity: Activity | None = None
 
 
 @dataclass(frozen=True)
@@ -368,7 +392,37 @@ def _container(doc: Any, where: str) -> Container:
         pod=_opt(obj, k.POD, str, where),
         slo_target_s=_slo_target(obj, where),
         slo_objective=_slo_objective(obj, where),
+        activity=_activity(obj, where),
     )
+
+
+def _activity(container: dict[str, Any], where: str) -> Activity | None:
+    obj = _opt(container, ContainerField.ACTIVITY, dict, where)
+    if obj is None:
+        return None
+    k, at = ActivityField, f"{where}.activity"
+    source = _get(obj, k.SOURCE, str, at)
+    inflight = _opt_float(obj, k.INFLIGHT, at)
+    busy = _opt(obj, k.BUSY, bool, at)
+    in_flight = _opt(obj, k.IN_FLIGHT, bool, at)
+    if source == ActivitySource.GAUGE:
+        busy = inflight is not None and inflight > 0
+    if in_flight is None or source == ActivitySource.GAUGE:
+        in_flight = busy  # an exporter that does not say, or a gauge: busy is all it knows
+    last = _opt(obj, k.LAST_TASK, list, at)
+    if last is not None and (len(last) != 2 or not all(_is_number(t) for t in last)):
+        raise StateError(f"{at}.{k.LAST_TASK} must be [start, end]")
+    return Activity(
+        source=source,
+        busy=bool(busy),
+        busy_since=_opt_float(obj, k.BUSY_SINCE, at),
+        last_task=(float(last[0]), float(last[1])) if last is not None else None,
+        in_flight=bool(in_flight),
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _slo_target(obj: dict[str, Any], where: str) -> float | None:

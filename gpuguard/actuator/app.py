@@ -109,8 +109,6 @@ def node_marker(config: Config, engine: ContainerEngine) -> NodeMarker | None:
 
 def slo_signal_of(config: Config, metrics: ActuatorMetrics) -> SloSignal | None:
     """Rate control's poller of Prometheus, where it has one to poll."""
-    if config.policy.best_effort_control != "rate":
-        return None
     if config.prometheus_url is None:
         law = config.policy.rate
         if law.max_slowdown:
@@ -200,7 +198,7 @@ def run(config: Config) -> int:
             controller, ExporterClient(config.exporter_url, 2.0, config.exporter_client)
         )
         fast.start()
-    control = config.policy.best_effort_control
+    control = "rate"  # the audit's start record keeps its field (the retired hold: never)
     audit.write(
         "start", mode=config.mode, order=config.policy.order, best_effort_control=control,
         dry_run=config.dry_run,

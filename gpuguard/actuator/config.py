@@ -24,7 +24,7 @@ from gpuguard.actuator.configfiles import (
     private_state_dir,
     token_file,
 )
-from gpuguard.actuator.decision import BEST_EFFORT_CONTROLS, ORDERS, PolicyConfig, RateLaw
+from gpuguard.actuator.decision import ORDERS, PolicyConfig, RateLaw
 from gpuguard.actuator.errors import ConfigError
 from gpuguard.contract import AlertAction
 from gpuguard.flags import Flag
@@ -36,6 +36,21 @@ MODES = ("webhook", "fast", "both")
 PAUSE_METHODS = ("cgroup", "docker")
 
 #: the engine to act through: the actuator's and the guard's alike (``engine.open_engine``)
+#: the retired hold control's flags: accepted and ignored, with a warning naming what replaced them
+RETIRED = (
+    "policy.best-effort-min-share",
+    "policy.best-effort-window",
+    "policy.slo-best-effort-min-share",
+    "policy.best-effort-hold",
+    "policy.best-effort-hold-max",
+    "policy.best-effort-coexist-demand",
+)
+REPLACED_BY = (
+    "best-effort work is frozen on real-time busy edges and thawed in idle gaps where the "
+    "launch probe or a gauge sees them, else run by rate control, --besteffort.*"
+)
+RETIRED_HELP = "retired (hold control): ignored, with a warning"
+
 ENGINE_FLAGS: tuple[Flag, ...] = (
     Flag("docker.host", None, "Docker engine URL (default: DOCKER_HOST or the local socket)"),
     Flag("containerd.address", None,
@@ -71,14 +86,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.input-timeout", "5s",
          "a task idle this long before its kernel stops counting", "duration"),
     Flag("policy.memory-threshold", 0.95, "never admit above this share of GPU memory", "ratio"),
-    Flag("policy.best-effort-min-share", 0.1,
-         "hold control: share of each window a frozen best-effort container runs anyway "
-         "(0: none)", "ratio"),
-    Flag("policy.best-effort-window", "10s", "hold control: the window of that share",
-         "duration"),
-    Flag("policy.slo-best-effort-min-share", 0.02,
-         "hold control: that share where a real-time container's SLO alert fires "
-         "(protect_slo)", "ratio"),
+    *(Flag(name, None, RETIRED_HELP, metavar="IGNORED") for name in RETIRED),
     Flag("policy.one-at-a-time", False,
          "admit one task per device at a time (paper B), not by headroom", "bool"),
     Flag("policy.preempt", True,
@@ -89,18 +97,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("policy.slack-margin", "500ms",
          "a real-time container's freeze ends this long (and its typical run) before its "
          "deadline", "duration"),
-    Flag("policy.best-effort-hold", "300ms",
-         "hold control: a best-effort freeze outlasts the last real-time activity by this",
-         "duration"),
-    Flag("policy.best-effort-coexist-demand", 0.5,
-         "hold control: best-effort runs on beside a real-time server whose requests NVML "
-         "cannot separate and whose demand is at most this share (0: never)", "float"),
-    Flag("policy.best-effort-hold-max", "4s",
-         "hold control: the hold doubles while freezes follow thaws closely, up to this",
-         "duration"),
     Flag("policy.best-effort-control", "rate",
-         "best-effort beside real-time work: hold (frozen while it is seen, an adaptive "
-         "hold, a starvation share) or rate (a duty cycle set by the real-time SLO)",
+         "best-effort beside real-time work: rate (frozen on a real-time container's busy "
+         "edge and thawed in its idle gaps where the launch probe or its gauge sees it, "
+         "else a duty cycle set by the real-time SLO); hold is retired: a warning, and rate",
          metavar="CONTROL"),
     Flag("besteffort.period", "1s", "rate control: the duty cycle's period", "duration"),
     Flag("besteffort.floor", 0.1,
@@ -201,37 +201,18 @@ def load_config(args: argparse.Namespace) -> Config:
     return validate(flags.merge(args, FLAGS))
 
 
-#: flags that act only under ``--policy.best-effort-control=hold``
-HOLD_ONLY = (
-    "policy.best-effort-min-share",
-    "policy.best-effort-window",
-    "policy.slo-best-effort-min-share",
-    "policy.best-effort-hold",
-    "policy.best-effort-hold-max",
-    "policy.best-effort-coexist-demand",
-)
-
-
 def _best_effort_warnings(
     values: Mapping[str, Any], policy: PolicyConfig, max_pause_s: float
 ) -> list[str]:
-    """A hold-only flag set under rate control (ignored), and a best-effort freeze longer
-    than ``--max-pause`` (the guard would release it for good before it ends)."""
-    if policy.best_effort_control == "hold":
-        frozen_s = (1 - policy.best_effort_min_share) * policy.best_effort_window_s
-        if frozen_s < max_pause_s:
-            return []
-        return [
-            "--max-pause is shorter than a best-effort container's frozen part of "
-            "--policy.best-effort-window: it will be released for good before its share"
-        ]
-    defaults = {f.name: f.default for f in FLAGS}
-    changed = [name for name in HOLD_ONLY if values.get(name) != defaults[name]]
+    """A retired flag given (ignored), and a best-effort freeze longer than ``--max-pause``
+    (the guard would release it for good before it ends)."""
     warnings = [
-        f"--{name} applies only under --policy.best-effort-control=hold "
-        f"(this actuator runs {policy.best_effort_control}): ignored"
-        for name in changed
+        f"--{name} is retired ({REPLACED_BY}): ignored"
+        for name in RETIRED
+        if values.get(name) is not None
     ]
+    if flags.choice(values, "policy.best-effort-control", ("hold", "rate")) == "hold":
+        warnings.append(f"--policy.best-effort-control=hold is retired ({REPLACED_BY}): rate")
     if (1 - policy.rate.floor) * policy.rate.period_s >= max_pause_s:
         warnings.append(
             "--max-pause is shorter than a best-effort container's frozen part of "
@@ -260,25 +241,12 @@ def validate(values: Mapping[str, Any]) -> Config:
         max_actions=flags.integer(values, "policy.max-actions", minimum=1),
         input_timeout_s=flags.duration(values, "policy.input-timeout"),
         memory_threshold=flags.ratio(values, "policy.memory-threshold"),
-        best_effort_min_share=flags.share(values, "policy.best-effort-min-share"),
-        best_effort_window_s=flags.duration(values, "policy.best-effort-window"),
-        slo_best_effort_min_share=flags.share(values, "policy.slo-best-effort-min-share"),
         one_at_a_time=flags.boolean(values, "policy.one-at-a-time"),
         preempt=flags.boolean(values, "policy.preempt"),
         preempt_quantum_s=flags.duration(values, "policy.preempt-quantum"),
         slack_margin_s=flags.duration(values, "policy.slack-margin"),
-        best_effort_hold_s=flags.duration(values, "policy.best-effort-hold"),
-        best_effort_hold_max_s=flags.duration(values, "policy.best-effort-hold-max"),
-        best_effort_coexist_demand=flags.share(values, "policy.best-effort-coexist-demand"),
-        best_effort_control=flags.choice(
-            values, "policy.best-effort-control", BEST_EFFORT_CONTROLS
-        ),
         rate=rate_law(values),
     )
-    if policy.best_effort_hold_max_s < policy.best_effort_hold_s:
-        raise ConfigError(
-            "--policy.best-effort-hold-max must be at least --policy.best-effort-hold"
-        )
     max_pause_s = flags.duration(values, "max-pause")
     warnings += _best_effort_warnings(values, policy, max_pause_s)
     prometheus_url = (

@@ -166,10 +166,7 @@ class Controller:
             now = time.time()
             trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
             self.history.saw(state, now)
-            if self.config.policy.best_effort_control == "rate":
-                step_rates(
-                    self.history.rates, self.slo_signal, state, now, self.metrics, self.audit
-                )
+            step_rates(self.history.rates, self.slo_signal, state, now, self.metrics, self.audit)
             recent = self.history.snapshot(now)
             ledger = self.journal.ledger()
             pressure = self.slo.pressure.devices(state)
@@ -237,9 +234,9 @@ class Controller:
             outcomes = self.executor.execute_many(steps, source, self._pool)
         else:
             outcomes = [self.executor.execute(step, source) for step in steps]
-        self.history.observe(
-            decision, [(s, o.result) for s, o in zip(steps, outcomes, strict=True)], time.time()
-        )
+        done = [(s, o.result) for s, o in zip(steps, outcomes, strict=True)]
+        took = [o.freeze_ms / 1000 if o.freeze_ms is not None else None for o in outcomes]
+        self.history.observe(decision, done, time.time(), took)
         for outcome in outcomes:
             if outcome.engine_down:
                 self.reconciler.engine_failed(outcome.detail)

@@ -16,12 +16,11 @@ from gpuguard.contract import SkipReason, StepReason, TriggerSource, Verb
 PAUSE = Verb.PAUSE
 UNPAUSE = Verb.UNPAUSE
 ORDERS = ("fifo", "edf")
-#: how best-effort work beside real-time work is held back: ``hold`` (frozen while real-time
-#: work is seen, held past it, a starvation share) or ``rate`` (a duty cycle set by feedback)
-BEST_EFFORT_CONTROLS = ("hold", "rate")
 #: a container whose task ended this recently, with no next one seen yet, is between two
 #: tasks (and one seen computing this soon after a drain went straight on: a repeater)
 REPEAT_GAP_S = 2.0
+#: a cgroup freeze's cost until one is measured (the freezer's ~1 ms)
+FREEZE_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -94,34 +93,19 @@ class PolicyConfig:
     saturation_ratio: float = 0.99
     #: a snapshot older than this (or with a failed source) is not acted on.
     stale_after_s: float = 5.0
-    #: share of each window a frozen best-effort container runs anyway (0: never).
-    best_effort_min_share: float = 0.1
-    best_effort_window_s: float = 10.0
-    #: that share on a device under SLO pressure (a real-time SLO alert fires there)
-    slo_best_effort_min_share: float = 0.02
     #: paper B's one task per device at a time, whatever the demands (headroom off)
     one_at_a_time: bool = False
     #: freeze a computing task that holds a device a task with precedence waits for
     preempt: bool = True
     #: a task admitted this recently is not preempted
     preempt_quantum_s: float = 0.5
-    #: a best-effort freeze outlasts the last real-time activity on its devices by this much
-    #: (two NVML sample periods: a draining report the next sample contradicts thaws nothing)
-    best_effort_hold_s: float = 0.3
-    #: the hold doubles while freezes follow thaws closely, up to this
-    best_effort_hold_max_s: float = 4.0
     #: a container that yielded between tasks waits at most this long for its turn
     max_yield_s: float = 30.0
-    #: best-effort work is not frozen for a real-time container whose requests NVML cannot
-    #: separate (its busy periods merge them) and whose demand is at most this share
-    best_effort_coexist_demand: float = 0.5
     #: a real-time container's freeze ends this long (and its longest recent run) before its slack
     #: does: before its deadline from its task's start (a ranked task), or from the
     #: freeze's start (a server: a request may have come as it began)
     slack_margin_s: float = 0.5
-    #: ``rate`` or ``hold`` (``BEST_EFFORT_CONTROLS``; ``policy/besteffort.py``)
-    best_effort_control: str = "rate"
-    #: the rate controller's law and duty cycle (``best_effort_control == "rate"``)
+    #: the rate controller's law and duty cycle (real-time work seen through NVML only)
     rate: RateLaw = field(default_factory=RateLaw)
 
 
@@ -158,32 +142,30 @@ class Ledger:
 @dataclass(frozen=True)
 class Recent:
     """What the actuator saw lately (memory only; the controller keeps it, see
-    ``gpuguard/actuator/admission/history.py``). Empty after a restart, which only makes
-    holds start afresh.
+    ``gpuguard/actuator/admission/history.py``). Empty after a restart, which only starts
+    cycles afresh.
 
     ``serving``: containers seen beginning a new task already computing within
     ``REPEAT_GAP_S`` of the last one's drain, more than once: their memory stays cached
     between requests (``precedence.servers``).
     ``realtime_seen``: device -> last time a real-time task ran or waited on it.
-    ``frozen_spans``: best-effort container -> its finished freezes (start, end) that reach
-    into the last window; the current freeze is ``Ledger.paused``.
-    ``hold_s``: best-effort container -> its current (adaptive) hold.
     ``straight_on``: containers seen (or whose image was last seen) computing again within
     ``REPEAT_GAP_S`` of a drain with no input phase between: they yield as they drain.
-    ``duty_cycles``, ``run_fractions``: the rate controller's state (``rate`` control only).
+    ``duty_cycles``, ``run_fractions``: the rate controller's state.
+    ``freeze_s``: the executor's measured freeze (a moving average of its recent ones).
     """
 
     #: containers seen serving: a new task computing at once after a drain (twice)
     serving: frozenset[str] = frozenset()
     realtime_seen: Mapping[DeviceKey, float] = field(default_factory=dict)
-    frozen_spans: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
-    hold_s: Mapping[str, float] = field(default_factory=dict)
     #: containers seen (or whose image was last seen) going straight on after a drain
     straight_on: frozenset[str] = frozenset()
     #: rate control: the duty cycles running, by device (``admission/history.py``) ...
     duty_cycles: Mapping[DeviceKey, DutyCycle] = field(default_factory=dict)
     #: ... and the run fraction the controller set for every device it has stepped
     run_fractions: Mapping[DeviceKey, float] = field(default_factory=dict)
+    #: a freeze's cost as measured lately (asked -> every process frozen), in seconds
+    freeze_s: float = FREEZE_S
 
 
 @dataclass(frozen=True)
@@ -220,5 +202,5 @@ class Decision:
     #: wall time at which a hold, share or quantum falls due: decide again then
     next_due: float | None = None
     #: rate control: the duty cycle of every device where one runs now (its best-effort
-    #: work beside active real-time work); None: not planned (hold control, stale state)
+    #: work beside active real-time work); None: not planned (stale state)
     duty_cycles: Mapping[DeviceKey, DutyCycle] | None = None

@@ -27,6 +27,8 @@ RELEVANT_EVENTS = frozenset(
         EventType.TASK_ENDED,
         EventType.CONTAINER_STARTED,
         EventType.CONTAINER_REMOVED,
+        EventType.GPU_BUSY,
+        EventType.GPU_IDLE,
     }
 )
 LONG_POLL_S = 5.0

@@ -8,6 +8,7 @@ modules import its types from here.
 from __future__ import annotations
 
 from gpuguard.statedoc import (
+    Activity,
     Container,
     DeviceKey,
     EndedTask,
@@ -21,6 +22,7 @@ from gpuguard.statedoc import (
 )
 
 __all__ = [
+    "Activity",
     "Container",
     "DeviceKey",
     "EndedTask",

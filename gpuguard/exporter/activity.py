@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from gpuguard.contract import ActivitySource, EventType, ProbeReason
 from gpuguard.exporter.cgroup import ProcReader
@@ -39,6 +40,8 @@ class ContainerActivity:
     busy_s: float  # finished tasks' run time plus the running one's so far
     tasks: int  # finished tasks
     last_task: tuple[float, float] | None  # (first launch, last wait's return)
+    #: a kernel launched and not yet waited for (within a busy period, its copies are not)
+    in_flight: bool = False
 
 
 def source_of(
@@ -109,6 +112,7 @@ class ActivityTracker:
         self._states: dict[str, _State] = {}
         self._lock = threading.Lock()
         self._view: Mapping[str, ContainerActivity] = MappingProxyType({})
+        self._pending: list[tuple[EventType, dict[str, Any]]] = []
 
     def update(
         self, now: float, grouped: Mapping[str, list[ProcLaunches]], exited: Iterable[ProcLaunches]
@@ -131,6 +135,10 @@ class ActivityTracker:
         view = {cid: self._activity(cid, s, now) for cid, s in self._states.items()}
         with self._lock:
             self._view = MappingProxyType(view)
+        # edges go out once the view shows them: a state read after an edge reflects it
+        pending, self._pending = self._pending, []
+        for type_, fields in pending:
+            self._events.append(type_, **fields)
 
     def _exited_with_owner(self, exited: Iterable[ProcLaunches]) -> list[tuple[str, ProcLaunches]]:
         found = []
@@ -177,16 +185,20 @@ class ActivityTracker:
         for proc in s.live:
             totals.add(proc)
         running = max(0.0, now - s.busy_since) if s.busy_since is not None else 0.0
+        in_flight = any(
+            p.last is not None and (p.wait_end is None or p.wait_end < p.last) for p in s.live
+        )
         return ContainerActivity(
             cid, now, totals.launches, totals.copies, totals.waits, totals.wait_s,
             s.busy_since is not None, s.busy_since, s.busy_s + running, s.tasks, s.last_task,
+            in_flight=in_flight and s.busy_since is not None,
         )  # fmt: skip
 
     def _emit(self, type_: EventType, cid: str, ts: float, **fields: float) -> None:
-        self._events.append(
-            type_, ts=ts, container_id=cid, container=self._names(cid),
-            source=ActivitySource.LAUNCH.value, **fields,
-        )  # fmt: skip
+        self._pending.append((type_, {
+            "ts": ts, "container_id": cid, "container": self._names(cid),
+            "source": ActivitySource.LAUNCH.value, **fields,
+        }))  # fmt: skip
 
     def forget(self, live_ids: Iterable[str]) -> None:
         """Drop idle containers without live processes that are not in ``live_ids``."""

@@ -74,12 +74,14 @@ class SnapshotCache:
         poller: Poller,
         render: Callable[[PollSnapshot | None], bytes],
         max_age_s: float | None = None,
+        version: Callable[[], int] = lambda: 0,
     ) -> None:
         self._poller = poller
         self._render = render
         self._max_age_s = max_age_s
+        self._version = version
         self._lock = threading.Lock()
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[int, int, int] | None = None
         self._body = b""
         self._gzipped: bytes | None = None
 
@@ -88,10 +90,11 @@ class SnapshotCache:
             snap = self._poller.snapshot
             generation = snap.generation if snap is not None else 0
             age_bucket = 0 if self._max_age_s is None else int(time.monotonic() / self._max_age_s)
-            if (generation, age_bucket) != self._key:
+            key = (generation, age_bucket, self._version())
+            if key != self._key:
                 self._body = self._render(snap)
                 self._gzipped = None
-                self._key = (generation, age_bucket)
+                self._key = key
             if not gzip:
                 return self._body
             if self._gzipped is None:
@@ -184,7 +187,13 @@ def exporter_router(
     """The exporter's endpoints (docs/interfaces.md section 3); none needs a token (a web
     config's basic auth, when it has users, guards them all)."""
     metrics = MetricsCache(poller, web)
-    state = SnapshotCache(poller, _state_body)
+
+    # the activity and gauges as of now, not of the last poll: a client that follows an
+    # edge on the event stream reads a state that shows it (rendered again on every event)
+    def live_state(snap: PollSnapshot | None) -> bytes:
+        return _state_body(poller.with_live_activity(snap))
+
+    state = SnapshotCache(poller, live_state, version=lambda: events.seq)
     waiters = EventWaiters(events)
     router = Router()
     links = [

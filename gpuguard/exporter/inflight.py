@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from gpuguard.contract import ActivitySource, EventType
 from gpuguard.exporter.events import EventLog
@@ -84,6 +85,7 @@ class GaugeReader:
         self.interval_s = interval_s
         self._clock = clock
         self._view: Mapping[str, GaugeReading] = MappingProxyType({})
+        self._pending: list[tuple[EventType, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._warned: set[str] = set()
 
@@ -115,14 +117,18 @@ class GaugeReader:
             readings[info.id] = GaugeReading(value, now, None, since)
         with self._lock:
             self._view = MappingProxyType(readings)
+        # edges go out once the view shows them: a state read after an edge reflects it
+        pending, self._pending = self._pending, []
+        for type_, fields in pending:
+            self._events.append(type_, **fields)
 
     def _emit(self, type_: EventType, info: ContainerInfo, ts: float, **fields: float) -> None:
         if self._probed(info.id):
             return  # the launch probe sees it call the driver: its edges are the exact ones
-        self._events.append(
-            type_, ts=ts, container_id=info.id, container=info.name,
-            source=ActivitySource.GAUGE.value, **fields,
-        )  # fmt: skip
+        self._pending.append((type_, {
+            "ts": ts, "container_id": info.id, "container": info.name,
+            "source": ActivitySource.GAUGE.value, **fields,
+        }))  # fmt: skip
 
     def view(self) -> Mapping[str, GaugeReading]:
         """The last reading of each container that declares a gauge."""

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from gpuguard.contract import TaskMode
@@ -220,6 +220,12 @@ class Poller:
         )
         self.snapshot = snapshot
         return snapshot
+
+    def with_live_activity(self, snap: PollSnapshot | None) -> PollSnapshot | None:
+        """The snapshot with the launch probe's and the gauges' views as of now."""
+        if snap is None:
+            return None
+        return replace(snap, activity=self.activity(), inflight=self.inflight())
 
     def _sample_gpu(self) -> tuple[GpuSample | None, SourceStatus]:
         started = time.perf_counter()

@@ -83,6 +83,7 @@ def activity_json(container_id: str, snap: PollSnapshot) -> dict[str, Any]:
         ActivityField.LAUNCHES: seen.launches if seen is not None else None,
         ActivityField.TASKS: seen.tasks if seen is not None else None,
         ActivityField.LAST_TASK: list(seen.last_task) if seen and seen.last_task else None,
+        ActivityField.IN_FLIGHT: seen.in_flight if seen is not None else None,
     }
 
 

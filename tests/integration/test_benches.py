@@ -92,6 +92,11 @@ BENCHES = (
         "freeze_p50_ms_burst10", "freeze_p95_ms_burst10", "freeze_docker_in_line_p95_ms_burst10",
         "docker_pause_p50_ms_burst10", "docker_pause_p95_ms_burst10",
     )),
+    Bench("edgefreeze.py", ("--quick",), (
+        "edge_freeze_p95_ms_1", "edge_freeze_p95_ms_10", "edge_freeze_p50_ms_1",
+        "edge_freeze_p50_ms_10", "edge_published_split_p50_ms_1",
+        "published_started_split_p50_ms_1", "started_frozen_split_p50_ms_1", "probe_attached",
+    ), probe=True),
     Bench("colocation.py", ("--quick",), (
         "rt_p99_alone_ms", "rt_p99_shared_ms", "rt_p99_managed_ms", "rt_hit_rate_shared",
         "rt_hit_rate_managed", "be_steps_per_s_alone", "be_steps_per_s_managed",
@@ -163,12 +168,12 @@ def test_traces_bench_says_in_one_line_which_actuator_flag_was_refused() -> None
     if os.geteuid() != 0:
         unavailable("the benchmark's private dockerd needs root")
     argv = [sys.executable, str(REPO / "bench" / "traces.py"), "--quick", "--windows", "1",
-            "--actuator-arg=--policy.best-effort-min-share=2", *traces_or_synthetic()]  # fmt: skip
+            "--actuator-arg=--besteffort.floor=2", *traces_or_synthetic()]  # fmt: skip
     out, err, status = _run(argv, 120)
     assert status == 2, out[-2000:] + err[-2000:]
     assert err.strip().splitlines() == [
         "bench/traces.py: error: the stack did not start: actuator exited early: gpuguard "
-        "actuator: --policy.best-effort-min-share '2': must be in [0, 1)"
+        "actuator: --besteffort.floor '2': must be in [0, 1)"
     ]
     base = next(line for line in out.splitlines() if "dockerd at unix://" in line)
     directory = Path(base.split("unix://", 1)[1]).parents[1]

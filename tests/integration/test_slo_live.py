@@ -5,11 +5,12 @@ histogram; its container declares the SLO by label (``gpuguard.slo.*``) and runs
 network so that the stack's Prometheus, which discovers it through Docker
 (``docker_sd_configs``, job ``gpuguard-tenants``), scrapes it on loopback. A managed
 best-effort ``train`` container shares the GPU. Its kernels double the server's latency
-(solo about 33 ms, shared about 67 ms: over the 50 ms target), and the actuator's per-task
-freezing cannot help: NVML samples a request only after it has ended. The SLO rules see
-the misses, ``GpuguardSloAtRisk`` fires through Alertmanager, and the actuator freezes the
-trainer because of it (reason ``slo_pressure``) and keeps it frozen between requests. A
-server whose SLO fails with nothing beside it to freeze marks its node instead.
+(solo about 33 ms, shared about 67 ms: over the 50 ms target). The exporter runs without
+the launch probe (a host where it cannot attach): NVML samples a request only after it has
+ended, so nothing but the SLO can say the server suffers. The SLO rules see the misses,
+``GpuguardSloAtRisk`` fires through Alertmanager, and the actuator runs the trainer by its
+device's duty cycle because of it (reason ``duty_cycle``), between requests too. A server
+whose SLO fails with nothing beside it to freeze marks its node instead.
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ RUN_S = "150"
 def stack(short_tmp: Path) -> Iterator[LocalStack]:
     """One node (actuator in its default mode: fast path and webhooks), Prometheus with the
     tenants' job on the node's engine, Alertmanager routing to the actuator."""
-    # hold control: protect_slo's freezes, as this test describes them (under the default,
-    # rate control, the same signal sets a duty cycle: test_ratecontrol_live.py)
+    # NVML only: with the launch probe the trainer is frozen on each request's edges and
+    # the SLO holds (test_realtime_bench.py, bench/edgefreeze.py)
     stack = LocalStack(
         short_tmp / "slo", ["slo-node"], time_scale=0.1, default_ports=False,
-        actuator_flags=["--policy.best-effort-control=hold"],
+        exporter_flags=["--probe.launch=off"],
     )  # fmt: skip
     yield from with_alerting(stack)
 
@@ -141,11 +142,11 @@ def test_a_failing_slo_freezes_the_best_effort_neighbour(
         assert [a["labels"]["container"] for a in alerts] == [SERVER]
         assert alerts[0]["labels"]["gpu"] == "0"
 
-        # Frozen through the server's idle gaps too, not only while a request runs: thawed
-        # only for its share (0.2 s of each 10 s), then frozen again for the SLO.
+        # Frozen through the server's idle gaps too, not only while a request runs: the duty
+        # cycle's run part (its fraction, at most --besteffort.initial while the SLO fails)
         held = _paused_share(client, trainer, 3.0)
         record_property("trainer_paused_share_protected", round(held, 2))
-        assert held >= 0.85, f"trainer paused {held:.0%} of the time under SLO pressure"
+        assert held >= 0.75, f"trainer paused {held:.0%} of the time under SLO pressure"
 
         def trainer_actions() -> list[dict[str, Any]]:
             return [
@@ -158,12 +159,12 @@ def test_a_failing_slo_freezes_the_best_effort_neighbour(
 
         def refrozen_for_the_slo() -> bool:
             return any(
-                r["action"] == "pause" and r["reason"] == "slo_pressure" for r in trainer_actions()
+                r["action"] == "pause" and r["reason"] == "duty_cycle" for r in trainer_actions()
             )
 
-        wait_for(refrozen_for_the_slo, 20, "a freeze for the SLO after its share", interval=0.3)
+        wait_for(refrozen_for_the_slo, 20, "a freeze of its cycle after its run", interval=0.3)
         thaws = {r["reason"] for r in trainer_actions() if r["action"] == "unpause"}
-        assert thaws <= {"best_effort_share"}, thaws  # never realtime_idle between requests
+        assert thaws <= {"duty_cycle"}, thaws  # never realtime_idle between requests
         reasons = requests.get(node.actuator_url + "/api/v1/nodes", timeout=5).json()
         marks = {r["alertname"] for r in reasons["nodes"][0]["reasons"]}
         assert not marks & {"GpuguardSloAtRisk", "GpuguardSloViolated"}  # it could freeze

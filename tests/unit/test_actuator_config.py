@@ -71,8 +71,6 @@ def test_defaults(files: dict[str, str]) -> None:
     assert config.policy.max_actions == 10
     assert config.policy.input_timeout_s == 5.0
     assert config.policy.memory_threshold == 0.95
-    assert config.policy.best_effort_min_share == 0.1
-    assert config.policy.best_effort_window_s == 10.0
     assert config.max_pause_s == 120.0
     assert config.actions == {
         "GpuguardGpuSaturatedContention": "admission",
@@ -98,39 +96,40 @@ def test_flags_override_the_config_file(files: dict[str, str], tmp_path: Path) -
     assert config.policy.order == "edf" and config.max_pause_s == 30.0 and config.mode == "webhook"
 
 
-def test_best_effort_window_longer_than_max_pause_warns(files: dict[str, str]) -> None:
-    hold = [*base(files), "--policy.best-effort-control=hold"]
-    config = load_config(parse([*hold, "--policy.best-effort-window=5m"]))
-    assert any("released for good before its share" in w for w in config.warnings)
-    shorter = load_config(parse([*hold, "--max-pause=10s"])).warnings
-    assert not any("released for good" in w for w in shorter)
-    # rate control: the frozen part of a period is what --max-pause must outlast
+def test_a_best_effort_period_longer_than_max_pause_warns(files: dict[str, str]) -> None:
     rate = load_config(parse([*base(files), "--besteffort.period=3m"])).warnings
     assert any("--besteffort.period: it will be released" in w for w in rate), rate
     assert not [w for w in load_config(parse(base(files))).warnings if "max-pause" in w]
 
 
-def test_hold_only_flags_under_rate_control_warn_and_change_nothing(
-    files: dict[str, str],
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--policy.best-effort-min-share=0.3",
+        "--policy.best-effort-window=1h",
+        "--policy.slo-best-effort-min-share=0",
+        "--policy.best-effort-hold=1s",
+        "--policy.best-effort-hold-max=8s",
+        "--policy.best-effort-coexist-demand=0.2",
+        "--policy.best-effort-control=hold",
+    ],
+)
+def test_a_retired_hold_flag_warns_in_one_line_naming_its_replacement_and_changes_nothing(
+    files: dict[str, str], flag: str
 ) -> None:
-    argv = [*base(files), "--policy.best-effort-hold=1s", "--policy.best-effort-min-share=0.3"]
-    config = load_config(parse(argv))
-    ignored = [w for w in config.warnings if "applies only under" in w]
-    assert [w.split()[0] for w in ignored] == [
-        "--policy.best-effort-min-share",
-        "--policy.best-effort-hold",
-    ], config.warnings
-    assert config.policy.best_effort_control == "rate"
-    # under hold they act, without a word
-    held = load_config(parse([*argv, "--policy.best-effort-control=hold"]))
-    assert held.policy.best_effort_hold_s == 1.0 and held.policy.best_effort_min_share == 0.3
-    assert not [w for w in held.warnings if "applies only under" in w]
+    config = load_config(parse([*base(files), flag]))
+    assert config.policy == load_config(parse(base(files))).policy
+    [warning] = [w for w in config.warnings if "is retired" in w]
+    assert warning.startswith(flag.split("=")[0]) and "\n" not in warning
+    assert "busy edges" in warning and "rate control" in warning
 
 
-def test_best_effort_guard_can_be_off(files: dict[str, str]) -> None:
-    argv = [*base(files), "--policy.best-effort-min-share=0", "--policy.best-effort-window=1h"]
-    policy = load_config(parse(argv)).policy
-    assert (policy.best_effort_min_share, policy.best_effort_window_s) == (0.0, 3600.0)
+def test_a_retired_flag_in_the_config_file_warns_too(files: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "conf.yml").write_text("policy.best-effort-hold: 300ms\n")
+    config = load_config(parse([*base(files), f"--config.file={tmp_path / 'conf.yml'}"]))
+    assert [w.split()[0] for w in config.warnings if "is retired" in w] == [
+        "--policy.best-effort-hold"
+    ]
 
 
 def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> None:
@@ -155,10 +154,10 @@ def test_insecure_binds_loopback_whatever_the_address(files: dict[str, str]) -> 
         (["--max-pause=0s"], "--max-pause: invalid duration '0s': must be greater than zero"),
         (["--docker.host=docker.sock"], "--docker.host 'docker.sock': must be unix://PATH"),
         (["--log.level=loud"], "--log.level 'loud'"),
-        (["--policy.best-effort-min-share=1"], "best-effort-min-share '1': must be in [0, 1)"),
-        (["--policy.best-effort-min-share=nan"], "'nan': must be in [0, 1)"),
-        (["--policy.best-effort-min-share=some"], "must be a number"),
-        (["--policy.best-effort-window=0"], "--policy.best-effort-window: invalid duration"),
+        (["--besteffort.floor=nan"], "--besteffort.floor 'nan'"),
+        (["--besteffort.floor=some"], "must be a number"),
+        (["--besteffort.period=0"], "--besteffort.period: invalid duration"),
+        (["--policy.best-effort-control=duty"], "--policy.best-effort-control 'duty'"),
         (["--pause.method=sigstop"], "--pause.method 'sigstop': must be one of cgroup, docker"),
         (["--path.procfs=/no/such/proc"], "--path.procfs '/no/such/proc': not a directory"),
         (["--path.sysfs=/no/such/sys"], "--path.sysfs '/no/such/sys': not a directory"),
@@ -353,14 +352,7 @@ def test_bad_web_and_client_configs_are_config_errors(
 
 def test_rate_control_flags(files: dict[str, str]) -> None:
     policy = load_config(parse(base(files))).policy
-    assert policy.best_effort_control == "rate"  # the default: bench/traces.py, issue 24
     assert policy.rate == RateLaw()  # the flags' defaults are the law's
-    assert (
-        load_config(
-            parse([*base(files), "--policy.best-effort-control=hold"])
-        ).policy.best_effort_control
-        == "hold"
-    )
     argv = [*base(files), "--policy.best-effort-control=rate", "--besteffort.period=500ms",
             "--besteffort.floor=0.05", "--besteffort.initial=0.2", "--besteffort.gain=0.3",
             "--besteffort.gain-up=0.1", "--besteffort.deadband=0.2", "--besteffort.max-step=0.5",
@@ -368,7 +360,6 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
             "--besteffort.max-slowdown=1.2", "--prometheus.url=http://127.0.0.1:9090/"]  # fmt: skip
     config = load_config(parse(argv))
     law = config.policy.rate
-    assert config.policy.best_effort_control == "rate"
     assert (law.period_s, law.floor, law.initial, law.gain, law.gain_up) == (
         0.5, 0.05, 0.2, 0.3, 0.1,
     )  # fmt: skip

@@ -11,30 +11,17 @@ import pytest
 from gpuguard.actuator.admission.history import RecentHistory
 from gpuguard.actuator.admission.ratecontrol import RateStep, SloReading, interference_fraction
 from gpuguard.actuator.decision import (
-    PAUSE,
-    UNPAUSE,
     Decision,
     DutyCycle,
     PolicyConfig,
     RateLaw,
-    Step,
 )
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.actuator.timer import DueTimer
-from gpuguard.contract import Phase, Result, StepReason
+from gpuguard.contract import Phase
 
-CONFIG = PolicyConfig(best_effort_hold_s=0.5, best_effort_hold_max_s=2.0)
+CONFIG = PolicyConfig()
 T = "t" * 64
-
-
-def freeze(history: RecentHistory, now: float, result: Result = Result.OK) -> None:
-    action = Step(PAUSE, T, "t", StepReason.BEST_EFFORT)
-    history.observe(Decision((action,)), [(action, result)], now)
-
-
-def thaw(history: RecentHistory, now: float, reason: StepReason) -> None:
-    action = Step(UNPAUSE, T, "t", reason)
-    history.observe(Decision((action,)), [(action, Result.OK)], now)
 
 
 def test_real_time_devices_are_remembered_with_the_decision_time() -> None:
@@ -44,43 +31,15 @@ def test_real_time_devices_are_remembered_with_the_decision_time() -> None:
     assert history.snapshot(101.0).realtime_seen == {(0, None): 100.0, (1, 2): 101.0}
 
 
-def test_freezes_become_spans_and_leave_with_the_window() -> None:
-    history = RecentHistory(CONFIG)  # window 10 s
-    freeze(history, 100.0)
-    thaw(history, 103.0, StepReason.BEST_EFFORT_SHARE)
-    freeze(history, 105.0, Result.FAILED)  # never happened: no span
-    thaw(history, 106.0, StepReason.REALTIME_IDLE)
-    assert history.snapshot(104.0).frozen_spans == {T: ((100.0, 103.0),)}
-    assert history.snapshot(113.5).frozen_spans == {}
-
-
-def test_the_hold_doubles_on_quick_refreezes_and_halves_when_calm() -> None:
+def test_the_measured_freeze_moves_the_estimate_towards_it() -> None:
     history = RecentHistory(CONFIG)
-    t = 100.0
-    holds = []
-    for _ in range(4):  # thawed, frozen again 0.3 s later: the real-time work only paused
-        freeze(history, t)
-        thaw(history, t + 1, StepReason.REALTIME_IDLE)
-        t += 1.3
-        holds.append(history.snapshot(t).hold_s.get(T, CONFIG.best_effort_hold_s))
-    freeze(history, t)
-    assert holds == [0.5, 1.0, 2.0, 2.0]  # capped at --policy.best-effort-hold-max
-    thaw(history, t + 1, StepReason.REALTIME_IDLE)
-    freeze(history, t + 60)
-    assert history.snapshot(t + 60).hold_s[T] == 1.0
-    # a thaw that gave it more than a hold of running leaves the hold as it is
-    thaw(history, t + 61, StepReason.REALTIME_IDLE)
-    freeze(history, t + 62.5)
-    assert history.snapshot(t + 62.5).hold_s[T] == 1.0
-
-
-def test_gone_containers_are_forgotten() -> None:
-    history = RecentHistory(CONFIG)
-    freeze(history, 100.0)
-    thaw(history, 101.0, StepReason.REALTIME_IDLE)
-    history.forget(set())
-    snap = history.snapshot(101.0)
-    assert snap.frozen_spans == {} and snap.hold_s == {}
+    before = history.snapshot(100.0).freeze_s
+    history.observe(Decision(), [], 100.0, [0.011, None])
+    after = history.snapshot(100.0).freeze_s
+    assert before < after < 0.011  # a moving average: one slow freeze moves it part way
+    for _ in range(50):
+        history.observe(Decision(), [], 100.0, [0.011])
+    assert history.snapshot(100.0).freeze_s == pytest.approx(0.011, rel=1e-3)
 
 
 def test_a_program_serves_when_new_tasks_begin_computing_right_after_a_drain() -> None:
@@ -194,7 +153,7 @@ GPU0 = (0, None)
 
 
 def rate_history(**law: float) -> RecentHistory:
-    config = PolicyConfig(best_effort_control="rate", rate=RateLaw(**law))
+    config = PolicyConfig(rate=RateLaw(**law))
     return RecentHistory(config)
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuator.admission.policy.besteffort import frozen_in_window
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.order import queue_order
 from gpuguard.actuator.decision import (
@@ -35,9 +34,9 @@ def run(
 
 
 def policy(**config: Any) -> PolicyConfig:
-    """The knobs, with best-effort work under ``hold`` control unless a test says otherwise
-    (rate control has its own table: test_actuator_policy_rate.py)."""
-    return PolicyConfig(**{"best_effort_control": "hold", **config})
+    """The knobs of the shipping policy (best-effort's duty cycles have their own table,
+    test_actuator_policy_rate.py, and its edges theirs, test_actuator_policy_edges.py)."""
+    return PolicyConfig(**config)
 
 
 # --- occupancy and newcomers -----------------------------------------------------------
@@ -597,7 +596,7 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs_whatever_its_phase() 
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "computing", 2, sm=0.3), task("t", "computing", 1, sm=0.7)]
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "duty_cycle"  # frozen first
     assert "kernel_running" not in reasons(d)
 
 
@@ -610,7 +609,7 @@ def test_best_effort_is_frozen_while_a_real_time_task_waits() -> None:
     # with preemption the real-time task also goes before the normal one
     d = run(state(cs, ts, util=1.0), ours("r"))
     assert acts(d) == [(PAUSE, "n"), (PAUSE, "t")]
-    assert [a.reason for a in d.steps] == ["preempt", "best_effort"]
+    assert [a.reason for a in d.steps] == ["preempt", "duty_cycle"]
 
 
 def test_best_effort_does_not_hold_the_gpu_for_real_time_newcomers() -> None:
@@ -646,82 +645,6 @@ def test_unmanaged_best_effort_is_never_paused() -> None:
     ts = [task("r", "computing", 1), task("t", "computing", 2)]
     d = run(state(cs, ts, util=1.0))
     assert acts(d) == [] and "unmanaged" in reasons(d)
-
-
-def test_starvation_guard_thaws_best_effort_for_its_share_of_every_window() -> None:
-    cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
-    ts = [task("r", "computing", 1), task("t", "computing", 2, paused=True)]
-    window = {"best_effort_min_share": 0.1, "best_effort_window_s": 10.0}
-    frozen_for = lambda s: Ledger(paused={cid("t"): NOW - s})  # noqa: E731
-    d = run(state(cs, ts, util=1.0), frozen_for(8.9), **window)
-    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.1)  # the share's timer
-    d = run(state(cs, ts, util=1.0), frozen_for(9.0), **window)
-    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "best_effort_share"
-    off = {**window, "best_effort_min_share": 0.0}
-    assert acts(run(state(cs, ts, util=1.0), frozen_for(60), **off)) == []
-    # an earlier freeze in the window counts too: 6 s frozen before, 3 s now
-    recent = Recent(frozen_spans={cid("t"): ((NOW - 9.5, NOW - 3.5),)})
-    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), policy(**window),
-               frozen_for(3.0), recent)  # fmt: skip
-    assert acts(d) == [(UNPAUSE, "t")]
-
-
-def test_after_its_share_best_effort_is_frozen_again_only_when_a_hold_fits() -> None:
-    cs = [container("r", deadline=2.0), container("t", klass=BE)]
-    ts = [task("r", "computing", 1), task("t", "computing", 2)]
-    config = policy(best_effort_min_share=0.1, best_effort_window_s=10.0)
-    thawed_ago = lambda s: Recent(frozen_spans={cid("t"): ((NOW - 9.0 - s, NOW - s),)})  # noqa: E731
-    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), config, None, thawed_ago(0.2))
-    assert acts(d) == [] and d.next_due is not None and d.next_due > NOW
-    d = decide(state(cs, ts, util=1.0), Trigger("fast", NOW), config, None, thawed_ago(1.5))
-    assert acts(d) == [(PAUSE, "t")]
-
-
-def test_frozen_in_window_counts_only_the_window() -> None:
-    assert frozen_in_window([(0.0, 5.0), (8.0, 9.0)], None, 12.0, 10.0) == pytest.approx(4.0)
-    assert frozen_in_window([], 11.0, 12.0, 10.0) == pytest.approx(1.0)
-    assert frozen_in_window([(0.0, 1.0)], 0.5, 30.0, 10.0) == pytest.approx(10.0)
-
-
-def test_best_effort_stays_frozen_for_the_hold_after_real_time_activity() -> None:
-    # the exporter says draining from the last sample instant; a next request may already
-    # run: the freeze outlasts the last real-time activity by the hold
-    cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
-    ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
-    seen = Recent(realtime_seen={(0, None): NOW - 0.2})
-    d = decide(state(cs, ts), Trigger("fast", NOW), policy(), ours("t"), seen)
-    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.3)
-    longer = Recent(realtime_seen={(0, None): NOW - 0.2}, hold_s={cid("t"): 0.1})
-    d = decide(state(cs, ts), Trigger("fast", NOW), policy(), ours("t"), longer)
-    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
-
-
-def test_the_hold_never_freezes_a_running_best_effort_container() -> None:
-    cs = [container("r", deadline=2.0), container("t", klass=BE)]
-    ts = [task("r", "draining", 1), task("t", "computing", 2)]
-    seen = Recent(realtime_seen={(0, None): NOW - 0.1})
-    d = decide(state(cs, ts), Trigger("fast", NOW), policy(), None, seen)
-    assert acts(d) == []
-
-
-def test_best_effort_runs_on_beside_a_light_server_whose_requests_merge() -> None:
-    # a server with short dense requests: its busy periods merge them (NVML cannot see
-    # where one ends) and it needs 40% of the GPU; gpuguard can only schedule it as a
-    # whole, and freezing the trainer for all its busy time costs the trainer far more
-    # than time-slicing costs the server: they share, as unmanaged
-    cs = [container("r", deadline=0.3, demand=0.4), container("t", klass=BE)]
-    ts = [task("r", "computing", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
-    merged = EndedTask(cid("r"), NOW - 9, NOW - 2, gpu=0, boundary="merged")
-    st = replace(state(cs, ts, util=1.0), recent=(merged,))
-    d = run(st)
-    assert acts(d) == [] and d.realtime_devices == frozenset()
-    # requests it can see one by one, a heavier server, or the switch off: frozen
-    assert acts(run(replace(st, recent=(replace(merged, boundary="exact"),)))) == [(PAUSE, "t")]
-    cs[0]["demand_sm_ratio"] = 0.7
-    assert acts(run(replace(state(cs, ts, util=1.0), recent=(merged,)))) == [(PAUSE, "t")]
-    cs[0]["demand_sm_ratio"] = 0.4
-    d = run(replace(state(cs, ts, util=1.0), recent=(merged,)), best_effort_coexist_demand=0.0)
-    assert acts(d) == [(PAUSE, "t")]
 
 
 def test_the_decision_names_the_devices_real_time_work_needs() -> None:

@@ -1,4 +1,4 @@
-"""Table tests of best-effort under rate control (``--policy.best-effort-control=rate``,
+"""Table tests of best-effort under rate control (real-time work seen through NVML only,
 ``policy/besteffort.py``'s ``plan_best_effort_rate``), as ``test_actuator_policy.py``'s."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.unit.policy_support import NOW, acts, cid, container, ours, reasons, 
 BE = "best-effort"
 GPU0: DeviceKey = (0, None)
 LAW = RateLaw(period_s=1.0, floor=0.1, initial=0.3)
-RATE = PolicyConfig(best_effort_control="rate", rate=LAW)
+RATE = PolicyConfig(rate=LAW)
 
 
 def run(
@@ -122,7 +122,7 @@ def test_a_container_on_two_devices_runs_only_where_both_cycles_run() -> None:
 def test_real_time_idle_thaws_after_one_nvml_sample_without_an_adaptive_hold() -> None:
     cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
     ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
-    seen = Recent(realtime_seen={GPU0: NOW - 0.1}, hold_s={cid("t"): 4.0})
+    seen = Recent(realtime_seen={GPU0: NOW - 0.1})
     d = run(state(cs, ts), ours("t"), seen)
     assert acts(d) == [] and d.next_due == pytest.approx(NOW - 0.1 + NVML_SAMPLE_S)
     later = replace(seen, realtime_seen={GPU0: NOW - 0.2})
@@ -151,13 +151,10 @@ def test_a_cycle_outlives_an_idle_gap_shorter_than_a_period() -> None:
 
 
 def test_a_light_server_whose_requests_merge_is_rate_controlled_like_any_other() -> None:
-    # hold control leaves such a server to share (``light_servers``); the duty cycle
-    # subsumes that exception
     cs = [container("r", deadline=0.3, demand=0.4), container("t", klass=BE)]
     ts = [task("r", "computing", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
     merged = EndedTask(cid("r"), NOW - 9, NOW - 2, gpu=0, boundary="merged")
     st = replace(state(cs, ts, util=1.0), recent=(merged,))
-    assert acts(run(st, config=PolicyConfig(best_effort_control="hold"))) == []
     d = run(st)
     assert acts(d) == [(PAUSE, "t")] and d.realtime_devices == frozenset({GPU0})
 
@@ -191,10 +188,3 @@ def test_a_full_run_fraction_never_freezes() -> None:
     cs, ts = serving()
     d = run(state(cs, ts, util=1.0), recent=Recent(run_fractions={GPU0: 1.0}))
     assert acts(d) == [] and d.next_due == pytest.approx(NOW + 1.0)
-
-
-def test_hold_control_plans_no_cycle() -> None:
-    cs, ts = serving()
-    d = run(state(cs, ts, util=1.0), config=PolicyConfig(best_effort_control="hold"))
-    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
-    assert d.duty_cycles is None

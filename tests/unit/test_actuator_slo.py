@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.pressure import SloPressure, device_of
 from gpuguard.actuator.audit import read_audit
@@ -43,7 +41,6 @@ def run(
     **config: Any,
 ) -> Decision:
     trigger = Trigger("fast", NOW)
-    config.setdefault("best_effort_control", "hold")  # protect_slo's freezes under hold control
     return decide(st, trigger, PolicyConfig(**config), ledger, recent, slo_pressure=pressure)
 
 
@@ -57,7 +54,7 @@ def test_best_effort_is_frozen_between_the_servers_requests_under_slo_pressure()
     ts = [task("t", "computing", 1)]
     assert acts(run(state(cs, ts, util=1.0), pressure=frozenset())) == []
     d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "slo_pressure"
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "duty_cycle"  # frozen first
 
 
 def test_slo_pressure_on_another_gpu_leaves_best_effort_alone() -> None:
@@ -73,31 +70,12 @@ def test_slo_pressure_on_a_mig_device_is_that_device_only() -> None:
     assert acts(d) == [(PAUSE, "u")]
 
 
-def test_under_pressure_the_reason_is_the_slo_even_while_a_real_time_task_runs() -> None:
-    # the pressure also sets how long it stays frozen: the audit says which rule held it
+def test_under_pressure_a_running_real_time_task_runs_the_same_cycle() -> None:
     cs = [container("r", deadline=2.0), container("t", klass=BE)]
     ts = [task("r", "computing", 2, sm=0.3), task("t", "computing", 1, sm=0.7)]
-    d = run(state(cs, ts, util=1.0))
-    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "slo_pressure"
-    d = run(state(cs, ts, util=1.0), pressure=frozenset())
-    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
-
-
-def test_the_starvation_share_is_smaller_under_slo_pressure() -> None:
-    cs = [container("t", klass=BE, paused=True)]
-    ts = [task("t", "computing", 1, paused=True)]
-    window = {"best_effort_min_share": 0.1, "slo_best_effort_min_share": 0.02}
-    frozen_for = lambda s: Ledger(paused={cid("t"): NOW - s})  # noqa: E731
-    # 10 s window: frozen 9.8 s of it, not 9 s
-    assert acts(run(state(cs, ts), frozen_for(9.7), **window)) == []
-    d = run(state(cs, ts), frozen_for(9.8), **window)
-    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "best_effort_share"
-    # thawed for its 0.2 s, then frozen again as soon as a hold fits in the window
-    cs, ts = [container("t", klass=BE)], [task("t", "computing", 1)]
-    thawed_ago = lambda s: Recent(frozen_spans={cid("t"): ((NOW - 9.8 - s, NOW - s),)})  # noqa: E731
-    assert acts(run(state(cs, ts), None, GPU0, thawed_ago(0.19), **window)) == []
-    d = run(state(cs, ts), None, GPU0, thawed_ago(0.9), **window)
-    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "slo_pressure"
+    for pressure in (GPU0, frozenset()):
+        d = run(state(cs, ts, util=1.0), pressure=pressure)
+        assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "duty_cycle"
 
 
 def test_best_effort_is_thawed_when_the_pressure_ends() -> None:
@@ -243,20 +221,15 @@ class FakeExporter:
         return self.st
 
 
-def controller_with(tmp_path: Path, st: ExporterState | None, control: str = "hold") -> Any:
-    controller = make_controller(tmp_path, **{"policy.best-effort-control": control})
+def controller_with(tmp_path: Path, st: ExporterState | None) -> Any:
+    controller = make_controller(tmp_path)
     controller.exporter = FakeExporter(st)
     return controller
 
 
-@pytest.mark.parametrize(
-    ("control", "reason"),
-    [("hold", "slo_pressure"), ("rate", "duty_cycle")],  # rate: its cycle runs, frozen first
-)
-def test_protect_slo_freezes_the_best_effort_neighbour_at_once(
-    tmp_path: Path, control: str, reason: str
-) -> None:
-    controller = controller_with(tmp_path, fresh(), control)
+def test_protect_slo_freezes_the_best_effort_neighbour_at_once(tmp_path: Path) -> None:
+    reason = "duty_cycle"  # its cycle runs, frozen first
+    controller = controller_with(tmp_path, fresh())
     report = controller.handle_webhook(message(alert("f1", "s")))
     [action] = report.actions
     assert (action["action"], action["container"], action["reason"]) == ("pause", "t", reason)
@@ -305,7 +278,7 @@ def test_every_decision_sees_the_pressure_until_it_expires(tmp_path: Path) -> No
     controller = controller_with(tmp_path, fresh())
     controller.handle_webhook(message(alert("f1", "s")))
     report = controller.decide_now("fast")  # type: ignore[arg-type]
-    assert [a["reason"] for a in report.actions] == ["slo_pressure"]
+    assert [a["reason"] for a in report.actions] == ["duty_cycle"]
     controller.slo.expire(time.time() + 10 * controller.config.node_mark_ttl_s)
     assert controller.slo.pressure.alerts == {}
     assert controller.decide_now("fast").actions == []  # type: ignore[arg-type]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import threading
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,6 +43,35 @@ def test_snapshot_cache_renders_once_per_poll(tmp_path: Path) -> None:
     poller.poll_once()
     cache.get()
     assert len(renders) == 2
+
+
+def test_the_state_shows_activity_as_of_the_read_and_renders_again_on_every_event(
+    tmp_path: Path,
+) -> None:
+    from gpuguard.exporter.activity import ActivityTracker
+    from gpuguard.exporter.http import exporter_router
+    from gpuguard.exporter.launchprobe import ProcLaunches
+    from gpuguard.web.routes import Request
+
+    backend, _, poller = three_container_poller(tmp_path / "proc")
+    events = EventLog(100)
+    tracker = ActivityTracker(events, 0.02, 0.5)
+    poller.activity = tracker.view
+    backend.next = sample(1.0, {100: GIB})
+    poller.poll_once()
+    router = exporter_router(poller, events)
+
+    def busy() -> bool | None:
+        reply = router.resolve("GET", "/api/v1/state").handler(Request("GET", "/api/v1/state"))
+        assert not isinstance(reply, Awaitable)
+        doc = json.loads(reply.body)
+        return next(c["activity"]["busy"] for c in doc["containers"] if c["id"] == cid(1))
+
+    assert busy() is None  # not seen by the probe yet
+    # a launch after the poll: its edge is on the stream, and the state read next shows it
+    launch = ProcLaunches(7, 1, 0, 1.0, 1.0, 1.0, 0, 0.0, 1.0, None)
+    tracker.update(1.01, {cid(1): [launch]}, [])
+    assert events.seq == 1 and busy() is True
 
 
 def test_metrics_carry_process_metrics(tmp_path: Path) -> None:

@@ -167,6 +167,26 @@ def edges(events: EventLog) -> list[tuple[str, float]]:
     return [(e["type"], e["ts"]) for e in events.since(0).events]
 
 
+def test_a_kernel_is_in_flight_from_its_launch_to_its_wait_not_through_the_copies() -> None:
+    t, _ = tracked()
+    t.update(10.0, {"c": [proc(launches=1, last=10.0, period=10.0, waiting=10.0)]}, [])
+    assert t.view()["c"].in_flight and t.view()["c"].busy
+    # the kernel's wait returned; the output copy's wait runs: busy, no kernel in flight
+    t.update(10.2, {"c": [proc(launches=1, last=10.0, period=10.0, waiting=10.15,
+                                wait_end=10.1)]}, [])  # fmt: skip
+    assert t.view()["c"].busy and not t.view()["c"].in_flight
+    t.update(10.3, {"c": [proc(launches=2, last=10.25, period=10.25, wait_end=10.2)]}, [])
+    assert t.view()["c"].in_flight  # the next kernel, launched after the last wait
+
+
+def test_an_edge_is_published_only_once_the_view_shows_it() -> None:
+    t, events = tracked()
+    seen: list[bool] = []
+    events.subscribe(lambda: seen.append(t.view().get("c") is not None and t.view()["c"].busy))
+    t.update(10.0, {"c": [proc(launches=1, last=10.0, period=10.0, waiting=10.0)]}, [])
+    assert seen == [True]
+
+
 def test_a_one_shot_is_one_task_from_its_first_launch_to_its_last_wait() -> None:
     """Three kernels, each waited for and the next launched 1 ms later: one task."""
     t, events = tracked()
@@ -283,6 +303,7 @@ def test_state_says_how_each_container_is_seen(tmp_path: Path) -> None:
     assert activity["rt-1"] == {
         "source": "launch", "reason": None, "busy": True, "busy_since": 0.9,
         "launches": 2, "tasks": 0, "last_task": None, "inflight": None, "inflight_error": None,
+        "in_flight": True,
     }  # fmt: skip
     assert activity["rt-2"]["source"] == "nvml" and activity["rt-2"]["reason"] == "no_calls"
     assert activity["rt-2"]["busy"] is None

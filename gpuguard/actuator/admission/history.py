@@ -23,9 +23,8 @@ from gpuguard.actuator.admission.ratecontrol import (
     interference_step,
 )
 from gpuguard.actuator.decision import (
-    PAUSE,
+    FREEZE_S,
     REPEAT_GAP_S,
-    UNPAUSE,
     Decision,
     DutyCycle,
     PolicyConfig,
@@ -34,19 +33,16 @@ from gpuguard.actuator.decision import (
     Step,
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
-from gpuguard.contract import PRE_KERNEL, Phase, Result, StepReason
+from gpuguard.contract import PRE_KERNEL, Phase, Result
 
 _DONE = (Result.OK, Result.ALREADY)
-#: a freeze this soon after a ``realtime_idle`` thaw (in holds) lengthens the hold: the
-#: thaw gave the best-effort container less than one hold of running
-QUICK_REFREEZE_HOLDS = 1.0
-#: a thaw that lasted this long (in holds) shortens it again
-CALM_HOLDS = 4.0
 #: what a container or image was seen to do is remembered this long
 REPEATER_MEMORY_S = 600.0
 #: a container seen this many times beginning a new task already computing right after a
 #: drain serves requests (once could be a short input phase no decision happened to see)
 SERVES = 2
+#: each measured freeze moves ``Recent.freeze_s`` this far towards it
+FREEZE_WEIGHT = 0.2
 
 
 @dataclass(frozen=True)
@@ -137,7 +133,7 @@ class RateHistory:
 
 
 class RecentHistory:
-    """Feeds ``Recent``: real-time activity per device, best-effort freezes, adaptive holds.
+    """Feeds ``Recent``: real-time activity per device, how programs go on, measured freezes.
 
     Not thread-safe: the controller calls it under its lock.
     """
@@ -145,10 +141,6 @@ class RecentHistory:
     def __init__(self, config: PolicyConfig) -> None:
         self.config = config
         self._realtime_seen: dict[DeviceKey, float] = {}
-        self._frozen_since: dict[str, float] = {}
-        self._spans: dict[str, list[tuple[float, float]]] = {}
-        self._thawed_idle_at: dict[str, float] = {}
-        self._hold: dict[str, float] = {}
         self._drained_at: dict[str, float] = {}
         self._drained_task: dict[str, str] = {}  # the task that drained then
         #: container -> (last time, times) it began a new task already computing right
@@ -159,8 +151,9 @@ class RecentHistory:
         self._tasks_seen: dict[str, set[str]] = {}  # up to two task ids per container
         self._image_of: dict[str, str] = {}
         self._straight_on: frozenset[str] = frozenset()
-        #: rate control's state (``--policy.best-effort-control=rate``)
+        #: rate control's state
         self.rates = RateHistory(config.rate)
+        self._freeze_s = FREEZE_S
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -235,65 +228,37 @@ class RecentHistory:
         return learnt is not None and learnt[1]
 
     def snapshot(self, now: float) -> Recent:
-        """The policy's view; forgets what left the window."""
-        start = now - self.config.best_effort_window_s
-        for cid in list(self._spans):
-            kept = [span for span in self._spans[cid] if span[1] > start]
-            if kept:
-                self._spans[cid] = kept
-            else:
-                del self._spans[cid]
+        """The policy's view."""
         return Recent(
             serving=frozenset(c for c, (_, times) in self._serving.items() if times >= SERVES),
             realtime_seen=dict(self._realtime_seen),
-            frozen_spans={cid: tuple(spans) for cid, spans in self._spans.items()},
-            hold_s=dict(self._hold),
             straight_on=self._straight_on,
             duty_cycles=self.rates.cycles(),
             run_fractions=self.rates.fractions(),
+            freeze_s=self._freeze_s,
         )
 
-    def observe(self, decision: Decision, done: Sequence[tuple[Step, Result]], now: float) -> None:
-        """Record a decision and what became of its steps."""
+    def observe(
+        self,
+        decision: Decision,
+        done: Sequence[tuple[Step, Result]],
+        now: float,
+        freezes_s: Sequence[float | None] = (),
+    ) -> None:
+        """Record a decision, what became of its steps and how long its freezes took."""
+        for took in freezes_s:
+            if took is not None:
+                self._freeze_s += FREEZE_WEIGHT * (took - self._freeze_s)
         for device in decision.realtime_devices:
             self._realtime_seen[device] = now
         self.rates.ran(decision.duty_cycles)
-        for step, result in done:
-            if result not in _DONE:
-                continue
-            if step.verb == PAUSE and step.reason == StepReason.BEST_EFFORT:
-                self._frozen(step.container_id, now)
-            elif step.verb == UNPAUSE:
-                self._thawed(step.container_id, step.reason, now)
 
     def forget(self, alive: set[str]) -> None:
         """Drop containers that are gone."""
         for table in (
-            self._frozen_since,
-            self._spans,
-            self._thawed_idle_at,
-            self._hold,
             self._drained_at,
             self._drained_task,
             self._serving,
         ):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]
-
-    def _frozen(self, cid: str, now: float) -> None:
-        self._frozen_since[cid] = now
-        base = self.config.best_effort_hold_s
-        hold = self._hold.get(cid, base)
-        thawed = self._thawed_idle_at.pop(cid, None)
-        if thawed is not None and now - thawed < QUICK_REFREEZE_HOLDS * hold:
-            # frozen again right after a thaw: the real-time work only paused; hold longer
-            self._hold[cid] = min(self.config.best_effort_hold_max_s, 2 * hold)
-        elif thawed is not None and now - thawed > CALM_HOLDS * hold:
-            self._hold[cid] = max(base, hold / 2)
-
-    def _thawed(self, cid: str, reason: StepReason, now: float) -> None:
-        since = self._frozen_since.pop(cid, None)
-        if since is not None:
-            self._spans.setdefault(cid, []).append((since, now))
-        if reason == StepReason.REALTIME_IDLE:
-            self._thawed_idle_at[cid] = now

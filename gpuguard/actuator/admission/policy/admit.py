@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuguard.actuator.admission.policy.edges import idle_exactly
 from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
 from gpuguard.actuator.decision import PAUSE, Ledger, PolicyConfig, Skip, Step
 from gpuguard.actuator.state import Gpu
@@ -41,9 +42,10 @@ def must_run(
             if v.task.phase == Phase.COMPUTING:
                 must.append(v)  # nobody with precedence waits: a launched task runs on
             continue
-        if v.admitted_at is not None and now - v.admitted_at < config.preempt_quantum_s:
+        recent = v.admitted_at is not None and now - v.admitted_at < config.preempt_quantum_s
+        if recent and not idle_exactly(v.container):  # nothing launched: free to pause
             must.append(v)
-            due.append(v.admitted_at + config.preempt_quantum_s)
+            due.append((v.admitted_at or now) + config.preempt_quantum_s)
             skips.append(skip_for(v, SkipReason.RUN_QUANTUM, "admitted within its run quantum"))
         elif v.task.phase == Phase.COMPUTING and all(_futile(w, v, now) for w in ahead):
             must.append(v)

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuguard.actuator.admission.policy.besteffort import (
-    light_servers,
-    plan_best_effort,
-    plan_best_effort_rate,
-)
+from gpuguard.actuator.admission.policy.besteffort import plan_best_effort_rate
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
+from gpuguard.actuator.admission.policy.edges import edges_of
 from gpuguard.actuator.admission.policy.precedence import servers
 from gpuguard.actuator.admission.policy.views import view_of
 from gpuguard.actuator.admission.policy.yields import between_tasks
@@ -44,8 +41,8 @@ def decide(
 
     ``slo_pressure``: devices where a real-time container's SLO alert fires (best-effort
     containers there are frozen sooner and longer); ``slo_at_risk``: those containers (a
-    server at risk takes precedence over one that can afford a wait, ``precedence``); under
-    rate control the best-effort duty cycle runs between requests too.
+    server at risk takes precedence over one that can afford a wait, ``precedence``); the
+    best-effort duty cycle runs between requests too.
     """
     ledger = ledger or Ledger()
     recent = recent or Recent()
@@ -69,19 +66,15 @@ def decide(
         state.gpus, queued, best_effort, trigger.now, config, ledger, straight_on, between,
         slo_at_risk,
     )  # fmt: skip
-    rate = config.best_effort_control == "rate"
-    # under rate control a light server is one more rate-controlled neighbour, not an exception
-    light = set() if rate else light_servers(state, config.best_effort_coexist_demand)
     steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
-    realtime = frozenset(key for key, plan in plans.items() if plan.realtime_busy - light)
-    if rate:
-        be = plan_best_effort_rate(best_effort, realtime, trigger.now, config, recent, slo_pressure)
-    else:
-        be = plan_best_effort(
-            best_effort, realtime, trigger.now, config, ledger, recent, slo_pressure
-        )
+    edges = edges_of(state)
+    # real-time work seen exactly is followed on its edges, not by the NVML law
+    realtime = frozenset(k for k, plan in plans.items() if plan.realtime_busy - edges.containers)
+    be = plan_best_effort_rate(
+        best_effort, realtime, trigger.now, config, recent, slo_pressure, edges
+    )
     steps += be.steps
     skips += be.skips
     due += be.due
@@ -98,7 +91,7 @@ def decide(
         decision,
         realtime_devices=realtime,
         next_due=min(due, default=None),
-        duty_cycles=be.cycles if rate else None,
+        duty_cycles=be.cycles,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuguard.actuator.admission.policy.edges import edge_phase
 from gpuguard.actuator.decision import Ledger, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState, Task
 from gpuguard.contract import (
@@ -61,6 +62,7 @@ def view_of(
 ) -> TaskView:
     """``servers``: containers whose busy periods are never ranked (``precedence.servers``)."""
     container = state.container(task.container_id)
+    task = edge_phase(task, container)
     cid = task.container_id
     ours = cid is not None and cid in ledger.paused
     admitted_at = ledger.admitted.get(cid) if cid is not None else None

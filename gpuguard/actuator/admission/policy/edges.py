@@ -1,0 +1,108 @@
+"""Work seen as it happens (a container's ``activity`` source ``launch`` or ``gauge``): its
+tasks' phases, and the devices where such real-time work is busy or idle. Pure.
+
+Why: docs/design-notes.md, "Best-effort on busy/idle edges".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from gpuguard.actuator.state import Activity, Container, DeviceKey, ExporterState, Task
+from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass
+
+#: NVML's per-process samples come about this often: what is not seen exactly may have
+#: run unseen for this long (and a best-effort kernel not seen exactly may last as long)
+NVML_SAMPLE_S = 1 / 6
+
+
+def exact_activity(container: Container | None) -> Activity | None:
+    """The container's activity where its tasks' starts and ends are exact, else None."""
+    activity = container.activity if container is not None else None
+    return activity if activity is not None and activity.exact else None
+
+
+def idle_exactly(container: Container | None) -> bool:
+    """Seen exactly with no kernel in flight: pausing it stops no kernel."""
+    activity = exact_activity(container)
+    return activity is not None and not activity.in_flight
+
+
+def idle_exact(state: ExporterState) -> frozenset[str]:
+    """Containers other than best-effort ones that the probe (or a gauge) sees idle."""
+    return frozenset(
+        c.id
+        for c in state.containers
+        if c.priority_class != PriorityClass.BEST_EFFORT and idle_exactly(c)
+    )
+
+
+def edge_phase(task: Task, container: Container | None) -> Task:
+    """The task as its exact activity shows it: a kernel in flight is computing (whatever
+    NVML's last sample said), none after a kernel is draining (its copies are not kernels),
+    and it began no earlier than its container's last task ended (its queue place and
+    deadline); unchanged where not seen exactly."""
+    activity = exact_activity(container)
+    if activity is None:
+        return task
+    if task.paused:
+        return task
+    if activity.in_flight and task.phase in PRE_KERNEL:
+        return replace(task, phase=Phase.COMPUTING)  # launched since NVML's last sample
+    if not activity.in_flight and task.phase == Phase.COMPUTING:
+        return replace(task, phase=Phase.DRAINING)
+    return task
+
+
+@dataclass(frozen=True)
+class Edges:
+    """Real-time work seen exactly, by device."""
+
+    #: real-time containers seen exactly (the NVML law leaves them out)
+    containers: frozenset[str] = frozenset()
+    #: devices where one of them is busy now
+    busy: frozenset[DeviceKey] = frozenset()
+    #: devices where all of them are idle -> the end of their last task (-inf: none ran)
+    idle_since: Mapping[DeviceKey, float] = field(default_factory=dict)
+
+
+def edges_of(state: ExporterState) -> Edges:
+    """Which devices exact real-time work holds now, and since when the idle ones are idle.
+    A container's devices are those of its running and recent tasks."""
+    devices: dict[str, set[DeviceKey]] = {}
+    for task in state.tasks:
+        if task.container_id is not None:
+            devices.setdefault(task.container_id, set()).add(task.device)
+    for ended in state.recent:
+        if ended.container_id is not None and ended.device is not None:
+            devices.setdefault(ended.container_id, set()).add(ended.device)
+    exact: set[str] = set()
+    busy: set[DeviceKey] = set()
+    idle: dict[DeviceKey, float] = {}
+    for c in state.containers:
+        activity = exact_activity(c)
+        if activity is None or c.priority_class != PriorityClass.REAL_TIME:
+            continue
+        exact.add(c.id)
+        for device in devices.get(c.id, ()):
+            if activity.busy:
+                busy.add(device)
+            else:
+                end = activity.last_task[1] if activity.last_task else -math.inf
+                idle[device] = max(idle.get(device, -math.inf), end)
+    idle = {d: t for d, t in idle.items() if d not in busy}
+    return Edges(frozenset(exact), frozenset(busy), idle)
+
+
+def thaw_after_s(container: Container | None, freeze_s: float) -> float:
+    """How long exact real-time work must have been idle before a best-effort container is
+    thawed into the gap: what a thaw risks, the measured freeze and thaw (``freeze_s``
+    each) and the best-effort work in flight when it is frozen again (its last task's
+    length where seen exactly, else one NVML sample), so a gap shorter than that is left
+    to the real-time side and a longer one costs the best-effort side at most half."""
+    activity = exact_activity(container)
+    last = activity.last_task if activity is not None else None
+    in_flight = min(NVML_SAMPLE_S, last[1] - last[0]) if last is not None else NVML_SAMPLE_S
+    return 2 * freeze_s + max(0.0, in_flight)

@@ -1,0 +1,245 @@
+"""Table tests of decisions on busy/idle edges (containers seen through the launch probe or
+their own in-flight gauge, ``policy/edges.py``), as ``test_actuator_policy.py``'s: one per
+branch, exact and NVML-only work on one device included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.edges import NVML_SAMPLE_S, edge_phase, thaw_after_s
+from gpuguard.actuator.decision import (
+    PAUSE,
+    UNPAUSE,
+    Decision,
+    DutyCycle,
+    Ledger,
+    PolicyConfig,
+    RateLaw,
+    Recent,
+    Trigger,
+)
+from gpuguard.actuator.state import DeviceKey, parse_state
+from gpuguard.statedoc import StateError
+from tests.unit.test_actuator_policy import NOW, acts, cid, container, ours, reasons, state, task
+
+BE = "best-effort"
+GPU0: DeviceKey = (0, None)
+LAW = RateLaw(period_s=1.0, floor=0.1, initial=0.3)
+RATE = PolicyConfig(rate=LAW)
+
+
+def run(
+    st: Any, ledger: Ledger | None = None, recent: Recent | None = None, now: float = NOW
+) -> Decision:
+    return decide(st, Trigger("fast", now), RATE, ledger, recent)
+
+
+def seen(
+    c: dict[str, Any],
+    source: str = "launch",
+    busy: bool | None = False,
+    last: tuple[float, float] | None = None,
+    inflight: float | None = None,
+    in_flight: bool | None = None,
+) -> dict[str, Any]:
+    """The container with the exporter's ``activity`` block (``in_flight``: as ``busy``)."""
+    c["activity"] = {
+        "source": source, "reason": None if source == "launch" else "no_calls",
+        "busy": busy if source == "launch" else None,
+        "busy_since": NOW - 0.01 if busy and source == "launch" else None,
+        "launches": 5 if source == "launch" else None, "tasks": 1,
+        "last_task": list(last) if last else None,
+        "inflight": inflight, "inflight_error": None,
+        "in_flight": (busy if in_flight is None else in_flight) if source == "launch" else None,
+    }  # fmt: skip
+    return c
+
+
+def beside(rt_busy: bool, last: tuple[float, float] | None = None) -> Any:
+    """A real-time server seen by the probe beside a best-effort trainer, both on GPU 0."""
+    cs = [seen(container("r", deadline=2.0), busy=rt_busy, last=last), container("t", klass=BE)]
+    phase = "computing" if rt_busy else "draining"
+    return state(cs, [task("r", phase, 1, sm=0.4), task("t", "computing", 2, sm=0.6)], util=1.0)
+
+
+# --- the exporter's activity as the actuator reads it ---------------------------------------
+
+
+def test_activity_is_parsed_and_an_exporter_without_it_still_reads() -> None:
+    cs = [seen(container("r"), busy=True, last=(NOW - 2, NOW - 1)), container("t")]
+    cs.append(seen(container("g"), source="gauge", inflight=2))
+    st = state(cs, [])
+    r, t, g = (st.container(cid(n)) for n in "rtg")
+    assert r is not None and r.activity is not None
+    assert (r.activity.source, r.activity.busy, r.activity.exact) == ("launch", True, True)
+    assert r.activity.last_task == (NOW - 2, NOW - 1)
+    assert t is not None and t.activity is None  # no activity block: not seen exactly
+    assert g is not None and g.activity is not None and g.activity.busy  # 2 in flight
+
+
+@pytest.mark.parametrize("last", [[1.0], ["a", "b"], "x"])
+def test_a_malformed_last_task_is_one_clear_error(last: Any) -> None:
+    doc = state([seen(container("r"), last=(1, 2))], [])
+    raw: dict[str, Any] = {
+        "node": doc.node, "seq": 1, "timestamp": NOW, "sources": {}, "gpus": [], "tasks": [],
+        "recent": [], "containers": [seen(container("r"), last=(1, 2))],
+    }  # fmt: skip
+    raw["containers"][0]["activity"]["last_task"] = last
+    with pytest.raises(StateError, match="activity"):
+        parse_state(raw)
+
+
+# --- best-effort on edges -------------------------------------------------------------------
+
+
+def test_real_time_busy_on_an_edge_freezes_best_effort_without_a_duty_cycle() -> None:
+    d = run(beside(rt_busy=True))
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
+    assert d.duty_cycles == {} and d.realtime_devices == frozenset()  # no NVML law here
+
+
+def test_a_frozen_best_effort_stays_frozen_while_real_time_is_busy() -> None:
+    d = run(beside(rt_busy=True), ours("t"), Recent(duty_cycles={GPU0: DutyCycle(0.9, 1, NOW)}))
+    assert acts(d) == []  # a duty cycle's run part thaws nothing while the edge says busy
+
+
+@pytest.mark.parametrize(("idle_for", "thawed"), [(0.0, False), (0.05, False), (0.5, True)])
+def test_real_time_idle_thaws_once_the_gap_is_worth_a_thaw(idle_for: float, thawed: bool) -> None:
+    st = beside(rt_busy=False, last=(NOW - idle_for - 0.1, NOW - idle_for))
+    recent = Recent(freeze_s=0.002)
+    d = run(st, ours("t"), recent)
+    wait = thaw_after_s(st.container(cid("t")), 0.002)
+    assert wait == pytest.approx(0.004 + NVML_SAMPLE_S)  # no exact kernel length: one sample
+    if thawed:
+        assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
+    else:
+        assert acts(d) == [] and d.next_due == pytest.approx(NOW - idle_for + wait)
+
+
+def test_the_wait_before_a_thaw_follows_the_measured_freeze_and_the_kernel_in_flight() -> None:
+    trainer = parse_state(
+        {"node": "n", "seq": 1, "timestamp": NOW, "sources": {}, "gpus": [], "tasks": [],
+         "recent": [], "containers": [seen(container("t", klass=BE), last=(NOW - 1.04, NOW - 1))]}
+    ).container(cid("t"))  # fmt: skip
+    assert thaw_after_s(trainer, 0.001) == pytest.approx(0.002 + 0.04)  # its 40 ms step
+    assert thaw_after_s(trainer, 0.01) == pytest.approx(0.02 + 0.04)  # slower freezes: later
+    st = beside(rt_busy=False, last=(NOW - 0.3, NOW - 0.2))
+    assert acts(run(st, ours("t"), Recent(freeze_s=0.001))) == [(UNPAUSE, "t")]
+    d = run(st, ours("t"), Recent(freeze_s=0.05))  # 0.2 s idle is not yet 0.1 + 1/6 s
+    assert acts(d) == [] and d.next_due == pytest.approx(NOW - 0.2 + 0.1 + NVML_SAMPLE_S)
+
+
+def test_a_best_effort_container_not_ours_is_left_running_when_real_time_is_idle() -> None:
+    assert acts(run(beside(rt_busy=False, last=(NOW - 0.02, NOW - 0.01)))) == []
+
+
+def test_an_unmanaged_best_effort_beside_busy_real_time_is_a_skip() -> None:
+    st = beside(rt_busy=True)
+    cs = [seen(container("r", deadline=2.0), busy=True), container("t", klass=BE, managed=False)]
+    st = state(cs, [task("r", "computing", 1), task("t", "computing", 2)], util=1.0)
+    d = run(st)
+    assert acts(d) == [] and "unmanaged" in reasons(d)
+
+
+def test_a_gauge_source_is_exact_too() -> None:
+    cs = [seen(container("r", deadline=2.0), source="gauge", inflight=1), container("t", klass=BE)]
+    st = state(cs, [task("r", "computing", 1), task("t", "computing", 2)], util=1.0)
+    assert acts(run(st)) == [(PAUSE, "t")]
+    cs[0] = seen(container("r", deadline=2.0), source="gauge", inflight=0)
+    st = state(cs, [task("r", "computing", 1), task("t", "computing", 2)], util=1.0)
+    d = run(st, ours("t"))
+    assert acts(d) == [(UNPAUSE, "t")]  # nothing in flight, no task seen ending: idle
+
+
+# --- a device with exact and NVML-only real-time work ---------------------------------------
+
+
+def mixed(exact_busy: bool) -> Any:
+    cs = [seen(container("r", deadline=2.0), busy=exact_busy, last=(NOW - 3, NOW - 2))]
+    cs += [container("s", deadline=2.0), container("t", klass=BE)]
+    ts = [task("r", "computing" if exact_busy else "draining", 1, sm=0.3)]
+    ts += [task("s", "computing", 2, sm=0.3, pid=8), task("t", "computing", 3, sm=0.4, pid=9)]
+    return state(cs, ts, util=1.0)
+
+
+def test_mixed_device_nvml_real_time_alone_active_runs_the_duty_cycle() -> None:
+    d = run(mixed(exact_busy=False), ours("t"), Recent(duty_cycles={GPU0: DutyCycle(0.3, 1, NOW)}))
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "duty_cycle"
+    assert d.realtime_devices == frozenset({GPU0})  # the NVML law, for the NVML-only server
+
+
+def test_mixed_device_exact_real_time_busy_freezes_whatever_the_cycle_says() -> None:
+    d = run(mixed(exact_busy=True), None, Recent(duty_cycles={GPU0: DutyCycle(0.3, 1, NOW)}))
+    steps = {s.container: s.reason for s in d.steps}
+    assert steps["t"] == "best_effort"  # (the NVML-only server waits its turn: FIFO)
+
+
+# --- real-time tasks on their exact boundaries ----------------------------------------------
+
+
+def repeaters(second_phase: str, second_busy: bool) -> Any:
+    """rt-1 runs its kernel (the probe sees it busy; NVML's last sample still says input);
+    rt-2's next task shows in NVML's sample as ``second_phase``."""
+    cs = [seen(container("a", deadline=9.0), busy=True)]
+    cs.append(seen(container("b", deadline=9.0), busy=second_busy, last=(NOW - 2, NOW - 0.5)))
+    ts = [task("a", "input", 2, deadline=9.0), task("b", second_phase, 1, deadline=9.0, age=3)]
+    return state(cs, ts, util=1.0)
+
+
+def test_a_kernel_nvml_still_shows_after_the_probe_saw_it_end_is_draining() -> None:
+    # NVML's last sample shows rt-2 computing; the probe says its kernel ended and nothing
+    # was launched since: no kernel runs, so rt-1 is not preempted and nothing is skipped
+    # as "kernel_running"
+    d = run(repeaters("computing", second_busy=False))
+    assert acts(d) == [] and reasons(d) == []
+
+
+def test_without_the_probe_the_merged_period_keeps_its_place() -> None:
+    cs = [container("a", deadline=9.0), container("b", deadline=9.0)]
+    ts = [task("a", "computing", 2, deadline=9.0), task("b", "input", 1, deadline=9.0, age=3)]
+    steps = {s.container: s.reason for s in run(state(cs, ts, util=1.0)).steps}
+    assert steps["a"] == "preempt"  # today's law: b is first in the queue
+
+
+def test_an_exporter_without_in_flight_reads_busy_for_it() -> None:
+    c = seen(container("a"), busy=True)
+    del c["activity"]["in_flight"]
+    parsed = state([c], []).container(cid("a"))
+    assert parsed is not None and parsed.activity is not None and parsed.activity.in_flight
+
+
+def quantum(in_flight: bool, seen_by_probe: bool = True) -> Decision:
+    """rt-1 was admitted 0.1 s ago and NVML's last sample shows it computing; rt-2, ahead
+    of it in the queue, waits frozen."""
+    a, b = container("a", deadline=9.0), container("b", deadline=9.0, paused=True)
+    if seen_by_probe:
+        a = seen(a, busy=True, in_flight=in_flight)
+    ts = [task("a", "computing", 2, deadline=9.0)]
+    ts.append(task("b", "input", 1, deadline=9.0, paused=True))
+    ledger = Ledger(paused={cid("b"): NOW - 1}, admitted={cid("a"): NOW - 0.1})
+    return run(state([a, b], ts), ledger)
+
+
+def test_a_holder_with_no_kernel_in_flight_has_no_run_quantum() -> None:
+    d = quantum(in_flight=False)  # its kernel was waited for: no kernel holds the device
+    assert acts(d) == [(UNPAUSE, "b")] and "run_quantum" not in reasons(d)
+
+
+@pytest.mark.parametrize("seen_by_probe", [True, False])
+def test_a_holder_with_a_kernel_in_flight_or_unseen_keeps_its_quantum(seen_by_probe: bool) -> None:
+    d = quantum(in_flight=True, seen_by_probe=seen_by_probe)
+    assert acts(d) == [] and "run_quantum" in reasons(d)
+
+
+def test_a_busy_period_between_kernels_is_draining_not_computing() -> None:
+    # the probe's busy period runs on through the copies after a kernel (its output, the
+    # next input): no kernel in flight, so NVML's last "computing" is stale
+    c = seen(container("a", deadline=9.0), busy=True, in_flight=False)
+    st = state([c], [task("a", "computing", 1, deadline=9.0)])
+    assert edge_phase(st.tasks[0], st.container(cid("a"))).phase == "draining"
+    c = seen(container("a", deadline=9.0), busy=True, in_flight=True)
+    st = state([c], [task("a", "input", 1, deadline=9.0)])
+    assert edge_phase(st.tasks[0], st.container(cid("a"))).phase == "computing"
