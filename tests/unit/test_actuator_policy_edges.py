@@ -102,8 +102,38 @@ def test_real_time_busy_on_an_edge_freezes_best_effort_without_a_duty_cycle() ->
 
 
 def test_a_frozen_best_effort_stays_frozen_while_real_time_is_busy() -> None:
-    d = run(beside(rt_busy=True), ours("t"), Recent(duty_cycles={GPU0: DutyCycle(0.9, 1, NOW)}))
+    recent = Recent(duty_cycles={GPU0: DutyCycle(0.9, 1, NOW)})
+    d = run(beside(rt_busy=True), ours("t", at=NOW - 0.5), recent)
     assert acts(d) == []  # a duty cycle's run part thaws nothing while the edge says busy
+    assert d.next_due == pytest.approx(NOW - 0.5 + 0.9)  # the floor's run part falls due
+
+
+@pytest.mark.parametrize(("frozen_for", "thawed"), [(0.5, False), (0.89, False), (0.9, True)])
+def test_busy_real_time_leaves_best_effort_its_floor_of_every_period(
+    frozen_for: float, thawed: bool
+) -> None:
+    # frozen through (1 - floor) of a period (0.9 s of 1 s): the floor's run part is due
+    d = run(beside(rt_busy=True), ours("t", at=NOW - frozen_for))
+    assert acts(d) == ([(UNPAUSE, "t")] if thawed else [])
+    if thawed:
+        assert d.steps[0].reason == "duty_cycle"  # an admission: it runs its floor's share
+
+
+@pytest.mark.parametrize(("admitted_ago", "frozen"), [(0.05, False), (0.1, True), (5.0, True)])
+def test_the_floors_run_part_lasts_the_floors_share_of_a_period(
+    admitted_ago: float, frozen: bool
+) -> None:
+    d = run(beside(rt_busy=True), Ledger(admitted={cid("t"): NOW - admitted_ago}))
+    assert acts(d) == ([(PAUSE, "t")] if frozen else [])
+    if not frozen:
+        assert d.next_due == pytest.approx(NOW - admitted_ago + 0.1)
+
+
+def test_without_a_floor_busy_real_time_keeps_best_effort_frozen() -> None:
+    config = PolicyConfig(rate=RateLaw(period_s=1.0, floor=0.0, initial=0.3))
+    st = beside(rt_busy=True)
+    d = decide(st, Trigger("fast", NOW), config, ours("t", at=NOW - 30), None)
+    assert acts(d) == []
 
 
 @pytest.mark.parametrize(("idle_for", "thawed"), [(0.0, False), (0.05, False), (0.5, True)])

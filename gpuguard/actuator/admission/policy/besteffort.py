@@ -69,7 +69,7 @@ def plan_best_effort_rate(
         devices = {m.task.device for m in mine}
         active = devices & controlled
         settled = devices & edges.busy or not active
-        if settled and _edge_freeze(plan, v, devices, edges, now, recent):
+        if settled and _edge_freeze(plan, v, devices, edges, now, recent, law):
             continue
         if not active:
             last_seen = max(recent.realtime_seen.get(d, -math.inf) for d in devices)
@@ -101,14 +101,20 @@ def _edge_freeze(
     edges: Edges,
     now: float,
     recent: Recent,
+    law: RateLaw,
 ) -> bool:
     """Exact real-time work on its devices: frozen while it is busy, held until a gap worth
-    a thaw; True when that settles the container (the NVML law has nothing to add)."""
+    a thaw, and run for the floor's share of a period once frozen for the rest of one; True
+    when that settles the container (the NVML law has nothing to add)."""
     if devices & edges.busy:
         if v.blocker:
             if not v.paused:
                 plan.skips.append(skip_for(v, v.blocker, "best-effort, but cannot be paused"))
-        elif not v.paused:
+        elif v.paused:
+            floor_s = (1 - law.floor) * law.period_s if law.floor > 0 else 0.0
+            if v.ours and _floor_due(v.paused_at, floor_s, now, plan):
+                plan.steps.append(step_for(UNPAUSE, v, StepReason.DUTY_CYCLE))
+        elif not _floor_runs(v, law, now, plan):
             plan.steps.append(step_for(PAUSE, v, StepReason.BEST_EFFORT))
         return True
     idle = [edges.idle_since[d] for d in devices if d in edges.idle_since]
@@ -117,6 +123,29 @@ def _edge_freeze(
     thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s)
     if now < thaw_at:
         plan.due.append(thaw_at)
+        return True
+    return False
+
+
+def _floor_due(paused_at: float | None, frozen_s: float, now: float, plan: BestEffortPlan) -> bool:
+    """Whether a container frozen at ``paused_at`` has been frozen ``frozen_s`` (the floor's
+    run part is then due); else the time it will be is due."""
+    if paused_at is None or frozen_s <= 0:
+        return False
+    if now >= paused_at + frozen_s:
+        return True
+    plan.due.append(paused_at + frozen_s)
+    return False
+
+
+def _floor_runs(v: TaskView, law: RateLaw, now: float, plan: BestEffortPlan) -> bool:
+    """Whether a container admitted by a duty cycle (the floor's included) is still in the
+    run part it was given, the floor's share of a period."""
+    if law.floor <= 0 or v.admitted_at is None:
+        return False
+    end = v.admitted_at + law.floor * law.period_s
+    if now < end:
+        plan.due.append(end)
         return True
     return False
 
