@@ -1,6 +1,6 @@
 """Real-time programs that keep their memory and launch back to back: unmanaged vs managed.
 
-Issue 15's benchmark. Real containers on a private dockerd, gpusim, the real exporter and
+Real containers on a private dockerd, gpusim, the real exporter and
 actuator (fast path), as in ``colocation.py``; every scenario runs unmanaged and managed in
 the same invocation, with the same arrivals, and is judged from the workloads' own JSON-lines
 logs (the ground truth) and the actuator's audit log (why managed differs):
@@ -589,7 +589,7 @@ def _targets_a(f: dict[str, Any]) -> bool | None:
 
 
 def _targets_b(f: dict[str, Any]) -> bool | None:
-    # issue 24: two servers without SLO signals share; neither may fare worse than sharing
+    # two servers without SLO signals share; neither may fare worse than sharing
     rates = [(f.get(f"pair_{s}_hit_rate_shared"), f.get(f"pair_{s}_hit_rate_managed"))
              for s in ("tight", "loose")]  # fmt: skip
     if any(shared is None or managed is None for shared, managed in rates):
