@@ -31,7 +31,7 @@ from gpuguard.demo.stack.process import exit_on_sigterm
 # Prints the wall time right after its context exists, then holds it.
 IDLE_CONTEXT = (
     "import sys, time\n"
-    "from gpusim.client import GpusimClient\n"
+    "from gpuguard.gpusim.client import GpusimClient\n"
     "client = GpusimClient(sys.argv[1])\n"
     "client.request('context_create', device=0)\n"
     "print(time.time(), flush=True)\n"

@@ -32,7 +32,7 @@ MARK = "gpuguard.provisionable"
 DEADLINE_S = 40.0  # at risk once slack < 20%: 32 s into the task, 8 s before a miss
 IDLE_CONTEXT = (
     "import sys, time\n"
-    "from gpusim.client import GpusimClient\n"
+    "from gpuguard.gpusim.client import GpusimClient\n"
     "client = GpusimClient(sys.argv[1])\n"
     "client.request('context_create', device=0)\n"
     "time.sleep(300)\n"

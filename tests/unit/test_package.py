@@ -15,6 +15,7 @@ from gpuguard import contract, resources
 
 REPO = Path(__file__).resolve().parents[2]
 TOP_LEVEL_PARTS = ("exporter", "actuator", "gpusim", "placer")
+BARE_IMPORT = re.compile(rf"^\s*(?:from|import) (?:{'|'.join(TOP_LEVEL_PARTS)})\b", re.M)
 #: What the deployed programs import; the harness (the folder ``gpuguard/demo/``) is not.
 RUNTIME_ENTRY_MODULES = (
     "gpuguard.cli",
@@ -52,6 +53,12 @@ def test_no_module_imports_a_part_by_its_bare_folder_name() -> None:
                 for name in names
                 if name.split(".")[0] in TOP_LEVEL_PARTS
             ]
+            # code run elsewhere (``python -c`` in a container) imports through gpuguard too
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                offenders += [
+                    f"{path.relative_to(REPO)}:{node.lineno} {found.group(0)!r}"
+                    for found in BARE_IMPORT.finditer(node.value)
+                ]
     assert not offenders, "import through gpuguard.*: " + ", ".join(offenders)
 
 
