@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskBoundary, TaskMode
+from gpuguard.contract import (
+    RUNNING_PHASES,
+    ActivitySource,
+    EventType,
+    Phase,
+    TaskBoundary,
+    TaskMode,
+)
 from gpuguard.exporter.activity import ContainerActivity
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
@@ -78,6 +85,9 @@ class TaskView(NamedTuple):
     boundary: TaskBoundary = TaskBoundary.EXACT
     #: Its container's name while it ran: a finished task keeps it once the container is gone.
     container_name: str | None = None
+    #: What its boundaries come from: ``launch`` (the probe: first launch, last wait's
+    #: return) or ``nvml`` (the samples).
+    timed_by: ActivitySource = ActivitySource.NVML
 
     @property
     def absolute_deadline(self) -> float | None:
@@ -250,6 +260,7 @@ class _Task:
             busy_until=None if ended_at is not None else self.busy_until,
             boundary=self.boundary if boundary is None else boundary,
             container_name=self.container_name,
+            timed_by=ActivitySource.LAUNCH if self.probed else ActivitySource.NVML,
         )
 
 

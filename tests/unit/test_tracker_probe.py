@@ -129,6 +129,7 @@ def test_one_shot_runs_from_its_first_launch_to_its_last_wait_in_every_mode(
     assert view.started_at == pytest.approx(0.23) and view.ended_at == pytest.approx(0.57)
     assert view.run_s == pytest.approx(0.34)
     assert view.boundary is TaskBoundary.EXACT and view.met_deadline is met
+    assert view.timed_by == "launch" and early.timed_by == "nvml"
     stats = h.tracker.stats[cid(1)]
     assert (stats.finished, stats.hits, stats.misses) == (1, int(met), int(not met))
     assert len(h.of(EventType.TASK_STARTED)) == 1
@@ -183,6 +184,7 @@ def test_the_same_requests_seen_only_by_nvml_stay_one_merged_busy_period() -> No
     polls(h, 1.7, 2.5, {100: CTX + GIB})
     (view,) = h.ended()
     assert view.boundary is TaskBoundary.MERGED and view.met_deadline is None
+    assert view.timed_by == "nvml"
 
 
 # --- a repeater keeping its memory: its next task starts at its launch --------------------
@@ -272,6 +274,7 @@ def test_probe_attaching_mid_task_leaves_that_task_to_nvml_and_times_the_next() 
     assert first.task_id == nvml_task.task_id and first.started_at == nvml_task.started_at
     assert (second.started_at, second.ended_at) == (pytest.approx(1.53), pytest.approx(1.7))
     assert second.boundary is TaskBoundary.EXACT
+    assert (first.timed_by, second.timed_by) == ("nvml", "launch")
 
 
 def test_probe_detaching_mid_task_hands_it_to_nvml_which_ends_it() -> None:
