@@ -332,6 +332,9 @@ class Tracker:
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
         #: container id -> the start of the newest probe busy period already in a task
         self._probe_mark: dict[str, float] = {}
+        #: probed tasks whose process left while the probe's view had not yet shown their
+        #: end: (task, where the samples place the end, when it left)
+        self._leaving: list[tuple[_Task, float, float]] = []
 
     # -- per poll ---------------------------------------------------------------------
 
@@ -372,7 +375,8 @@ class Tracker:
         for key in [k for k in self._processes if k not in seen]:
             gone = self._processes.pop(key)  # nothing of a process stays once it left
             if gone.task is not None:
-                self._end(gone.task, self._gone_at(gone.task, activity or {}, change_at))
+                self._leaving.append((gone.task, change_at, now))
+        self._settle_leaving(activity or {}, now)
         self.check_deadlines(now)
         self._count_pauses(containers, now, prev)
         self._last_poll = now
@@ -448,6 +452,7 @@ class Tracker:
             "runs": len(self._runs),
             "histograms": len(self._hist),
             "probe_marks": len(self._probe_mark),
+            "leaving": len(self._leaving),
             "recent": len(self.recent),
         }
 
@@ -636,20 +641,30 @@ class Tracker:
             task.phase = phase
             self._emit(EventType.TASK_PHASE, task, now, phase=phase)
 
-    def _gone_at(
-        self, task: _Task, activity: Mapping[str, ContainerActivity], change_at: float
-    ) -> float:
-        """Where a task whose process left the device ended: its last wait's return where
-        the probe timed it, else half-way between this poll and the one before."""
-        act = activity.get(task.container_id) if task.probed and task.container_id else None
-        if act is None:
-            return change_at
-        if act.busy and act.ending is not None:
-            return act.ending  # its last wait returned: within the task gap of its end
-        last = act.last_task
-        if not act.busy and last is not None and last[0] >= task.started_at:
-            return last[1]
-        return change_at  # it left in the middle of its work
+    def _settle_leaving(self, activity: Mapping[str, ContainerActivity], now: float) -> None:
+        """End the tasks whose process left the device: at the samples' placement (half-way
+        between polls) unless the probe times it, then at its last wait's return once the
+        probe's view shows the period over (it may lag the samples by a tick), at most
+        ``idle_gap_s`` later (a process that died inside a wait: the placement)."""
+        keep = []
+        for task, placed, left in self._leaving:
+            act = activity.get(task.container_id) if task.probed and task.container_id else None
+            last = act.last_task if act is not None else None
+            if act is None:
+                end = placed
+            elif (
+                last is not None
+                and last[0] >= task.started_at
+                and (not act.busy or (act.busy_since or 0.0) > placed)
+            ):
+                end = last[1]  # over in the probe's view (a period begun since is another's)
+            elif now - left > self.rules.idle_gap_s:
+                end = act.ending if act.ending is not None else placed
+            else:
+                keep.append((task, placed, left))
+                continue
+            self._end(task, end)
+        self._leaving = keep
 
     def _end_at(self, task: _Task, seen: _Seen, now: float, change_at: float) -> float | None:
         """When this task ended, if this poll shows that it did (None: it goes on)."""
@@ -721,7 +736,8 @@ class Tracker:
     # -- internals --------------------------------------------------------------------
 
     def _tasks(self) -> list[_Task]:
-        return [r.task for r in self._processes.values() if r.task is not None]
+        running = [r.task for r in self._processes.values() if r.task is not None]
+        return running + [task for task, _placed, _left in self._leaving]
 
     def _start(
         self,

@@ -163,6 +163,23 @@ def test_exporter_sees_a_containers_task_through_the_probe(
     busy_s = exporter.metric("gpuguard_container_launch_busy_seconds_total", container_id=short)
     assert busy_s == pytest.approx(idle["ts"] - busy["ts"], abs=1e-3)
 
+    # the tracker's task is the probe's: first launch to last wait's return, judged
+    def ended() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        return [
+            e for e in batch if e["type"] == EventType.TASK_ENDED and e.get("container") == "probed"
+        ]
+
+    wait_for(lambda: len(ended()) >= 1, 10, "the tracker's task ended")
+    (task,) = [e for e in ended() if e["boundary"] == "exact"]
+    assert task["ts"] == pytest.approx(idle["ts"], abs=1e-6)
+    assert task["ts"] - task["run_s"] == pytest.approx(busy["ts"], abs=1e-6)
+    start_error = task["ts"] - task["run_s"] - log["kernel_start"]["t"]
+    end_error = log["output_end"]["t"] - task["ts"]
+    print(f"task start {start_error * 1e3:.2f} ms after kernel_start, "
+          f"end {end_error * 1e3:.2f} ms before output_end")  # fmt: skip
+    assert 0 <= start_error < SLACK_S and 0 <= end_error < SLACK_S
+
 
 def workload(sim: GpusimService, name: str, *args: str) -> list[str]:
     return workload_args(sim, name, *args)

@@ -56,6 +56,7 @@ class Probed:
         self.drivers: dict[int, Driver] = {}
         self.hold = SampleHold()
         self.attached = True
+        self.lag = 0.0  # how far the probe's view is behind the poll
         self.clock = 0.0
         self._last: dict[int, ProcLaunches] = {}
 
@@ -81,7 +82,7 @@ class Probed:
     def poll(
         self, t: float, procs: Mapping[int, int | None], sm: Mapping[int, float] | None = None
     ) -> None:
-        while self.clock + TICK <= t + 1e-9:
+        while self.clock + TICK <= t - self.lag + 1e-9:
             self.clock = round(self.clock + TICK, 6)
             self._tick(self.clock)
         joined = join(self.hold.apply(sample(t, procs, sm)), self.owners, self.containers)
@@ -240,6 +241,23 @@ def test_a_process_that_exits_in_its_wait_ends_its_task_where_it_left() -> None:
     assert view.started_at == pytest.approx(0.13)
     assert 0.45 <= (view.ended_at or 0) <= 0.5  # the probe's exit tick or the half-way poll
     assert h.tracker.running() == ()
+
+
+def test_a_process_gone_before_the_probes_view_shows_its_end_ends_at_its_last_wait() -> None:
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 0.47), exit_at=0.48))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.4, {100: CTX})
+    h.lag = 0.04  # the view is of 0.46: still in its last wait
+    h.poll(0.5, {})  # NVML: gone
+    (task,) = h.tracker.running()  # not ended half-way between polls (0.45)
+    assert h.ended() == []
+    h.lag = 0.0
+    h.poll(0.6, {})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.13), pytest.approx(0.47))
+    assert view.task_id == task.task_id and h.tracker.table_sizes()["leaving"] == 0
 
 
 def test_a_task_begun_and_ended_between_two_polls_is_still_one_task() -> None:
