@@ -479,8 +479,9 @@ class Tracker:
         act: ContainerActivity | None = None,
     ) -> None:
         task = record.task
-        if task is not None and task.probed and act is None:
-            task.probed = False  # the probe lost sight of it: the samples' rules from here
+        if task is not None and task.in_probe and act is None:
+            # the probe lost sight of it: the samples' rules to its end
+            task.probed = task.in_probe = False
         if task is not None and act is not None and not task.probed:
             # begun before its first launch (its input phase): timed from that launch on;
             # one the samples saw compute before the probe saw it stays theirs

@@ -310,6 +310,10 @@ def test_probe_detaching_mid_task_hands_it_to_nvml_which_ends_it() -> None:
     assert view.task_id == task.task_id and view.started_at == pytest.approx(0.13)
     assert view.ended_at == pytest.approx(0.6)  # its last SM sample
     assert h.tracker.running() == ()
+    h.attached = True  # attached again: the next period is the probe's own task
+    h.calls(100, Driver((0.13, 0.6), (2.23, 2.4)))
+    polls(h, 2.1, 2.6, {100: CTX})
+    assert [(v.timed_by, v.started_at) for v in h.ended()][1:] == [("launch", pytest.approx(2.23))]
 
 
 # --- what the probe does not time -------------------------------------------------------
@@ -344,3 +348,20 @@ def test_probe_marks_stay_bounded_under_container_churn() -> None:
         t += 0.3
     assert h.tracker.table_sizes()["probe_marks"] <= 1
     assert len(h.ended()) == 64  # every one a task (history holds the last 64)
+
+
+def test_a_paused_probed_task_waits_inside_its_task_and_its_run_is_not_learnt() -> None:
+    h = Probed(container(1, deadline_s=5.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 1.47)))  # its wait returns late: frozen from 0.4 to 1.3
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.3, {100: CTX})
+    h.containers = {cid(1): container(1, deadline_s=5.0, state="paused")}
+    polls(h, 0.4, 1.2, {100: CTX})
+    (task,) = h.tracker.running()
+    assert task.busy_until is None and task.elapsed_s(1.2) == pytest.approx(1.07)
+    h.containers = {cid(1): container(1, deadline_s=5.0)}
+    polls(h, 1.3, 1.7, {100: CTX})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.13), pytest.approx(1.47))
+    assert cid(1) not in h.tracker.typical_run  # it waited: not what it needs alone
