@@ -141,7 +141,13 @@ def guard_resumes(state_dir: Path, since: float) -> list[dict[str, Any]]:
             if r.get("event") == "guard_resume" and r.get("ts", 0) >= since]  # fmt: skip
 
 
-def assert_the_pause_holds(client: Any, waiter: Any, state_dir: Path, since: float) -> None:
+def assert_a_pause_holds(
+    client: Any, holder_and_waiter: Callable[[], tuple[Any, Any]], state_dir: Path
+) -> None:
+    """A task that waits behind another is paused, and stays so past several guard checks."""
+    _, waiter = holder_and_waiter()
+    wait_for(lambda: paused(client, waiter), 60, "the waiting task to be paused")
+    since = time.time()
     time.sleep(CHECKS_S)
     assert paused(client, waiter), "the other release's guard resumed the waiting task"
     assert guard_resumes(state_dir, since) == []
@@ -166,9 +172,7 @@ def test_this_actuator_beside_an_earlier_guard_keeps_its_pauses(
     processes.extend([actuator, guard])
     guard.wait_ready((state_dir / GUARD_LEASE).exists, 30)
     actuator.start()
-    _, waiter = holder_and_waiter()
-    wait_for(lambda: paused(docker_client, waiter), 60, "the waiting task to be paused")
-    assert_the_pause_holds(docker_client, waiter, state_dir, time.time())
+    assert_a_pause_holds(docker_client, holder_and_waiter, state_dir)
     assert "resuming" not in guard.log_path.read_text()
 
 
@@ -192,7 +196,5 @@ def test_an_earlier_actuator_beside_this_guard_keeps_its_pauses(
     actuator = from_release(tree, "actuator", argv, tmp_path / "a.log")
     processes.extend([actuator, guard])
     actuator.wait_ready(lambda: requests.get(url + "/healthz", timeout=1).ok, 30)
-    _, waiter = holder_and_waiter()
-    wait_for(lambda: paused(docker_client, waiter), 60, "the waiting task to be paused")
-    assert_the_pause_holds(docker_client, waiter, state_dir, time.time())
+    assert_a_pause_holds(docker_client, holder_and_waiter, state_dir)
     assert "resuming" not in (state_dir / "guard.log").read_text()
