@@ -147,6 +147,7 @@ class TaskField(_Fields):
     OVERRUN: Final = "overrun"
     BOUNDARY: Final = "boundary"
     PAUSED: Final = "paused"
+    TIMED_BY: Final = "timed_by"
     # finished tasks (``recent``) only
     ENDED_AT: Final = "ended_at"
     RUN_S: Final = "run_s"

@@ -42,6 +42,8 @@ class ContainerActivity:
     last_task: tuple[float, float] | None  # (first launch, last wait's return)
     #: a kernel launched and not yet waited for (within a busy period, its copies are not)
     in_flight: bool = False
+    #: the running task's end if no launch comes within the task gap (its last wait's return)
+    ending: float | None = None
 
 
 def source_of(
@@ -192,6 +194,7 @@ class ActivityTracker:
             cid, now, totals.launches, totals.copies, totals.waits, totals.wait_s,
             s.busy_since is not None, s.busy_since, s.busy_s + running, s.tasks, s.last_task,
             in_flight=in_flight and s.busy_since is not None,
+            ending=s.ending if s.busy_since is not None else None,
         )  # fmt: skip
 
     def _emit(self, type_: EventType, cid: str, ts: float, **fields: float) -> None:

@@ -171,9 +171,13 @@ class Poller:
         containers = self.containers.snapshot()
         owners, procfs_status = self._owners(sample)
         joined = None
+        probe = self.probe()
+        # the probe's view times tasks only while it is attached (a stopped probe's view is
+        # frozen at its last tick)
+        activity = self.activity() if probe is not None and probe.attached else {}
         if sample is not None:
             joined = join(sample, owners, containers)
-            self.tracker.update(joined, sample.timestamp, containers)
+            self.tracker.update(joined, sample.timestamp, containers, activity)
         else:
             self.tracker.check_deadlines(self._clock())
         if self.containers.connected:
@@ -215,7 +219,7 @@ class Poller:
             longest_run=self.tracker.longest_run(),
             trust_policy=self.trust_policy,
             activity=self.activity(),
-            probe=self.probe(),
+            probe=probe,
             inflight=self.inflight(),
         )
         self.snapshot = snapshot

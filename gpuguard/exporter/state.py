@@ -123,6 +123,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
         TaskField.OVERRUN: task.overrun,
         TaskField.BOUNDARY: task.boundary,
         TaskField.PAUSED: bool(info is not None and info.paused),
+        TaskField.TIMED_BY: task.timed_by,
     }
     if task.ended_at is not None:
         doc[TaskField.ENDED_AT] = task.ended_at

@@ -20,7 +20,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from gpuguard.contract import RUNNING_PHASES, EventType, Phase, TaskBoundary, TaskMode
+from gpuguard.contract import (
+    RUNNING_PHASES,
+    ActivitySource,
+    EventType,
+    Phase,
+    TaskBoundary,
+    TaskMode,
+)
+from gpuguard.exporter.activity import ContainerActivity
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
 from gpuguard.exporter.samples import BUSY_SHARE
@@ -77,6 +85,9 @@ class TaskView(NamedTuple):
     boundary: TaskBoundary = TaskBoundary.EXACT
     #: Its container's name while it ran: a finished task keeps it once the container is gone.
     container_name: str | None = None
+    #: What its boundaries come from: ``launch`` (the probe: first launch, last wait's
+    #: return) or ``nvml`` (the samples).
+    timed_by: ActivitySource = ActivitySource.NVML
 
     @property
     def absolute_deadline(self) -> float | None:
@@ -146,6 +157,7 @@ class _Task:
         "gap_seen",
         "gpu",
         "gpu_index",
+        "in_probe",
         "last_active",
         "memory",
         "merged",
@@ -156,6 +168,7 @@ class _Task:
         "paused",
         "phase",
         "pid",
+        "probed",
         "sm",
         "start_ticks",
         "started_at",
@@ -196,6 +209,8 @@ class _Task:
         self.gap_seen = False  # a visible idle since its last fresh activity
         self.merged = False  # activity went on after a visible idle inside it
         self.thawing = False  # paused since its last fresh activity: idle is waiting
+        self.probed = False  # its boundaries are the launch probe's (first launch, last wait)
+        self.in_probe = False  # begun while the probe saw its container: its launch times it
 
     @property
     def boundary(self) -> TaskBoundary:
@@ -203,6 +218,8 @@ class _Task:
         tracker")."""
         if self.mode != TaskMode.BURST:
             return TaskBoundary.EXACT
+        if self.probed:  # one busy period of the probe's: begun after an idle it saw
+            return TaskBoundary.EXACT if self.exact_start else TaskBoundary.MERGED
         if self.merged or not self.exact_start or self.blind:
             return TaskBoundary.MERGED
         return TaskBoundary.OPEN
@@ -218,7 +235,7 @@ class _Task:
     def busy_until(self) -> float | None:
         """Up to when it is known to have run: None (now) in process mode, while paused, or
         where activity cannot be seen."""
-        if self.mode == TaskMode.PROCESS or self.paused or self.blind:
+        if self.mode == TaskMode.PROCESS or self.paused or (self.blind and not self.probed):
             return None
         return self.last_active
 
@@ -243,17 +260,19 @@ class _Task:
             busy_until=None if ended_at is not None else self.busy_until,
             boundary=self.boundary if boundary is None else boundary,
             container_name=self.container_name,
+            timed_by=ActivitySource.LAUNCH if self.probed else ActivitySource.NVML,
         )
 
 
 class _Process:
     """What the tracker keeps about one process while it is on one device."""
 
-    __slots__ = ("memory", "task")
+    __slots__ = ("last_end", "memory", "task")
 
     def __init__(self) -> None:
         self.memory: int | None = 0  # at the previous poll; 0 before it appeared
         self.task: _Task | None = None
+        self.last_end: float | None = None  # where its last task ended
 
 
 class _Seen:
@@ -311,14 +330,32 @@ class Tracker:
         self._runs: dict[str, deque[float]] = {}
         self._longest: dict[str, float] = {}
         self._hist: dict[str, list[float]] = {}  # gpu -> per-bucket counts + [sum, count]
+        #: container id -> the start of the newest probe busy period already in a task
+        self._probe_mark: dict[str, float] = {}
+        #: probed tasks whose process left while the probe's view had not yet shown their
+        #: end: (task, where the samples place the end, when it left)
+        self._leaving: list[tuple[_Task, float, float]] = []
 
     # -- per poll ---------------------------------------------------------------------
 
-    def update(self, joined: Joined, now: float, containers: Mapping[str, ContainerInfo]) -> None:
-        """Apply one successful GPU sample taken at wall time ``now``."""
+    def update(
+        self,
+        joined: Joined,
+        now: float,
+        containers: Mapping[str, ContainerInfo],
+        activity: Mapping[str, ContainerActivity] | None = None,
+    ) -> None:
+        """Apply one successful GPU sample taken at wall time ``now``.
+
+        ``activity``: the attached launch probe's view per container id (None or empty: no
+        probe). A container it saw launch, with one process on the devices, gets its tasks'
+        boundaries from it (first launch, last wait's return); every other container is
+        tracked from the samples alone.
+        """
         self._containers = containers
         prev = self._last_poll
         change_at = now if prev is None else (prev + now) / 2
+        probed = _probed(joined, activity or {})
         seen: set[DeviceKey] = set()
         for proc in joined.processes:
             key = (proc.gpu, proc.pid, proc.start_ticks)
@@ -327,12 +364,19 @@ class Tracker:
             appeared = record is None
             if record is None:
                 record = self._processes[key] = _Process()
-            self._step(record, self._seen(proc, record, appeared, joined, now), now, change_at)
+            self._step(
+                record,
+                self._seen(proc, record, appeared, joined, now),
+                now,
+                change_at,
+                probed.get(proc.container_id) if proc.container_id else None,
+            )
             record.memory = proc.used_memory_bytes
         for key in [k for k in self._processes if k not in seen]:
             gone = self._processes.pop(key)  # nothing of a process stays once it left
             if gone.task is not None:
-                self._end(gone.task, change_at)
+                self._leaving.append((gone.task, change_at, now))
+        self._settle_leaving(activity or {}, now)
         self.check_deadlines(now)
         self._count_pauses(containers, now, prev)
         self._last_poll = now
@@ -356,13 +400,16 @@ class Tracker:
     def check_deadlines(self, now: float) -> None:
         """Count an overrun the moment a running task passes its deadline (once per task).
 
-        Only tasks whose boundaries are exact while they run (``process``, ``memory``): a
-        burst is judged when it ends (docs/design-notes.md, "The task tracker"). Also called
-        when the GPU sample failed: the deadlines of tasks whose run time counts up to now
-        (process mode, paused containers) keep running without a sample.
+        Only tasks whose boundaries are exact while they run (``process``, ``memory``, a
+        burst timed by the launch probe): any other burst is judged when it ends
+        (docs/design-notes.md, "The task tracker"). Also called when the GPU sample failed:
+        the deadlines of tasks whose run time counts up to now (process mode, paused
+        containers) keep running without a sample.
         """
         for task in self._tasks():
-            if task.overrun or task.deadline_s is None or task.mode == TaskMode.BURST:
+            if task.overrun or task.deadline_s is None:
+                continue
+            if task.mode == TaskMode.BURST and task.boundary is not TaskBoundary.EXACT:
                 continue
             busy_until = task.busy_until
             if (now if busy_until is None else busy_until) - task.started_at > task.deadline_s:
@@ -372,7 +419,11 @@ class Tracker:
 
     def forget_containers(self, alive: Mapping[str, ContainerInfo]) -> None:
         """Drop counters of removed containers: a removed container leaves no series."""
-        for table in (self.stats, self.demand, self.typical_run, self._runs, self._longest):
+        tables = (
+            self.stats, self.demand, self.typical_run, self._runs, self._longest,
+            self._probe_mark,
+        )  # fmt: skip
+        for table in tables:
             for cid in [c for c in table if c not in alive]:
                 del table[cid]
 
@@ -400,6 +451,8 @@ class Tracker:
             "typical_run": len(self.typical_run),
             "runs": len(self._runs),
             "histograms": len(self._hist),
+            "probe_marks": len(self._probe_mark),
+            "leaving": len(self._leaving),
             "recent": len(self.recent),
         }
 
@@ -417,31 +470,53 @@ class Tracker:
         blind = proc.gpu in joined.unsampled
         return _Seen(proc, info, appeared, record.memory, device_sm, now, blind)
 
-    def _step(self, record: _Process, seen: _Seen, now: float, change_at: float) -> None:
+    def _step(
+        self,
+        record: _Process,
+        seen: _Seen,
+        now: float,
+        change_at: float,
+        act: ContainerActivity | None = None,
+    ) -> None:
         task = record.task
+        if task is not None and task.in_probe and act is None:
+            # the probe lost sight of it: the samples' rules to its end
+            task.probed = task.in_probe = False
+        if task is not None and act is not None and not task.probed:
+            # begun before its first launch (its input phase): timed from that launch on;
+            # one the samples saw compute before the probe saw it stays theirs
+            period = self._unclaimed(record, seen, act)
+            if period is not None and (task.in_probe or not task.computed):
+                self._refresh(task, seen)
+                self._adopt(record, task, seen, act, now, period)
+                return
+        if task is not None and task.probed and act is not None:
+            self._refresh(task, seen)
+            self._step_probed(record, task, seen, act, now)
+            return
         if task is not None:
-            task.paused = seen.info is not None and seen.info.paused
-            task.blind = seen.blind
-            if seen.info is not None:
-                task.container_name = seen.info.name
-            if task.deadline_s is None and seen.info is not None:
-                # the container index may sync after the task was first seen
-                task.deadline_s = seen.info.deadline_s
+            self._refresh(task, seen)
             end_at = self._end_at(task, seen, now, change_at)
             if end_at is None:
                 self._observe(task, seen, now, change_at)
                 return
             self._end(task, end_at)
             record.task = None
+            record.last_end = end_at
             ended_at: float | None = end_at
         else:
             ended_at = None
+        if act is not None:
+            self._start_probed(record, seen, act, now)
+            if record.task is not None:
+                return
         mode = self._mode(seen.info)
         if mode == TaskMode.PROCESS:
             starts = True  # paper A: being on the device is the task
         else:
-            # new activity starts a task; a held sample is only the last one standing
-            fresh = seen.active_at is not None
+            # new activity starts a task; a held sample is only the last one standing; where
+            # the probe sees the container, only its launches start one by a kernel
+            fresh = seen.active_at is not None and act is None
             starts = (seen.grew or fresh) and seen.proc.used_memory_bytes != 0
         if starts:
             floor = 0 if seen.appeared else record.memory
@@ -450,10 +525,147 @@ class Tracker:
                 # started by a kernel: where in its sample period that activity began
                 started_at = max(seen.proc.active_since, ended_at or 0.0)
             record.task = self._start(seen, mode, floor, started_at)
+            record.task.in_probe = act is not None
             # Seen quiet before: at an earlier poll with no task, or a new input phase after
             # its last task's kernel. At the exporter's first poll nobody saw it begin.
             record.task.exact_start = not (seen.appeared and self._last_poll is None)
             self._observe(record.task, seen, now, change_at)
+
+    @staticmethod
+    def _refresh(task: _Task, seen: _Seen) -> None:
+        """What a poll says of a running task's container and device, in every mode."""
+        task.paused = seen.info is not None and seen.info.paused
+        task.blind = seen.blind
+        if seen.info is not None:
+            task.container_name = seen.info.name
+        if task.deadline_s is None and seen.info is not None:
+            # the container index may sync after the task was first seen
+            task.deadline_s = seen.info.deadline_s
+
+    # -- tasks timed by the launch probe (docs/design-notes.md, "Tasks from the probe") --
+
+    def _step_probed(
+        self, record: _Process, task: _Task, seen: _Seen, act: ContainerActivity, now: float
+    ) -> None:
+        """A probed task goes on while its busy period does (in ``process`` mode, until the
+        process leaves); else it ends at the period's last wait's return."""
+        if task.mode != TaskMode.PROCESS and act.busy_since != task.started_at:
+            last = act.last_task
+            # its period is the last finished one, unless more than one ended since the
+            # poll before (then only its last activity seen is known)
+            end = last[1] if last is not None and last[0] == task.started_at else task.last_active
+            self._end(task, end)
+            record.task = None
+            record.last_end = end
+            self._start_probed(record, seen, act, now)
+            return
+        self._observe_probed(task, seen, act, now)
+
+    def _unclaimed(
+        self, record: _Process, seen: _Seen, act: ContainerActivity
+    ) -> tuple[float, float | None] | None:
+        """The earliest busy period that no task holds yet, as (first launch, end or None
+        while it runs): one that began and ended since the poll before, else the running one."""
+        cid = seen.proc.container_id or ""
+        after = max(self._probe_mark.get(cid, -1.0), record.last_end or -1.0)
+        last = act.last_task
+        if last is not None and last[0] > after:
+            return last
+        if act.busy_since is not None and act.busy_since > after:
+            return act.busy_since, None
+        return None
+
+    def _start_probed(
+        self, record: _Process, seen: _Seen, act: ContainerActivity, now: float
+    ) -> None:
+        """Start a task at each busy period the probe saw begin that no task holds yet."""
+        period = self._unclaimed(record, seen, act)
+        if period is None:
+            return
+        mode = self._mode(seen.info)
+        floor = 0 if seen.appeared else record.memory
+        phase = _probed_phase(act, period[1] is None)
+        task = self._start(seen, mode, floor, period[0], phase=phase)
+        task.in_probe = True
+        self._adopt(record, task, seen, act, now, period)
+
+    def _adopt(
+        self,
+        record: _Process,
+        task: _Task,
+        seen: _Seen,
+        act: ContainerActivity,
+        now: float,
+        period: tuple[float, float | None],
+    ) -> None:
+        """Time ``task`` by the probe from ``period``'s first launch on; a period already
+        over ends it there (outside ``process`` mode), and the next one starts its own."""
+        begin, end = period
+        task.probed = task.computed = True
+        task.started_at = task.last_active = begin
+        task.order = (begin, task.order[1], task.order[2])
+        # at the exporter's first poll nobody saw the idle before it
+        task.exact_start = self._last_poll is not None
+        record.task = task
+        self._probe_mark[seen.proc.container_id or ""] = begin
+        if end is not None and task.mode != TaskMode.PROCESS:
+            task.last_active = end
+            self._end(task, end)
+            record.task = None
+            record.last_end = end
+            self._start_probed(record, seen, act, now)
+            return
+        self._observe_probed(task, seen, act, now)
+
+    def _observe_probed(self, task: _Task, seen: _Seen, act: ContainerActivity, now: float) -> None:
+        task.memory = seen.proc.used_memory_bytes
+        cid = seen.proc.container_id or ""
+        newest = act.busy_since if act.busy_since is not None else None
+        if newest is None and act.last_task is not None:
+            newest = act.last_task[0]
+        if newest is not None:  # every period while it runs is its own (process mode)
+            self._probe_mark[cid] = max(self._probe_mark.get(cid, newest), newest)
+        if act.busy:
+            seen_until = act.ending if act.ending is not None else act.timestamp
+            task.last_active = max(task.last_active, seen_until)
+        elif act.last_task is not None:
+            task.last_active = max(task.last_active, act.last_task[1])
+        if seen.active_at is not None and seen.alone:
+            task.alone_sm += seen.sm
+            task.alone_n += 1
+        if task.paused:
+            task.last_active = now  # waiting is part of the task
+            task.waited = True
+        phase = _probed_phase(act, True)
+        task.sm = seen.sm if phase == Phase.COMPUTING else 0.0
+        if phase != task.phase:
+            task.phase = phase
+            self._emit(EventType.TASK_PHASE, task, now, phase=phase)
+
+    def _settle_leaving(self, activity: Mapping[str, ContainerActivity], now: float) -> None:
+        """End the tasks whose process left the device: at the samples' placement (half-way
+        between polls) unless the probe times it, then at its last wait's return once the
+        probe's view shows the period over (it may lag the samples by a tick), at most
+        ``idle_gap_s`` later (a process that died inside a wait: the placement)."""
+        keep = []
+        for task, placed, left in self._leaving:
+            act = activity.get(task.container_id) if task.probed and task.container_id else None
+            last = act.last_task if act is not None else None
+            if act is None:
+                end = placed
+            elif (
+                last is not None
+                and last[0] >= task.started_at
+                and (not act.busy or (act.busy_since or 0.0) > placed)
+            ):
+                end = last[1]  # over in the probe's view (a period begun since is another's)
+            elif now - left > self.rules.idle_gap_s:
+                end = act.ending if act.ending is not None else placed
+            else:
+                keep.append((task, placed, left))
+                continue
+            self._end(task, end)
+        self._leaving = keep
 
     def _end_at(self, task: _Task, seen: _Seen, now: float, change_at: float) -> float | None:
         """When this task ended, if this poll shows that it did (None: it goes on)."""
@@ -525,9 +737,17 @@ class Tracker:
     # -- internals --------------------------------------------------------------------
 
     def _tasks(self) -> list[_Task]:
-        return [r.task for r in self._processes.values() if r.task is not None]
+        running = [r.task for r in self._processes.values() if r.task is not None]
+        return running + [task for task, _placed, _left in self._leaving]
 
-    def _start(self, seen: _Seen, mode: TaskMode, floor: int | None, started_at: float) -> _Task:
+    def _start(
+        self,
+        seen: _Seen,
+        mode: TaskMode,
+        floor: int | None,
+        started_at: float,
+        phase: Phase | None = None,
+    ) -> _Task:
         proc = seen.proc
         n = next(self._task_numbers)
         cid12 = proc.container_id[:12] if proc.container_id else "-"
@@ -538,6 +758,8 @@ class Tracker:
             task.phase = Phase.COMPUTING
         elif seen.grew and not seen.appeared:
             task.phase = Phase.INPUT
+        if phase is not None:
+            task.phase = phase
         info = seen.info
         task.deadline_s = info.deadline_s if info is not None else None
         task.container_name = info.name if info is not None else None
@@ -653,6 +875,25 @@ class Tracker:
             phase=fields.pop("phase", None),
             **fields,
         )
+
+
+def _probed(
+    joined: Joined, activity: Mapping[str, ContainerActivity]
+) -> dict[str, ContainerActivity]:
+    """The probe's view of each container it saw launch and that has one process on the
+    devices (a busy period is the container's, so it can time only a lone process's tasks)."""
+    if not activity:
+        return {}
+    count: dict[str, int] = {}
+    for proc in joined.processes:
+        if proc.container_id is not None:
+            count[proc.container_id] = count.get(proc.container_id, 0) + 1
+    return {cid: act for cid, act in activity.items() if act.launches > 0 and count.get(cid) == 1}
+
+
+def _probed_phase(act: ContainerActivity, running: bool) -> Phase:
+    """A probed task computes while a kernel of it is launched and not waited for."""
+    return Phase.COMPUTING if running and act.busy and act.in_flight else Phase.DRAINING
 
 
 def _more(a: int | None, b: int | None) -> bool:

@@ -163,6 +163,67 @@ def test_exporter_sees_a_containers_task_through_the_probe(
     busy_s = exporter.metric("gpuguard_container_launch_busy_seconds_total", container_id=short)
     assert busy_s == pytest.approx(idle["ts"] - busy["ts"], abs=1e-3)
 
+    # the tracker's task is the probe's: first launch to last wait's return, judged
+    def ended() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        return [
+            e for e in batch if e["type"] == EventType.TASK_ENDED and e.get("container") == "probed"
+        ]
+
+    wait_for(lambda: len(ended()) >= 1, 10, "the tracker's task ended")
+    (task,) = [e for e in ended() if e["boundary"] == "exact"]
+    assert task["ts"] == pytest.approx(idle["ts"], abs=1e-6)
+    assert task["ts"] - task["run_s"] == pytest.approx(busy["ts"], abs=1e-6)
+    start_error = task["ts"] - task["run_s"] - log["kernel_start"]["t"]
+    end_error = log["output_end"]["t"] - task["ts"]
+    print(f"task start {start_error * 1e3:.2f} ms after kernel_start, "
+          f"end {end_error * 1e3:.2f} ms before output_end")  # fmt: skip
+    assert 0 <= start_error < SLACK_S and 0 <= end_error < SLACK_S
+
+
+def test_exporter_judges_each_of_a_servers_requests_through_the_probe(
+    attachable: Path,
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+) -> None:
+    """Requests 200 ms apart (NVML's samples would see one merged busy period): each is an
+    exact task of its own, timed as the server logged it, and judged as it was."""
+    start = exporter.events()["next"]
+    args = ["server", "--arrivals", "fixed", "--rate", "5", "--requests", "6",
+            "--request-work", "1", "--kernels", "2", "--memory-bytes", "64MiB"]  # fmt: skip
+    container = run_python_container(
+        sim_workload(sim, "served", *args), labels={"gpuguard.deadline": "1s"},
+        extra_mounts=sim_mounts(sim), name="served",
+    )  # fmt: skip
+    assert container.wait(timeout=60)["StatusCode"] == 0
+    own = [e for e in workload_log(sim, "served.log") if e["event"] == "request"]
+    assert len(own) == 6
+
+    def ended() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        return [
+            e for e in batch if e["type"] == EventType.TASK_ENDED and e.get("container") == "served"
+        ]
+
+    wait_for(lambda: len(ended()) >= 6, 10, "six tasks ended")
+    tasks = [e for e in ended() if e["boundary"] == "exact"]
+    assert len(tasks) == 6, [e["boundary"] for e in ended()]
+    errors = []
+    for request, task in zip(own, tasks, strict=True):
+        began, finished = task["ts"] - task["run_s"], task["ts"]
+        errors += [began - request["start"], request["end"] - finished]
+        assert 0 <= began - request["start"] < SLACK_S
+        assert 0 <= request["end"] - finished < SLACK_S
+    print(f"requests: start/end error max {max(errors) * 1e3:.2f} ms")
+    short = container.id[:12]
+    wait_for(
+        lambda: exporter.metric("gpuguard_container_deadline_hits_total", container_id=short) == 6,
+        5,
+        "six hits on /metrics",
+    )
+    assert all(e["boundary"] != "merged" for e in ended())  # no busy time: all judged
+
 
 def workload(sim: GpusimService, name: str, *args: str) -> list[str]:
     return workload_args(sim, name, *args)

@@ -760,6 +760,8 @@ def test_tables_stay_bounded_under_process_and_container_churn() -> None:
         "typical_run": 1,
         "runs": 1,
         "histograms": 1,
+        "probe_marks": 0,
+        "leaving": 0,
         "recent": 8,
     }
     assert h.tracker.stats[cid(2999 % 50 + 1)].finished > 0

@@ -1,0 +1,367 @@
+"""Tasks timed by the launch probe: the task tracker fed 100 ms polls and, between them, the
+real activity tracker ticked every 10 ms from scripted driver calls (launch, wait return)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from gpuguard.contract import EventType, Phase, TaskBoundary, TaskMode
+from gpuguard.exporter.activity import ActivityTracker, group
+from gpuguard.exporter.events import EventLog
+from gpuguard.exporter.join import join
+from gpuguard.exporter.launchprobe import ProcLaunches
+from gpuguard.exporter.model import ContainerInfo, ProcessOwner
+from gpuguard.exporter.samples import SampleHold
+from gpuguard.exporter.tracker import TaskRules, TaskView, Tracker
+from tests.unit.exporter_fakes import GIB, cid, container, sample
+
+CTX = 300 * 2**20
+PROCESS, MEMORY, BURST = TaskMode.PROCESS, TaskMode.MEMORY, TaskMode.BURST
+TICK = 0.01
+
+
+class Driver:
+    """A process's driver calls: busy spans (first launch, last wait's return; the wait is
+    in progress from the launch on), and its exit."""
+
+    def __init__(self, *spans: tuple[float, float], exit_at: float | None = None) -> None:
+        self.spans = list(spans)
+        self.exit_at = exit_at
+
+    def record(self, pid: int, now: float) -> ProcLaunches | None:
+        spans = [(a, b) for a, b in self.spans if a <= now]
+        if not spans:
+            return None
+        done = [b for _a, b in spans if b <= now]
+        wait_end = max(done, default=None)
+        waiting = spans[-1][0] if spans[-1][1] > now else None
+        later = [a for a, _b in spans if wait_end is None or a > wait_end]
+        return ProcLaunches(
+            pid, len(spans), 0, spans[0][0], spans[-1][0], min(later, default=spans[-1][0]),
+            len(done), sum(b - a for a, b in spans if b <= now), waiting, wait_end,
+        )  # fmt: skip
+
+
+class Probed:
+    """Feeds a tracker 100 ms polls and the probe's view, like the poller does."""
+
+    def __init__(self, *containers: ContainerInfo, **rules: object) -> None:
+        self.events = EventLog(100_000)
+        self.tracker = Tracker(self.events, 64, TaskRules(**rules))  # type: ignore[arg-type]
+        self.activity = ActivityTracker(EventLog(100_000), 0.02, 0.5)
+        self.containers = {c.id: c for c in containers}
+        self.owners: dict[int, ProcessOwner] = {}
+        self.drivers: dict[int, Driver] = {}
+        self.hold = SampleHold()
+        self.attached = True
+        self.lag = 0.0  # how far the probe's view is behind the poll
+        self.clock = 0.0
+        self._last: dict[int, ProcLaunches] = {}
+
+    def own(self, pid: int, container_n: int, ticks: int) -> None:
+        self.owners[pid] = ProcessOwner(cid(container_n), ticks)
+
+    def calls(self, pid: int, driver: Driver) -> None:
+        self.drivers[pid] = driver
+
+    def _tick(self, now: float) -> None:
+        procs: dict[int, ProcLaunches] = {}
+        for pid, driver in self.drivers.items():
+            if driver.exit_at is not None and driver.exit_at <= now:
+                continue
+            rec = driver.record(pid, now)
+            if rec is not None:
+                procs[pid] = rec
+        exited = [rec for pid, rec in self._last.items() if pid not in procs]
+        self._last = procs
+        owners: Mapping[int, ProcessOwner | None] = self.owners
+        self.activity.update(now, group(procs.values(), owners), exited)
+
+    def poll(
+        self, t: float, procs: Mapping[int, int | None], sm: Mapping[int, float] | None = None
+    ) -> None:
+        while self.clock + TICK <= t - self.lag + 1e-9:
+            self.clock = round(self.clock + TICK, 6)
+            self._tick(self.clock)
+        joined = join(self.hold.apply(sample(t, procs, sm)), self.owners, self.containers)
+        view = self.activity.view() if self.attached else None
+        self.tracker.update(joined, t, self.containers, view)
+
+    def of(self, type_: EventType) -> list[dict]:
+        return [e for e in self.events.since(0).events if e["type"] == type_]
+
+    def ended(self) -> list[TaskView]:
+        return list(self.tracker.recent)
+
+
+def polls(h: Probed, start: float, stop: float, procs: Mapping[int, int | None]) -> None:
+    t = start
+    while t <= stop + 1e-9:
+        h.poll(round(t, 3), procs)
+        t += 0.1
+
+
+# --- one-shots: first launch to last wait's return, in every mode -------------------------
+
+
+@pytest.mark.parametrize("mode", list(TaskMode))
+@pytest.mark.parametrize(("deadline", "met"), [(0.3, False), (0.4, True)])
+def test_one_shot_runs_from_its_first_launch_to_its_last_wait_in_every_mode(
+    mode: TaskMode, deadline: float, met: bool
+) -> None:
+    h = Probed(container(1, deadline_s=deadline, task_mode=mode))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.23, 0.57), exit_at=0.65))
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX})  # context up: a task as today, before any launch
+    h.poll(0.2, {100: CTX + GIB})  # input
+    (early,) = h.tracker.running()
+    assert early.phase in (Phase.STARTING, Phase.INPUT)  # admission sees it before its kernel
+    h.poll(0.3, {100: CTX + 2 * GIB})  # launched at 0.23; NVML shows no sample yet
+    (task,) = h.tracker.running()
+    assert task.task_id == early.task_id  # the same task, now timed by its first launch
+    assert task.started_at == pytest.approx(0.23) and task.order[0] == pytest.approx(0.23)
+    assert task.phase == Phase.COMPUTING and task.boundary is TaskBoundary.EXACT
+    polls(h, 0.4, 0.6, {100: CTX + 2 * GIB})
+    h.poll(0.7, {})  # exited
+    (view,) = h.ended()
+    assert view.started_at == pytest.approx(0.23) and view.ended_at == pytest.approx(0.57)
+    assert view.run_s == pytest.approx(0.34)
+    assert view.boundary is TaskBoundary.EXACT and view.met_deadline is met
+    assert view.timed_by == "launch" and early.timed_by == "nvml"
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.finished, stats.hits, stats.misses) == (1, int(met), int(not met))
+    assert len(h.of(EventType.TASK_STARTED)) == 1
+
+
+def test_a_probed_burst_past_its_deadline_is_a_miss_at_once() -> None:
+    h = Probed(container(1, deadline_s=0.25))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.23, 0.9)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.4, {100: CTX})
+    assert not h.of(EventType.DEADLINE_OVERRUN)  # 0.17 s so far
+    polls(h, 0.5, 0.5, {100: CTX})  # 0.27 s, still in its wait
+    assert len(h.of(EventType.DEADLINE_OVERRUN)) == 1
+    (task,) = h.tracker.running()
+    assert task.overrun and task.slack_s(0.5) == pytest.approx(0.25 - 0.27)
+    polls(h, 0.6, 1.0, {100: CTX})
+    (view,) = h.ended()
+    assert view.ended_at == pytest.approx(0.9) and view.met_deadline is False
+    assert h.tracker.stats[cid(1)].misses == 1  # counted once
+
+
+# --- a server's requests: each its own exact task -----------------------------------------
+
+
+def test_server_requests_closer_than_the_idle_gap_are_each_an_exact_task() -> None:
+    spans = [(1.0, 1.1), (1.25, 1.35), (1.5, 1.62), (2.01, 2.03), (2.06, 2.09)]
+    h = Probed(container(1, deadline_s=0.11))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver(*spans))
+    h.poll(0.0, {})
+    polls(h, 0.1, 2.5, {100: CTX + GIB})  # the server holds its memory all along
+    got = [(v.started_at, v.ended_at, v.boundary, v.met_deadline) for v in h.ended()]
+    want = [(a, b, TaskBoundary.EXACT, b - a <= 0.11) for a, b in spans]
+    assert got == [(pytest.approx(a), pytest.approx(b), k, m) for a, b, k, m in want]
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.finished, stats.hits, stats.misses, stats.busy_periods) == (5, 4, 1, 0)
+    ids = [v.task_id for v in h.ended()]
+    assert len(set(ids)) == 5 and all(i.startswith(f"{cid(1)[:12]}:100:5000:") for i in ids)
+
+
+def test_the_same_requests_seen_only_by_nvml_stay_one_merged_busy_period() -> None:
+    # without the probe nothing changes: one burst over the three requests, never judged
+    h = Probed(container(1, deadline_s=0.11))
+    h.attached = False
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((1.0, 1.1), (1.25, 1.35), (1.5, 1.62)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.9, {100: CTX + GIB})
+    for t, sm in [(1.1, 1.0), (1.2, 0.0), (1.3, 0.5), (1.4, 0.5), (1.5, 0.0), (1.6, 1.0)]:
+        h.poll(t, {100: CTX + GIB}, sm={100: sm} if sm else None)
+    polls(h, 1.7, 2.5, {100: CTX + GIB})
+    (view,) = h.ended()
+    assert view.boundary is TaskBoundary.MERGED and view.met_deadline is None
+    assert view.timed_by == "nvml"
+
+
+# --- a repeater keeping its memory: its next task starts at its launch --------------------
+
+
+def test_repeaters_next_task_with_cached_memory_starts_at_its_first_launch() -> None:
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.52, 0.8), (1.43, 1.7)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 1.4, {100: CTX + GIB})
+    assert h.tracker.running() == ()  # the first task ended, memory kept
+    h.poll(1.5, {100: CTX + GIB})  # no SM sample, no memory growth: only the probe saw it
+    (task,) = h.tracker.running()
+    assert task.started_at == pytest.approx(1.43) and task.phase == Phase.COMPUTING
+    assert task.order[0] == pytest.approx(1.43)  # queued by its first launch
+    polls(h, 1.6, 1.9, {100: CTX + GIB})
+    assert [(v.started_at, v.ended_at) for v in h.ended()] == [
+        (pytest.approx(0.52), pytest.approx(0.8)),
+        (pytest.approx(1.43), pytest.approx(1.7)),
+    ]
+
+
+# --- PID reuse, exits mid-task, one poll holding a whole task -----------------------------
+
+
+def test_a_reused_pid_gets_a_task_of_its_own_with_its_own_boundaries() -> None:
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 0.34), exit_at=0.4))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.3, {100: CTX})
+    h.poll(0.4, {})
+    h.own(100, 1, 6000)  # the same PID, a new process
+    h.calls(100, Driver((0.75, 0.93), exit_at=1.0))
+    polls(h, 0.5, 0.9, {100: CTX})
+    h.poll(1.0, {})
+    got = [(v.task_id.split(":")[2], v.started_at, v.ended_at) for v in h.ended()]
+    assert got == [
+        ("5000", pytest.approx(0.13), pytest.approx(0.34)),
+        ("6000", pytest.approx(0.75), pytest.approx(0.93)),
+    ]
+
+
+def test_a_process_that_exits_in_its_wait_ends_its_task_where_it_left() -> None:
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 9.0), exit_at=0.46))  # killed in its wait
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.4, {100: CTX})
+    h.poll(0.5, {})
+    (view,) = h.ended()
+    assert view.started_at == pytest.approx(0.13)
+    assert 0.45 <= (view.ended_at or 0) <= 0.5  # the probe's exit tick or the half-way poll
+    assert h.tracker.running() == ()
+
+
+def test_a_process_gone_before_the_probes_view_shows_its_end_ends_at_its_last_wait() -> None:
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 0.47), exit_at=0.48))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.4, {100: CTX})
+    h.lag = 0.04  # the view is of 0.46: still in its last wait
+    h.poll(0.5, {})  # NVML: gone
+    (task,) = h.tracker.running()  # not ended half-way between polls (0.45)
+    assert h.ended() == []
+    h.lag = 0.0
+    h.poll(0.6, {})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.13), pytest.approx(0.47))
+    assert view.task_id == task.task_id and h.tracker.table_sizes()["leaving"] == 0
+
+
+def test_a_task_begun_and_ended_between_two_polls_is_still_one_task() -> None:
+    h = Probed(container(1, deadline_s=0.05))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.32, 0.36)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.6, {100: CTX})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.32), pytest.approx(0.36))
+    assert view.met_deadline is True
+    assert [e["ts"] for e in h.of(EventType.TASK_ENDED)] == [pytest.approx(0.36)]
+
+
+# --- the probe attaching and detaching mid-life -------------------------------------------
+
+
+def test_probe_attaching_mid_task_leaves_that_task_to_nvml_and_times_the_next() -> None:
+    h = Probed(container(1, deadline_s=2.0))
+    h.attached = False
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.1, 0.45), (1.53, 1.7)))
+    h.poll(0.0, {})
+    for t, sm in [(0.1, 0.0), (0.2, 1.0), (0.3, 1.0)]:
+        h.poll(t, {100: CTX + GIB if t > 0.1 else CTX}, sm={100: sm} if sm else None)
+    (nvml_task,) = h.tracker.running()
+    h.attached = True  # attaches in the middle of it
+    h.poll(0.4, {100: CTX + GIB}, sm={100: 1.0})
+    assert h.tracker.running()[0].task_id == nvml_task.task_id  # the same task goes on
+    polls(h, 0.5, 1.9, {100: CTX + GIB})
+    first, second = h.ended()
+    assert first.task_id == nvml_task.task_id and first.started_at == nvml_task.started_at
+    assert (second.started_at, second.ended_at) == (pytest.approx(1.53), pytest.approx(1.7))
+    assert second.boundary is TaskBoundary.EXACT
+    assert (first.timed_by, second.timed_by) == ("nvml", "launch")
+
+
+def test_probe_detaching_mid_task_hands_it_to_nvml_which_ends_it() -> None:
+    h = Probed(container(1, deadline_s=5.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 0.6)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.3, {100: CTX})
+    (task,) = h.tracker.running()
+    h.attached = False
+    for t in (0.4, 0.5, 0.6):
+        h.poll(t, {100: CTX}, sm={100: 1.0})
+    polls(h, 0.7, 2.0, {100: CTX})  # idle past the idle gap
+    (view,) = h.ended()
+    assert view.task_id == task.task_id and view.started_at == pytest.approx(0.13)
+    assert view.ended_at == pytest.approx(0.6)  # its last SM sample
+    assert h.tracker.running() == ()
+    h.attached = True  # attached again: the next period is the probe's own task
+    h.calls(100, Driver((0.13, 0.6), (2.23, 2.4)))
+    polls(h, 2.1, 2.6, {100: CTX})
+    assert [(v.timed_by, v.started_at) for v in h.ended()][1:] == [("launch", pytest.approx(2.23))]
+
+
+# --- what the probe does not time -------------------------------------------------------
+
+
+def test_a_container_with_two_processes_keeps_nvml_tasks() -> None:
+    def run(attached: bool) -> list[tuple[float, float | None]]:
+        h = Probed(container(1, deadline_s=5.0))
+        h.attached = attached
+        h.own(100, 1, 5000)
+        h.own(101, 1, 5001)
+        h.calls(100, Driver((0.13, 0.5)))
+        h.poll(0.0, {})
+        for t in (0.1, 0.2, 0.3, 0.4, 0.5):
+            h.poll(t, {100: CTX, 101: CTX + GIB}, sm={100: 1.0} if t > 0.1 else None)
+        polls(h, 0.6, 2.0, {100: CTX, 101: CTX + GIB})
+        return [(v.started_at, v.ended_at) for v in h.ended()]
+
+    assert run(True) == run(False)
+
+
+def test_probe_marks_stay_bounded_under_container_churn() -> None:
+    h = Probed()
+    t = 0.0
+    for n in range(200):
+        h.containers = {cid(n % 5 + 1): container(n % 5 + 1)}
+        h.own(1000 + n, n % 5 + 1, n)
+        h.calls(1000 + n, Driver((t + 0.05, t + 0.12), exit_at=t + 0.15))
+        h.poll(round(t + 0.1, 3), {1000 + n: CTX})
+        h.poll(round(t + 0.2, 3), {})
+        h.tracker.forget_containers(h.containers)
+        t += 0.3
+    assert h.tracker.table_sizes()["probe_marks"] <= 1
+    assert len(h.ended()) == 64  # every one a task (history holds the last 64)
+
+
+def test_a_paused_probed_task_waits_inside_its_task_and_its_run_is_not_learnt() -> None:
+    h = Probed(container(1, deadline_s=5.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 1.47)))  # its wait returns late: frozen from 0.4 to 1.3
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.3, {100: CTX})
+    h.containers = {cid(1): container(1, deadline_s=5.0, state="paused")}
+    polls(h, 0.4, 1.2, {100: CTX})
+    (task,) = h.tracker.running()
+    assert task.busy_until is None and task.elapsed_s(1.2) == pytest.approx(1.07)
+    h.containers = {cid(1): container(1, deadline_s=5.0)}
+    polls(h, 1.3, 1.7, {100: CTX})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.13), pytest.approx(1.47))
+    assert cid(1) not in h.tracker.typical_run  # it waited: not what it needs alone
