@@ -44,6 +44,9 @@ class ContainerActivity:
     in_flight: bool = False
     #: the running task's end if no launch comes within the task gap (its last wait's return)
     ending: float | None = None
+    #: copies issued since its last launch, at the probe's tick resolution (a copy in the
+    #: tick of a launch counts as that launch's input): a task's output
+    copied_since_launch: bool = False
 
 
 def source_of(
@@ -95,6 +98,8 @@ class _State:
     busy_s: float = 0.0
     tasks: int = 0
     last_task: tuple[float, float] | None = None
+    calls: tuple[int, int] = (0, 0)  # launches and copies at the last tick
+    copied_since_launch: bool = False
 
 
 class ActivityTracker:
@@ -187,6 +192,11 @@ class ActivityTracker:
         for proc in s.live:
             totals.add(proc)
         running = max(0.0, now - s.busy_since) if s.busy_since is not None else 0.0
+        if totals.launches > s.calls[0]:
+            s.copied_since_launch = False
+        elif totals.copies > s.calls[1]:
+            s.copied_since_launch = True
+        s.calls = (totals.launches, totals.copies)
         in_flight = any(
             p.last is not None and (p.wait_end is None or p.wait_end < p.last) for p in s.live
         )
@@ -195,6 +205,7 @@ class ActivityTracker:
             s.busy_since is not None, s.busy_since, s.busy_s + running, s.tasks, s.last_task,
             in_flight=in_flight and s.busy_since is not None,
             ending=s.ending if s.busy_since is not None else None,
+            copied_since_launch=s.copied_since_launch,
         )  # fmt: skip
 
     def _emit(self, type_: EventType, cid: str, ts: float, **fields: float) -> None:

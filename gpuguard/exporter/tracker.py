@@ -148,9 +148,11 @@ class _Task:
         "alone_sm",
         "base_memory",
         "blind",
+        "calls",
         "computed",
         "container_id",
         "container_name",
+        "copied",
         "deadline_s",
         "exact_start",
         "floor",
@@ -158,6 +160,9 @@ class _Task:
         "gpu",
         "gpu_index",
         "in_probe",
+        "input_at",
+        "input_broken",
+        "input_seen",
         "last_active",
         "memory",
         "merged",
@@ -211,6 +216,16 @@ class _Task:
         self.thawing = False  # paused since its last fresh activity: idle is waiting
         self.probed = False  # its boundaries are the launch probe's (first launch, last wait)
         self.in_probe = False  # begun while the probe saw its container: its launch times it
+        #: begun with its own input (memory grew for it before its first launch): its busy
+        #: periods are its kernels, host work between them, until it frees that memory,
+        #: exits or idles for the idle gap; its start stays its first sight
+        self.input_seen = False
+        self.input_at = order[0]  # its last input activity seen (growth, a copy, frozen)
+        self.copied = False  # the probe counted copies of its input
+        self.input_broken = False  # idle for the idle gap before a copy: not its input
+        #: its container's launches and copies as the probe counted them when it began,
+        #: then at the last poll (where the probe times it)
+        self.calls = (0, 0)
 
     @property
     def boundary(self) -> TaskBoundary:
@@ -364,12 +379,14 @@ class Tracker:
             appeared = record is None
             if record is None:
                 record = self._processes[key] = _Process()
+            act = probed.get(proc.container_id) if proc.container_id else None
             self._step(
                 record,
                 self._seen(proc, record, appeared, joined, now),
                 now,
                 change_at,
-                probed.get(proc.container_id) if proc.container_id else None,
+                act if act is not None and act.launches > 0 else None,
+                act.copies if act is not None else None,
             )
             record.memory = proc.used_memory_bytes
         for key in [k for k in self._processes if k not in seen]:
@@ -477,29 +494,41 @@ class Tracker:
         now: float,
         change_at: float,
         act: ContainerActivity | None = None,
+        copies: int | None = None,
     ) -> None:
         task = record.task
+        if task is not None and not task.probed:
+            self._track_input(task, now, copies)
         if task is not None and task.in_probe and act is None:
             # the probe lost sight of it: the samples' rules to its end
             task.probed = task.in_probe = False
         if task is not None and act is not None and not task.probed:
-            # begun before its first launch (its input phase): timed from that launch on;
-            # one the samples saw compute before the probe saw it stays theirs
+            # begun before its first launch: timed from that launch on; if it copied its
+            # input before it (its own input phase), its start and queue place stay its
+            # first sight and its kernels are one task; one the samples saw compute before
+            # the probe saw it stays theirs
             period = self._unclaimed(record, seen, act)
             if period is not None and (task.in_probe or not task.computed):
                 self._refresh(task, seen)
+                task.input_seen = task.copied and not task.input_broken
                 self._adopt(record, task, seen, act, now, period)
                 return
-        if task is not None and task.probed and act is not None:
+        if task is not None and task.probed and act is not None and not task.input_seen:
             self._refresh(task, seen)
             self._step_probed(record, task, seen, act, now)
             return
         if task is not None:
             self._refresh(task, seen)
-            end_at = self._end_at(task, seen, now, change_at)
-            if end_at is None:
-                self._observe(task, seen, now, change_at)
-                return
+            if task.probed and act is not None:
+                end_at = self._input_task_end(task, seen, act, now)
+                if end_at is None:
+                    self._observe_probed(task, seen, act, now)
+                    return
+            else:
+                end_at = self._end_at(task, seen, now, change_at)
+                if end_at is None:
+                    self._observe(task, seen, now, change_at)
+                    return
             self._end(task, end_at)
             record.task = None
             record.last_end = end_at
@@ -526,10 +555,30 @@ class Tracker:
                 started_at = max(seen.proc.active_since, ended_at or 0.0)
             record.task = self._start(seen, mode, floor, started_at)
             record.task.in_probe = act is not None
+            if act is not None:
+                record.task.calls = (act.launches, act.copies)
             # Seen quiet before: at an earlier poll with no task, or a new input phase after
             # its last task's kernel. At the exporter's first poll nobody saw it begin.
             record.task.exact_start = not (seen.appeared and self._last_poll is None)
             self._observe(record.task, seen, now, change_at)
+
+    def _track_input(self, task: _Task, now: float, copies: int | None) -> None:
+        """Whether a task begun by memory growth copies its own input before its first
+        launch: copies counted by the probe (``copies``: its container's, None where the
+        probe does not see it) with nothing idle for the idle gap since its first sight
+        (waiting frozen is not idle). Copies after such an idle (a server's start-up, then a
+        request's copy in) are not its input."""
+        if task.input_broken:
+            return
+        if task.paused:
+            task.input_at = now
+        if copies is None or copies <= task.calls[1]:
+            return
+        if now - task.input_at > self.rules.idle_gap_s:
+            task.input_broken = True
+        else:
+            task.input_at, task.copied = now, True
+        task.calls = (task.calls[0], copies)
 
     @staticmethod
     def _refresh(task: _Task, seen: _Seen) -> None:
@@ -602,13 +651,23 @@ class Tracker:
         over ends it there (outside ``process`` mode), and the next one starts its own."""
         begin, end = period
         task.probed = task.computed = True
-        task.started_at = task.last_active = begin
-        task.order = (begin, task.order[1], task.order[2])
-        # at the exporter's first poll nobody saw the idle before it
-        task.exact_start = self._last_poll is not None
+        task.calls = (act.launches, act.copies)
+        if task.input_seen:
+            # its input (and any wait frozen in it) is part of it, as in the program's own
+            # log, and its queue place is where it arrived: re-timed to its launch, a task
+            # admitted after a wait would queue behind every task that arrived meanwhile
+            task.last_active = max(task.last_active, begin if end is None else end)
+            if task.phase != Phase.COMPUTING:
+                task.phase = Phase.COMPUTING
+                self._emit(EventType.TASK_PHASE, task, now, phase=task.phase)
+        else:
+            task.started_at = task.last_active = begin
+            task.order = (begin, task.order[1], task.order[2])
+            # at the exporter's first poll nobody saw the idle before it
+            task.exact_start = self._last_poll is not None
         record.task = task
         self._probe_mark[seen.proc.container_id or ""] = begin
-        if end is not None and task.mode != TaskMode.PROCESS:
+        if end is not None and task.mode != TaskMode.PROCESS and not task.input_seen:
             task.last_active = end
             self._end(task, end)
             record.task = None
@@ -636,7 +695,23 @@ class Tracker:
         if task.paused:
             task.last_active = now  # waiting is part of the task
             task.waited = True
-        phase = _probed_phase(act, True)
+        launched = act.launches > task.calls[0]
+        task.calls = (act.launches, act.copies)
+        if task.paused:
+            # frozen inside its wait, the process cannot return from it, so the probe keeps
+            # its kernel in flight until the thaw; the device still finishes that kernel,
+            # and NVML's samples show when it did (a queue waits behind a frozen kernel)
+            phase = Phase.COMPUTING if act.in_flight and seen.sm > 0 else Phase.DRAINING
+        elif not task.input_seen:
+            phase = _probed_phase(act, True)
+        elif act.busy and act.in_flight:
+            phase = Phase.COMPUTING
+        elif act.copied_since_launch:
+            phase = Phase.DRAINING  # copies after its last launch: its output
+        elif launched:
+            phase = Phase.COMPUTING
+        else:
+            phase = task.phase  # host work between two kernels holds the device still
         task.sm = seen.sm if phase == Phase.COMPUTING else 0.0
         if phase != task.phase:
             task.phase = phase
@@ -666,6 +741,37 @@ class Tracker:
                 continue
             self._end(task, end)
         self._leaving = keep
+
+    def _input_task_end(
+        self, task: _Task, seen: _Seen, act: ContainerActivity, now: float
+    ) -> float | None:
+        """When a probed task begun with its input ended, if this poll shows that it did:
+        the busy period in which it copied its output is over (``burst``), or as the
+        samples' rules say (memory freed, re-allocated after its kernels, idle for the idle
+        gap); placed at its last wait's return (None: it goes on)."""
+        if task.mode == TaskMode.PROCESS:
+            return None  # only leaving the device ends it
+        memory = seen.proc.used_memory_bytes
+        mark = self._probe_mark.get(task.container_id or "", -1.0)
+        newer = act.busy and act.busy_since is not None and act.busy_since > mark
+        if act.busy and not newer:  # its last wait's return, if its period has settled
+            end = act.ending if act.ending is not None else task.last_active
+        else:
+            end = act.last_task[1] if act.last_task is not None else task.last_active
+        end = max(end, task.started_at)
+        if task.mode == TaskMode.BURST and task.phase == Phase.DRAINING and (not act.busy or newer):
+            return end  # its output's busy period is over (a newer one is the next task's)
+        if memory == 0 or (seen.grew and task.phase == Phase.DRAINING):
+            return end  # freed all, or a new input after its output: a new task
+        if task.mode == TaskMode.MEMORY:
+            if memory is not None and memory <= task.floor < (task.base_memory or 0):
+                return end
+            if seen.dropped and not act.in_flight:
+                return end  # freeing after its kernels: paper B's end of a task
+        if act.busy or task.paused or seen.grew:
+            return None
+        limit = self.rules.idle_gap_s if task.mode == TaskMode.BURST else self.rules.idle_timeout_s
+        return end if now - end > limit else None
 
     def _end_at(self, task: _Task, seen: _Seen, now: float, change_at: float) -> float | None:
         """When this task ended, if this poll shows that it did (None: it goes on)."""
@@ -880,15 +986,16 @@ class Tracker:
 def _probed(
     joined: Joined, activity: Mapping[str, ContainerActivity]
 ) -> dict[str, ContainerActivity]:
-    """The probe's view of each container it saw launch and that has one process on the
-    devices (a busy period is the container's, so it can time only a lone process's tasks)."""
+    """The probe's view of each container it saw call the driver and that has one process
+    on the devices (a busy period is the container's, so it can time only a lone process's
+    tasks); those it saw launch are the ones it times."""
     if not activity:
         return {}
     count: dict[str, int] = {}
     for proc in joined.processes:
         if proc.container_id is not None:
             count[proc.container_id] = count.get(proc.container_id, 0) + 1
-    return {cid: act for cid, act in activity.items() if act.launches > 0 and count.get(cid) == 1}
+    return {cid: act for cid, act in activity.items() if count.get(cid) == 1}
 
 
 def _probed_phase(act: ContainerActivity, running: bool) -> Phase:

@@ -26,9 +26,15 @@ class Driver:
     """A process's driver calls: busy spans (first launch, last wait's return; the wait is
     in progress from the launch on), and its exit."""
 
-    def __init__(self, *spans: tuple[float, float], exit_at: float | None = None) -> None:
+    def __init__(
+        self,
+        *spans: tuple[float, float],
+        exit_at: float | None = None,
+        copies: tuple[float, ...] = (),
+    ) -> None:
         self.spans = list(spans)
         self.exit_at = exit_at
+        self.copies = copies  # when it issued an asynchronous copy (counted, no task)
 
     def record(self, pid: int, now: float) -> ProcLaunches | None:
         spans = [(a, b) for a, b in self.spans if a <= now]
@@ -38,8 +44,9 @@ class Driver:
         wait_end = max(done, default=None)
         waiting = spans[-1][0] if spans[-1][1] > now else None
         later = [a for a, _b in spans if wait_end is None or a > wait_end]
+        copies = sum(1 for t in self.copies if t <= now)
         return ProcLaunches(
-            pid, len(spans), 0, spans[0][0], spans[-1][0], min(later, default=spans[-1][0]),
+            pid, len(spans), copies, spans[0][0], spans[-1][0], min(later, default=spans[-1][0]),
             len(done), sum(b - a for a, b in spans if b <= now), waiting, wait_end,
         )  # fmt: skip
 
@@ -170,6 +177,19 @@ def test_server_requests_closer_than_the_idle_gap_are_each_an_exact_task() -> No
     assert (stats.finished, stats.hits, stats.misses, stats.busy_periods) == (5, 4, 1, 0)
     ids = [v.task_id for v in h.ended()]
     assert len(set(ids)) == 5 and all(i.startswith(f"{cid(1)[:12]}:100:5000:") for i in ids)
+
+
+def test_a_servers_start_up_is_not_its_first_requests_input() -> None:
+    # its memory grew at start-up; 0.9 s later each request copies its input and launches:
+    # copies after an idle longer than the idle gap are a request's, not the start-up's input
+    spans = [(1.0, 1.1), (1.25, 1.35), (1.5, 1.62)]
+    h = Probed(container(1, deadline_s=0.11))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver(*spans, copies=(0.99, 1.24, 1.49)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 2.0, {100: CTX + GIB})
+    got = [(v.started_at, v.ended_at, v.boundary) for v in h.ended()]
+    assert got == [(pytest.approx(a), pytest.approx(b), TaskBoundary.EXACT) for a, b in spans]
 
 
 def test_the_same_requests_seen_only_by_nvml_stay_one_merged_busy_period() -> None:
@@ -365,3 +385,93 @@ def test_a_paused_probed_task_waits_inside_its_task_and_its_run_is_not_learnt() 
     (view,) = h.ended()
     assert (view.started_at, view.ended_at) == (pytest.approx(0.13), pytest.approx(1.47))
     assert cid(1) not in h.tracker.typical_run  # it waited: not what it needs alone
+
+
+# --- admission's view: a frozen task, a task's queue place, host work between kernels -------
+
+
+def test_a_frozen_task_with_a_kernel_in_flight_drains_as_nvml_sees_its_kernel_end() -> None:
+    # frozen inside its wait, the process cannot return from it: the probe's view keeps the
+    # kernel in flight until it is thawed, while the device finishes the kernel (NVML's
+    # samples stop). A waiter queued behind a frozen kernel must see it drain.
+    h = Probed(container(1, deadline_s=5.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver((0.13, 1.47)))  # its wait returns only once thawed at 1.4
+    h.poll(0.0, {})
+    for t in (0.1, 0.2, 0.3):
+        h.poll(t, {100: CTX + GIB}, sm={100: 1.0} if t > 0.1 else None)
+    h.containers = {cid(1): container(1, deadline_s=5.0, state="paused")}
+    h.poll(0.4, {100: CTX + GIB}, sm={100: 1.0})  # frozen: its kernel still runs
+    (task,) = h.tracker.running()
+    assert task.phase == Phase.COMPUTING and task.timed_by == "launch"
+    polls(h, 0.5, 1.3, {100: CTX + GIB})  # the kernel is done: no sample stands for it
+    (task,) = h.tracker.running()
+    assert task.phase == Phase.DRAINING and task.busy_until is None  # waiting, not idle
+    assert h.activity.view()[cid(1)].in_flight  # the probe still cannot see it return
+    h.containers = {cid(1): container(1, deadline_s=5.0)}
+    polls(h, 1.4, 1.7, {100: CTX + GIB})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.13), pytest.approx(1.47))
+
+
+def test_a_task_seen_in_its_input_keeps_its_start_and_queue_place_when_it_launches() -> None:
+    # A waits frozen in its input; B arrives, then A is let run and launches: A's start (its
+    # first sight) stays where it was, so it stays ahead of B in FIFO order, and its wait
+    # and input count in its run time, as in the workload's own log.
+    h = Probed(container(1, deadline_s=1.0), container(2, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.own(200, 2, 5001)
+    h.calls(100, Driver((1.23, 1.58), copies=(1.12, 1.17), exit_at=1.65))  # input, kernel
+    h.poll(0.0, {})
+    h.containers[cid(1)] = container(1, deadline_s=1.0, state="paused")
+    polls(h, 0.1, 0.5, {100: CTX + GIB})
+    polls(h, 0.6, 1.0, {100: CTX + GIB, 200: CTX + GIB})
+    h.containers[cid(1)] = container(1, deadline_s=1.0)
+    polls(h, 1.1, 1.6, {100: CTX + 2 * GIB, 200: CTX + GIB})
+    a, b = h.tracker.running()
+    assert (a.container_id, b.container_id) == (cid(1), cid(2))
+    assert a.started_at == pytest.approx(0.05) and a.order[0] == pytest.approx(0.05)
+    assert a.timed_by == "launch" and b.timed_by == "nvml"
+    h.poll(1.7, {200: CTX + GIB})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.05), pytest.approx(1.58))
+    assert view.met_deadline is False and view.boundary is TaskBoundary.EXACT
+    assert len(h.of(EventType.TASK_STARTED)) == 2
+
+
+def test_host_work_between_kernels_stays_inside_the_task_computing_until_its_output() -> None:
+    # paper C's light inference task: 8 kernels of 20 ms with 30 ms of host work between
+    # them (longer than the probe's task gap, so 8 busy periods), then its output copies
+    spans = [(round(0.2 + 0.05 * k, 3), round(0.22 + 0.05 * k, 3)) for k in range(8)]
+    copies = (0.58, 0.62, 0.66)  # its output, after its last kernel (0.55 to 0.57)
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver(*spans, copies=(0.12, 0.16, *copies), exit_at=0.75))
+    h.poll(0.0, {})
+    phases = []
+    for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+        h.poll(t, {100: CTX + GIB})
+        phases += [task.phase for task in h.tracker.running()]
+    assert phases[1:5] == [Phase.COMPUTING] * 4  # between its kernels too
+    assert phases[5:] == [Phase.DRAINING]  # copying its output, then over (at 0.7)
+    h.poll(0.8, {})
+    (view,) = h.ended()
+    assert (view.started_at, view.ended_at) == (pytest.approx(0.05), pytest.approx(0.57))
+    assert view.boundary is TaskBoundary.EXACT and view.timed_by == "launch"
+
+
+def test_a_task_that_copied_its_input_ends_once_its_outputs_busy_period_is_over() -> None:
+    # a program keeping its memory: input, kernel, output (copies after its last launch),
+    # then a request of its own later: the first task ends where its output's period did
+    h = Probed(container(1, deadline_s=1.0))
+    h.own(100, 1, 5000)
+    spans = [(0.2, 0.24), (0.33, 0.37), (0.71, 0.78)]  # two kernels, a later request
+    h.calls(100, Driver(*spans, copies=(0.12, 0.16, 0.35, 0.36)))  # input, output
+    h.poll(0.0, {})
+    polls(h, 0.1, 0.6, {100: CTX + GIB})
+    (first,) = h.ended()
+    assert (first.started_at, first.ended_at) == (pytest.approx(0.05), pytest.approx(0.37))
+    polls(h, 0.7, 1.0, {100: CTX + GIB})
+    assert [(v.started_at, v.ended_at) for v in h.ended()][1:] == [
+        (pytest.approx(0.71), pytest.approx(0.78))
+    ]
