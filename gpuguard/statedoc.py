@@ -249,6 +249,9 @@ class Task:
     slack_s: float | None = None
     #: a running task with exact boundaries past its deadline
     overrun: bool = False
+    #: ``ActivitySource``'s value its boundaries and phases come from: ``launch`` (the
+    #: launch probe) or ``nvml`` (the samples; also an exporter that does not say)
+    timed_by: str = "nvml"
 
     @property
     def device(self) -> DeviceKey:
@@ -469,6 +472,7 @@ def _task(doc: Any, where: str) -> Task:
         boundary=_opt(obj, k.BOUNDARY, str, where) or "exact",
         slack_s=_opt_float(obj, k.SLACK_S, where),
         overrun=bool(obj.get(k.OVERRUN, False)),
+        timed_by=_opt(obj, k.TIMED_BY, str, where) or ActivitySource.NVML.value,
     )
 
 

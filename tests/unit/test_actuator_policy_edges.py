@@ -273,3 +273,35 @@ def test_a_busy_period_between_kernels_is_draining_not_computing() -> None:
     c = seen(container("a", deadline=9.0), busy=True, in_flight=True)
     st = state([c], [task("a", "input", 1, deadline=9.0)])
     assert edge_phase(st.tasks[0], st.container(cid("a"))).phase == "computing"
+
+
+def between_kernels(timed_by: str | None) -> Any:
+    """Light task a, timed by the probe (``timed_by``), is between two of its kernels (host
+    work, no kernel in flight, its busy period over); b, of unknown demand, waits frozen."""
+    a = seen(container("a"), busy=False, in_flight=False, last=(NOW - 0.05, NOW - 0.03))
+    b = container("b", paused=True)
+    ts = [task("a", "computing", 1, sm=0.0), task("b", "input", 2, paused=True)]
+    if timed_by is not None:
+        ts[0]["timed_by"] = timed_by
+    return state([a, b], ts)
+
+
+def test_a_task_the_probe_times_holds_the_device_between_its_kernels() -> None:
+    # the exporter's task goes on through its host work: admission runs tasks of unknown
+    # demand one at a time, so b waits (it would overlap a's next kernel)
+    st = between_kernels("launch")
+    assert st.tasks[0].timed_by == "launch"
+    assert edge_phase(st.tasks[0], st.container(cid("a"))).phase == "computing"
+    assert acts(run(st, Ledger(paused={cid("b"): NOW - 1}))) == []
+
+
+@pytest.mark.parametrize("timed_by", ["nvml", None])
+def test_a_task_the_samples_time_with_no_kernel_in_flight_is_draining(
+    timed_by: str | None,
+) -> None:
+    # NVML's last sample says computing, the probe says no kernel: its kernels are done and
+    # the next waiter's input overlaps its output (an exporter that does not say: nvml)
+    st = between_kernels(timed_by)
+    assert st.tasks[0].timed_by == "nvml"
+    assert edge_phase(st.tasks[0], st.container(cid("a"))).phase == "draining"
+    assert acts(run(st, Ledger(paused={cid("b"): NOW - 1}))) == [(UNPAUSE, "b")]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from gpuguard.actuator.state import Activity, Container, DeviceKey, ExporterState, Task
-from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass
+from gpuguard.contract import PRE_KERNEL, ActivitySource, Phase, PriorityClass
 
 #: NVML's per-process samples come about this often: what is not seen exactly may have
 #: run unseen for this long (and a best-effort kernel not seen exactly may last as long)
@@ -41,9 +41,10 @@ def idle_exact(state: ExporterState) -> frozenset[str]:
 
 def edge_phase(task: Task, container: Container | None) -> Task:
     """The task as its exact activity shows it: a kernel in flight is computing (whatever
-    NVML's last sample said), none after a kernel is draining (its copies are not kernels),
-    and it began no earlier than its container's last task ended (its queue place and
-    deadline); unchanged where not seen exactly."""
+    NVML's last sample said); unchanged where not seen exactly. A task the samples time
+    with no kernel in flight is draining (its copies are not kernels); one the probe times
+    keeps the exporter's phase then, which knows whether the task goes on: host work
+    between two of its kernels holds the device as its kernels do, its output drains."""
     activity = exact_activity(container)
     if activity is None:
         return task
@@ -51,7 +52,8 @@ def edge_phase(task: Task, container: Container | None) -> Task:
         return task
     if activity.in_flight and task.phase in PRE_KERNEL:
         return replace(task, phase=Phase.COMPUTING)  # launched since NVML's last sample
-    if not activity.in_flight and task.phase == Phase.COMPUTING:
+    timed = task.timed_by == ActivitySource.LAUNCH
+    if not activity.in_flight and task.phase == Phase.COMPUTING and not timed:
         return replace(task, phase=Phase.DRAINING)
     return task
 
