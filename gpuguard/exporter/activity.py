@@ -24,6 +24,10 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.launchprobe import LaunchSample, ProbeStatus, ProcLaunches
 from gpuguard.exporter.model import ContainerInfo, ProcessOwner
 
+#: two call times closer than this are one call's, read at two ticks (each tick turns the
+#: probe's monotonic times into wall time with its own clock offset)
+_SAME_CALL_S = 0.001
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerActivity:
@@ -47,6 +51,12 @@ class ContainerActivity:
     #: copies issued since its last launch, at the probe's tick resolution (a copy in the
     #: tick of a launch counts as that launch's input): a task's output
     copied_since_launch: bool = False
+    #: the running busy period may hold several requests: inside it, a launch after a wait
+    #: returned came with copies issued since the launches before it (the next request's
+    #: input), not only kernels each waited for (a one-shot's)
+    merged: bool = False
+    #: as ``merged``, of the last finished busy period (``last_task``)
+    last_merged: bool = False
 
 
 def source_of(
@@ -100,6 +110,10 @@ class _State:
     last_task: tuple[float, float] | None = None
     calls: tuple[int, int] = (0, 0)  # launches and copies at the last tick
     copied_since_launch: bool = False
+    merged: bool = False  # the running period's (``ContainerActivity.merged``)
+    last_merged: bool = False
+    #: the running period's newest launch after a wait returned, and the copies by then
+    sub: tuple[float, int] | None = None
 
 
 class ActivityTracker:
@@ -166,6 +180,7 @@ class ActivityTracker:
                 starts = [p.period for p in procs if p.period is not None and p.period > state.end]
                 state.busy_since = min(starts, default=last_launch)
                 state.ending = None
+                state.copied_since_launch = state.merged = False
                 self._emit(EventType.GPU_BUSY, cid, state.busy_since)
             return
         settled = not waiting and all(
@@ -184,6 +199,7 @@ class ActivityTracker:
             state.busy_s += end - start
             state.tasks += 1
             state.last_task = (start, end)
+            state.last_merged = state.merged
             state.busy_since, state.ending, state.end = None, None, end
             self._emit(EventType.GPU_IDLE, cid, end, busy_since=start, run_s=end - start)
 
@@ -197,6 +213,7 @@ class ActivityTracker:
         elif totals.copies > s.calls[1]:
             s.copied_since_launch = True
         s.calls = (totals.launches, totals.copies)
+        self._sub_periods(s, totals.copies)
         in_flight = any(
             p.last is not None and (p.wait_end is None or p.wait_end < p.last) for p in s.live
         )
@@ -206,7 +223,26 @@ class ActivityTracker:
             in_flight=in_flight and s.busy_since is not None,
             ending=s.ending if s.busy_since is not None else None,
             copied_since_launch=s.copied_since_launch,
+            merged=s.merged and s.busy_since is not None, last_merged=s.last_merged,
         )  # fmt: skip
+
+    @staticmethod
+    def _sub_periods(s: _State, copies: int) -> None:
+        """Whether the running busy period holds several requests: a launch after a wait
+        returned (the probe's ``period``) with copies issued since the last such launch's
+        tick. A one-shot's kernels, each waited for, copy nothing between them; a server's
+        next request copies its input first (one served back to back, within the task gap)."""
+        if s.busy_since is None:
+            s.sub = None
+            return
+        if s.sub is None or s.sub[0] < s.busy_since:
+            s.sub = (s.busy_since, copies)
+            return
+        period = max((p.period for p in s.live if p.period is not None), default=None)
+        # a record printed again is converted to wall time with that tick's clock offset
+        if period is not None and period > s.sub[0] + _SAME_CALL_S:
+            s.merged = s.merged or copies > s.sub[1]
+            s.sub = (period, copies)
 
     def _emit(self, type_: EventType, cid: str, ts: float, **fields: float) -> None:
         self._pending.append((type_, {

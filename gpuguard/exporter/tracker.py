@@ -233,8 +233,10 @@ class _Task:
         tracker")."""
         if self.mode != TaskMode.BURST:
             return TaskBoundary.EXACT
-        if self.probed:  # one busy period of the probe's: begun after an idle it saw
-            return TaskBoundary.EXACT if self.exact_start else TaskBoundary.MERGED
+        if self.probed:  # one busy period of the probe's: begun after an idle it saw, and
+            # holding one request (not a launch after another's output inside it)
+            exact = self.exact_start and not self.merged
+            return TaskBoundary.EXACT if exact else TaskBoundary.MERGED
         if self.merged or not self.exact_start or self.blind:
             return TaskBoundary.MERGED
         return TaskBoundary.OPEN
@@ -603,6 +605,8 @@ class Tracker:
             # its period is the last finished one, unless more than one ended since the
             # poll before (then only its last activity seen is known)
             end = last[1] if last is not None and last[0] == task.started_at else task.last_active
+            if last is not None and last[0] == task.started_at and act.last_merged:
+                task.merged = True  # it held several requests back to back
             self._end(task, end)
             record.task = None
             record.last_end = end
@@ -667,6 +671,10 @@ class Tracker:
             task.exact_start = self._last_poll is not None
         record.task = task
         self._probe_mark[seen.proc.container_id or ""] = begin
+        if end is not None and not task.input_seen:
+            task.merged = act.last_merged and act.last_task == period
+        elif not task.input_seen:
+            task.merged = act.merged
         if end is not None and task.mode != TaskMode.PROCESS and not task.input_seen:
             task.last_active = end
             self._end(task, end)
@@ -678,6 +686,8 @@ class Tracker:
 
     def _observe_probed(self, task: _Task, seen: _Seen, act: ContainerActivity, now: float) -> None:
         task.memory = seen.proc.used_memory_bytes
+        if not task.input_seen and act.busy_since == task.started_at and act.merged:
+            task.merged = True  # a launch after its output: the next request, back to back
         cid = seen.proc.container_id or ""
         newest = act.busy_since if act.busy_since is not None else None
         if newest is None and act.last_task is not None:

@@ -475,3 +475,23 @@ def test_a_task_that_copied_its_input_ends_once_its_outputs_busy_period_is_over(
     assert [(v.started_at, v.ended_at) for v in h.ended()][1:] == [
         (pytest.approx(0.71), pytest.approx(0.78))
     ]
+
+
+def test_requests_served_back_to_back_in_one_busy_period_are_busy_time_not_a_miss() -> None:
+    # queued requests: the next one's copy in and launch follow the last one's output within
+    # the probe's task gap, so one busy period holds three requests; each met its own 0.11 s
+    # deadline, the period (0.3 s) would not: it is not judged
+    spans = [(1.0, 1.1), (1.115, 1.2), (1.215, 1.3), (2.0, 2.08)]
+    copies = (0.99, 1.102, 1.112, 1.202, 1.212, 1.302, 1.99, 2.082)  # in, out per request
+    h = Probed(container(1, deadline_s=0.11))
+    h.own(100, 1, 5000)
+    h.calls(100, Driver(*spans, copies=copies))
+    h.poll(0.0, {})
+    polls(h, 0.1, 2.5, {100: CTX + GIB})
+    got = [(v.started_at, v.ended_at, v.boundary, v.met_deadline) for v in h.ended()]
+    assert got == [
+        (pytest.approx(1.0), pytest.approx(1.3), TaskBoundary.MERGED, None),
+        (pytest.approx(2.0), pytest.approx(2.08), TaskBoundary.EXACT, True),
+    ]
+    stats = h.tracker.stats[cid(1)]
+    assert (stats.finished, stats.hits, stats.misses, stats.busy_periods) == (1, 1, 0, 1)
