@@ -57,6 +57,9 @@ class ContainerActivity:
     merged: bool = False
     #: as ``merged``, of the last finished busy period (``last_task``)
     last_merged: bool = False
+    #: the running busy period began after copies issued since the last one ended (its
+    #: own input: a request's, not a kernel after host work)
+    copied_before: bool = False
 
 
 def source_of(
@@ -114,6 +117,8 @@ class _State:
     last_merged: bool = False
     #: the running period's newest launch after a wait returned, and the copies by then
     sub: tuple[float, int] | None = None
+    copies_at_end: int = 0  # copies when the last period ended
+    copied_before: bool = False  # the running period's (``ContainerActivity``)
 
 
 class ActivityTracker:
@@ -224,6 +229,7 @@ class ActivityTracker:
             ending=s.ending if s.busy_since is not None else None,
             copied_since_launch=s.copied_since_launch,
             merged=s.merged and s.busy_since is not None, last_merged=s.last_merged,
+            copied_before=s.copied_before and s.busy_since is not None,
         )  # fmt: skip
 
     @staticmethod
@@ -233,9 +239,12 @@ class ActivityTracker:
         tick. A one-shot's kernels, each waited for, copy nothing between them; a server's
         next request copies its input first (one served back to back, within the task gap)."""
         if s.busy_since is None:
+            if s.sub is not None:
+                s.copies_at_end = copies  # it ended at this tick
             s.sub = None
             return
         if s.sub is None or s.sub[0] < s.busy_since:
+            s.copied_before = copies > s.copies_at_end
             s.sub = (s.busy_since, copies)
             return
         period = max((p.period for p in s.live if p.period is not None), default=None)

@@ -771,6 +771,8 @@ class Tracker:
         end = max(end, task.started_at)
         if task.mode == TaskMode.BURST and task.phase == Phase.DRAINING and (not act.busy or newer):
             return end  # its output's busy period is over (a newer one is the next task's)
+        if task.mode == TaskMode.BURST and newer and act.copied_before:
+            return end  # a busy period begun with an input of its own: the next task's
         if memory == 0 or (seen.grew and task.phase == Phase.DRAINING):
             return end  # freed all, or a new input after its output: a new task
         if task.mode == TaskMode.MEMORY:

@@ -192,6 +192,25 @@ def test_a_servers_start_up_is_not_its_first_requests_input() -> None:
     assert got == [(pytest.approx(a), pytest.approx(b), TaskBoundary.EXACT) for a, b in spans]
 
 
+def test_requests_right_after_a_servers_start_up_are_each_a_task_of_their_own() -> None:
+    # the model upload (0.12) is followed within the idle gap by the first request: that
+    # one is taken for the start-up task's kernels, but each later request copies its
+    # input before its launch, so it starts a task of its own
+    spans = [(0.3, 0.4), (0.6, 0.7), (0.9, 1.0)]
+    h = Probed(container(1, deadline_s=0.2))
+    h.own(100, 1, 5000)
+    # each copy out is issued with its kernel (before the wait), as CUDA programs do
+    h.calls(100, Driver(*spans, copies=(0.12, 0.29, 0.3, 0.58, 0.6, 0.88, 0.9)))
+    h.poll(0.0, {})
+    polls(h, 0.1, 1.6, {100: CTX + GIB})
+    got = [(v.started_at, v.ended_at, v.boundary) for v in h.ended()]
+    assert got == [
+        (pytest.approx(0.05), pytest.approx(0.4), TaskBoundary.EXACT),  # start-up and #1
+        (pytest.approx(0.6), pytest.approx(0.7), TaskBoundary.EXACT),
+        (pytest.approx(0.9), pytest.approx(1.0), TaskBoundary.EXACT),
+    ]
+
+
 def test_the_same_requests_seen_only_by_nvml_stay_one_merged_busy_period() -> None:
     # without the probe nothing changes: one burst over the three requests, never judged
     h = Probed(container(1, deadline_s=0.11))
