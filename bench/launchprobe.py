@@ -212,7 +212,10 @@ def main() -> int:
             print(f"no probe: {exc}")
             binary = None
         if binary is not None:
-            probe = LaunchProbe(lambda: binary, library, 0.01, tracker.on_tick)
+            # wakes on, as the exporter runs it (--probe.task-gap's default)
+            probe = LaunchProbe(
+                lambda: binary, library, 0.01, tracker.on_tick, lambda _w: None, 0.02
+            )
             status = probe.start()
             result["probe_attached"] = status.attached
             print(f"probe: {'attached: ' if status.attached else 'not attached: '}{status.detail}")
