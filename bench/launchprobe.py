@@ -16,6 +16,10 @@
    server's requests (``start``/``end``), timed by the probe's busy/idle edges.
 5. Verdicts: each of those tasks judged against deadlines 10% either side of its own run
    time, by its own log and by the probe's edges; ``verdicts_agree`` when all agree.
+6. A pushed launch: one ``cuLaunchKernel`` after 25 ms without calls (more than the task
+   gap, so the probe pushes it through its ring buffer), in the thread's CPU time, with the
+   probe pushing and with a probe that does not (``wake_extra_us``: the median's
+   difference, each side's lower of alternate rounds).
 
 The last line is one JSON object: ``probe_attached`` (true only when the uprobes really
 ran), ``probe_ns_per_call``, ``loop_slowdown_10k``, ``loop_slowdown_100k``,
@@ -34,6 +38,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,6 +99,32 @@ def measure_cost(probed: ctypes.CDLL, plain: ctypes.CDLL, quick: bool) -> dict[s
         slowdown = min(p for p, _ in pairs) / min(u for _, u in pairs) - 1
         result[f"loop_slowdown_{rate // 1000}k"] = slowdown
     return result
+
+
+def measure_wake(binary: Path, library: Path, quick: bool) -> dict[str, float]:
+    """A launch after a quiet longer than the task gap, pushed and not (``measure_cost``'s
+    clock); the probe is started for each side in turn."""
+    lib = ctypes.CDLL(str(library))
+    count = 60 if quick else 200
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(2):
+        for push in (True, False):
+            woken: list[object] = []
+            probe = LaunchProbe(
+                lambda: binary, library, 0.01, lambda _s: None,
+                woken.append if push else None, 0.02,
+            )  # fmt: skip
+            if not probe.start().attached:
+                return {}
+            took = []
+            for _ in range(count):
+                time.sleep(0.025)
+                took.append(loop_seconds(lib, 1, 0))
+            probe.stop()
+            if push and not woken:
+                return {}  # nothing pushed: not what this measures
+            medians[push].append(statistics.median(took))
+    return {"wake_extra_us": (min(medians[True]) - min(medians[False])) * 1e6}
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -235,6 +266,9 @@ def main() -> int:
             )
             probe.stop()
             probe = None
+            result.update(measure_wake(binary, library, args.quick))
+            if "wake_extra_us" in result:
+                print(f"a pushed launch: {result['wake_extra_us']:.1f} us more")
             result.update(measure_exporter(sim, probed, tmp, 1.0 if args.quick else 3.0))
             print(
                 f"exporter + probe: {100 * result['exporter_cpu_share']:.1f}% of a core at "
