@@ -143,6 +143,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot load the BPF programs: %s\n", strerror(errno));
         return 3;
     }
+    int woke = 0;
+    struct ring_buffer *wakes = ring_buffer__new(bpf_map__fd(skel->maps.wakes), print_wake,
+                                                 &woke, NULL);
+    if (!wakes) {
+        fprintf(stderr, "cannot read the wakes ring buffer: %s\n", strerror(errno));
+        return 3;
+    }
     char launches[1024] = "", copies[1024] = "", waits[1024] = "", ignored[1024] = "";
     if (!attach(skel->progs.on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
         fprintf(stderr, "no launch entry point of the CUDA driver API in %s\n", lib);
@@ -155,13 +162,6 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     int fd = bpf_map__fd(skel->maps.procs);
-    int woke = 0;
-    struct ring_buffer *wakes = ring_buffer__new(bpf_map__fd(skel->maps.wakes), print_wake,
-                                                 &woke, NULL);
-    if (!wakes) {
-        fprintf(stderr, "cannot read the wakes ring buffer: %s\n", strerror(errno));
-        return 3;
-    }
     unsigned long long interval_ns = (unsigned long long)interval_ms * 1000000ull;
     for (unsigned long n = 0;; n++) {
         unsigned long long tick_ns = now_ns();
@@ -192,15 +192,17 @@ int main(int argc, char **argv) {
         }
         if (printf(".\n") < 0 || fflush(stdout) != 0)
             return 0; /* nobody reads any more */
-        /* until the next tick is due, print each wake as it comes */
-        for (unsigned long long at = now_ns(); at < tick_ns + interval_ns; at = now_ns()) {
-            int ms = (int)((tick_ns + interval_ns - at + 999999) / 1000000);
+        /* until the next tick is due, print each wake as it comes (once at least) */
+        unsigned long long due = tick_ns + interval_ns, at = now_ns();
+        do {
+            int ms = at < due ? (int)((due - at + 999999) / 1000000) : 0;
             int got = ring_buffer__poll(wakes, ms);
             if (got < 0 && got != -EINTR)
                 break;
             if (woke && fflush(stdout) != 0)
                 return 0;
             woke = 0;
-        }
+            at = now_ns();
+        } while (at < due);
     }
 }
