@@ -19,8 +19,8 @@ request and trainer, from the clocks of the parts themselves:
 and 15 ms); ``*_split_p50_ms``: the median of each part. A trainer already frozen when a
 request starts (its thaw still waiting out the gap) gives no sample; they are counted.
 ``--exporter-flag`` passes a flag to the exporter (``--probe.interval=1s``: a busy edge
-does not wait for the probe's read). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else 40 s. The last line
-printed is one JSON object.
+does not wait for the probe's read). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else
+40 s. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
