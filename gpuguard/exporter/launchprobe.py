@@ -215,8 +215,11 @@ class LaunchProbe:
             target=self._read, args=(process,), name="launch-probe", daemon=True
         )
         self._thread.start()
-        launch, copy, wait = [*ready.split(), "-", "-", "-"][1:4]
+        launch, copy, wait, wakes = [*ready.split(), "-", "-", "-", "-"][1:5]
         detail = f"launches {launch}; copies {copy}; waits {wait}"
+        if self.wake_gap_s > 0:
+            pushed = "pushed" if wakes == "wakes" else "read (no BPF ring buffer: Linux 5.8)"
+            detail += f"; busy edges {pushed}"
         return ProbeStatus(True, None, detail, str(self.library))
 
     def _read(self, process: subprocess.Popen[str]) -> None:

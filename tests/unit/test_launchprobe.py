@@ -118,6 +118,31 @@ def test_a_probe_binary_that_fails_is_reported(tmp_path: Path) -> None:
     assert "no launch entry point" in status.detail
 
 
+@pytest.mark.parametrize(
+    ("last", "says"), [("wakes", "busy edges pushed"), ("-", "busy edges read (no BPF ring")]
+)
+def test_a_probe_says_whether_it_pushes_busy_edges(tmp_path: Path, last: str, says: str) -> None:
+    """The program's arguments, and its ready line's last field, as a kernel gives it."""
+    fake = tmp_path / "probe"
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/argv\necho "ready cuLaunchKernel - - {last}"\n'
+        "exec sleep 30\n"
+    )
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    probe = LaunchProbe(lambda: fake, library, 0.01, lambda _s: None, lambda _w: None, 0.02)
+    try:
+        status = probe.start()
+    finally:
+        probe.stop()
+    if missing_capability(Path("/proc/self/status").read_text()):
+        assert status.reason is ProbeReason.NO_PERMISSION
+        return
+    assert status.attached and says in status.detail
+    assert (tmp_path / "argv").read_text().split() == [str(library), "10", "20000"]
+
+
 @pytest.mark.parametrize("kind", ["missing", "not_executable"])
 def test_a_probe_program_that_cannot_run_is_no_binary(tmp_path: Path, kind: str) -> None:
     binary = tmp_path / "probe"

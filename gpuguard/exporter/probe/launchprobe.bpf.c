@@ -38,7 +38,7 @@ struct {
     __uint(max_entries, 64 * 1024);
 } wakes SEC(".maps");
 
-/* set by the loader before loading; 0: no wakes */
+/* set by the loader before loading */
 const volatile __u64 wake_gap_ns = 0;
 
 static __always_inline struct proc_stats *stats_of(__u32 tgid) {
@@ -60,7 +60,7 @@ static __always_inline void wake(__u32 tgid, __u64 now) {
     bpf_ringbuf_submit(w, 0);
 }
 
-static __always_inline int work(int copy) {
+static __always_inline int work(int copy, int push) {
     __u64 now = bpf_ktime_get_ns();
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc_stats *s = stats_of(tgid);
@@ -77,16 +77,20 @@ static __always_inline int work(int copy) {
         s->period_ns = now;
     __u64 quiet_since = s->last_ns > s->wait_end_ns ? s->last_ns : s->wait_end_ns;
     s->last_ns = now;
-    if (wake_gap_ns && now - quiet_since >= wake_gap_ns)
+    if (push && wake_gap_ns && now - quiet_since >= wake_gap_ns)
         wake(tgid, now);
     return 0;
 }
 
+/* on_launch_pushed where wakes are sent (the ring buffer needs Linux 5.8), else on_launch */
 SEC("uprobe")
-int on_launch(void *ctx) { return work(0); }
+int on_launch(void *ctx) { return work(0, 0); }
 
 SEC("uprobe")
-int on_copy(void *ctx) { return work(1); }
+int on_launch_pushed(void *ctx) { return work(0, 1); }
+
+SEC("uprobe")
+int on_copy(void *ctx) { return work(1, 0); }
 
 SEC("uprobe")
 int on_wait(void *ctx) {

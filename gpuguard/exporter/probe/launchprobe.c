@@ -5,14 +5,15 @@
  *
  * usage: gpuguard-launchprobe LIBRARY [INTERVAL_MS [WAKE_GAP_US]]
  * stdout, one record a line (docs/interfaces.md, "launch probe"):
- *   ready <launch symbols> <copy symbols> <wait symbols>   once, when attached
+ *   ready <launch symbols> <copy symbols> <wait symbols> <wakes|->   once, when attached
  *   t <now_ns>                                             a tick (CLOCK_MONOTONIC)
  *   p <tgid> <launches> <copies> <first_ns> <last_ns> <period_ns> <waits> <wait_ns>
  *     <wait_start_ns> <wait_end_ns>                        a process that changed
  *   x <tgid>                                               a process that is gone
  *   .                                                      end of the tick
  *   w <tgid> <launch_ns>                                   a wake, between ticks
- * WAKE_GAP_US 0 (the default) sends no wakes.
+ * WAKE_GAP_US 0 (the default) sends no wakes, nor does a kernel without the BPF ring buffer
+ * (before Linux 5.8): ready's last field says whether wakes are sent.
  * Exit status: 2 usage, 3 the BPF programs cannot be loaded (no CAP_BPF/CAP_PERFMON),
  * 4 the library cannot be probed (missing, or no launch entry point in it). */
 #include <errno.h>
@@ -89,6 +90,23 @@ static unsigned long long now_ns(void) {
     return (unsigned long long)now.tv_sec * 1000000000ull + now.tv_nsec;
 }
 
+/* the BPF object with the wakes (on_launch_pushed and the ring buffer) or without */
+static struct launchprobe *load(long wake_gap_us, int push) {
+    struct launchprobe *skel = launchprobe__open();
+    if (!skel)
+        return NULL;
+    skel->rodata->wake_gap_ns = (unsigned long long)wake_gap_us * 1000ull;
+    bpf_program__set_autoload(push ? skel->progs.on_launch : skel->progs.on_launch_pushed, 0);
+    bpf_map__set_autocreate(skel->maps.wakes, push);
+    if (launchprobe__load(skel) != 0) {
+        int err = errno;
+        launchprobe__destroy(skel);
+        errno = err;
+        return NULL;
+    }
+    return skel;
+}
+
 static int silent(enum libbpf_print_level level, const char *fmt, va_list args) {
     return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
 }
@@ -132,33 +150,34 @@ int main(int argc, char **argv) {
     }
     prctl(PR_SET_PDEATHSIG, SIGTERM); /* the exporter that started it is gone */
     libbpf_set_print(silent);
-    struct launchprobe *skel = launchprobe__open();
-    if (skel)
-        skel->rodata->wake_gap_ns = (unsigned long long)wake_gap_us * 1000ull;
-    if (skel && launchprobe__load(skel) != 0) {
-        launchprobe__destroy(skel);
-        skel = NULL;
-    }
+    int push = wake_gap_us > 0;
+    struct launchprobe *skel = load(wake_gap_us, push);
+    if (!skel && push && (skel = load(0, 0)) != NULL)
+        push = 0; /* no BPF ring buffer (Linux before 5.8): busy edges at the ticks */
     if (!skel) {
         fprintf(stderr, "cannot load the BPF programs: %s\n", strerror(errno));
         return 3;
     }
     int woke = 0;
-    struct ring_buffer *wakes = ring_buffer__new(bpf_map__fd(skel->maps.wakes), print_wake,
-                                                 &woke, NULL);
-    if (!wakes) {
-        fprintf(stderr, "cannot read the wakes ring buffer: %s\n", strerror(errno));
-        return 3;
+    struct ring_buffer *wakes = NULL;
+    if (push) {
+        wakes = ring_buffer__new(bpf_map__fd(skel->maps.wakes), print_wake, &woke, NULL);
+        if (!wakes) {
+            fprintf(stderr, "cannot read the wakes ring buffer: %s\n", strerror(errno));
+            return 3;
+        }
     }
+    struct bpf_program *on_launch = push ? skel->progs.on_launch_pushed : skel->progs.on_launch;
     char launches[1024] = "", copies[1024] = "", waits[1024] = "", ignored[1024] = "";
-    if (!attach(skel->progs.on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
+    if (!attach(on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
         fprintf(stderr, "no launch entry point of the CUDA driver API in %s\n", lib);
         return 4;
     }
     attach(skel->progs.on_copy, lib, copy_syms, 0, copies, sizeof copies);
     attach(skel->progs.on_wait, lib, wait_syms, 0, waits, sizeof waits);
     attach(skel->progs.on_wait_return, lib, wait_syms, 1, ignored, sizeof ignored);
-    printf("ready %s %s %s\n", launches, copies[0] ? copies : "-", waits[0] ? waits : "-");
+    printf("ready %s %s %s %s\n", launches, copies[0] ? copies : "-", waits[0] ? waits : "-",
+           push ? "wakes" : "-");
     fflush(stdout);
 
     int fd = bpf_map__fd(skel->maps.procs);
@@ -194,6 +213,13 @@ int main(int argc, char **argv) {
             return 0; /* nobody reads any more */
         /* until the next tick is due, print each wake as it comes (once at least) */
         unsigned long long due = tick_ns + interval_ns, at = now_ns();
+        if (!wakes) {
+            if (at < due) {
+                struct timespec rest = {(due - at) / 1000000000ull, (due - at) % 1000000000ull};
+                nanosleep(&rest, NULL);
+            }
+            continue;
+        }
         do {
             int ms = at < due ? (int)((due - at + 999999) / 1000000) : 0;
             int got = ring_buffer__poll(wakes, ms);
