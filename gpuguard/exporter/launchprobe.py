@@ -275,7 +275,10 @@ class LaunchProbe:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait(timeout=5)
+                try:  # detaching its uprobes took 3-4.5 s on a loaded VM, at times more
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    log.warning("launch probe %d still exiting after 35 s", process.pid)
         if self._thread is not None:
             self._thread.join(timeout=5)
 
