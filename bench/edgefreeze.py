@@ -12,15 +12,15 @@ request and trainer, from the clocks of the parts themselves:
              exporter's probe read interval and publication; the actuator follows the same
              stream the same way)
   started    the actuator's audit record of the freeze: when its step began (its stream
-             client, state read and decision)
+             client and decision, on its last state read with the edge applied)
   frozen     the same record: when the kernel confirmed the cgroup frozen
 
 ``edge_freeze_p95_ms_1`` and ``edge_freeze_p95_ms_10``: launch -> frozen, p95 (targets 5 ms
 and 15 ms); ``*_split_p50_ms``: the median of each part. A trainer already frozen when a
 request starts (its thaw still waiting out the gap) gives no sample; they are counted.
-``--exporter-flag`` passes a flag to the exporter (``--probe.interval=2ms``: the probe read
-more often). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else 40 s. The last line
-printed is one JSON object.
+``--exporter-flag`` passes a flag to the exporter (``--probe.interval=1s``: a busy edge
+does not wait for the probe's read). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else
+40 s. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def main() -> int:
     size.add_argument("--smoke", action="store_true", help="6 s per size, for CI")
     parser.add_argument(
         "--exporter-flag", action="append", default=[], metavar="FLAG",
-        help="one more exporter flag (repeatable), e.g. --exporter-flag=--probe.interval=2ms",
+        help="one more exporter flag (repeatable), e.g. --exporter-flag=--probe.interval=1s",
     )  # fmt: skip
     args = parser.parse_args()
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"

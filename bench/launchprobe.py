@@ -16,6 +16,10 @@
    server's requests (``start``/``end``), timed by the probe's busy/idle edges.
 5. Verdicts: each of those tasks judged against deadlines 10% either side of its own run
    time, by its own log and by the probe's edges; ``verdicts_agree`` when all agree.
+6. A pushed launch: one ``cuLaunchKernel`` after 25 ms without calls (more than the task
+   gap, so the probe pushes it through its ring buffer), in the thread's CPU time, under a
+   probe that pushes and, on a copy of the library, one that does not, in turn
+   (``wake_extra_us``: the difference of the medians).
 
 The last line is one JSON object: ``probe_attached`` (true only when the uprobes really
 ran), ``probe_ns_per_call``, ``loop_slowdown_10k``, ``loop_slowdown_100k``,
@@ -34,6 +38,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,6 +99,36 @@ def measure_cost(probed: ctypes.CDLL, plain: ctypes.CDLL, quick: bool) -> dict[s
         slowdown = min(p for p, _ in pairs) / min(u for _, u in pairs) - 1
         result[f"loop_slowdown_{rate // 1000}k"] = slowdown
     return result
+
+
+def measure_wake(binary: Path, library: Path, tmp: Path, quick: bool) -> dict[str, float]:
+    """A launch after a quiet longer than the task gap (``measure_cost``'s clock): on
+    ``library`` under a probe that pushes it, and on a copy under one that does not, in
+    turn; the difference of the medians."""
+    copy = tmp / "unpushed" / LIBRARY_NAME
+    copy.parent.mkdir()
+    shutil.copy(library, copy)
+    woken: list[object] = []
+    probes = [
+        LaunchProbe(lambda: binary, library, 0.01, lambda _s: None, woken.append, 0.02),
+        LaunchProbe(lambda: binary, copy, 0.01, lambda _s: None),
+    ]
+    try:
+        if not all(p.start().attached for p in probes):
+            return {}
+        pushed, unpushed = ctypes.CDLL(str(library)), ctypes.CDLL(str(copy))
+        took: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(60 if quick else 200):
+            for push, lib in ((True, pushed), (False, unpushed)):
+                time.sleep(0.025)
+                took[push].append(loop_seconds(lib, 1, 0))
+    finally:
+        for probe in probes:
+            probe.stop()
+    if not woken:
+        return {}  # nothing pushed: not what this measures
+    extra = statistics.median(took[True]) - statistics.median(took[False])
+    return {"wake_extra_us": extra * 1e6}
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -212,7 +247,10 @@ def main() -> int:
             print(f"no probe: {exc}")
             binary = None
         if binary is not None:
-            probe = LaunchProbe(lambda: binary, library, 0.01, tracker.on_tick)
+            # wakes on, as the exporter runs it (--probe.task-gap's default)
+            probe = LaunchProbe(
+                lambda: binary, library, 0.01, tracker.on_tick, lambda _w: None, 0.02
+            )
             status = probe.start()
             result["probe_attached"] = status.attached
             print(f"probe: {'attached: ' if status.attached else 'not attached: '}{status.detail}")
@@ -232,6 +270,9 @@ def main() -> int:
             )
             probe.stop()
             probe = None
+            result.update(measure_wake(binary, library, tmp, args.quick))
+            if "wake_extra_us" in result:
+                print(f"a pushed launch: {result['wake_extra_us']:.1f} us more")
             result.update(measure_exporter(sim, probed, tmp, 1.0 if args.quick else 3.0))
             print(
                 f"exporter + probe: {100 * result['exporter_cpu_share']:.1f}% of a core at "

@@ -308,6 +308,8 @@ class Event:
     container_id: str | None = None
     gpu: int | None = None
     phase: str | None = None
+    #: ``gpu_busy``/``gpu_idle``: ``ActivitySource``'s value (``launch``, ``gauge``)
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,7 @@ def parse_events(doc: Any) -> EventBatch:
                 container_id=_opt(ev, "container_id", str, f"events[{i}]"),
                 gpu=_opt(ev, "gpu", int, f"events[{i}]"),
                 phase=_opt(ev, "phase", str, f"events[{i}]"),
+                source=_opt(ev, "source", str, f"events[{i}]"),
             )
         )
     return EventBatch(

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,6 +22,7 @@ from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.decision import Decision, Trigger
+from gpuguard.actuator.edgestate import with_busy_edges
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.execution.reconcile import Reconciler
@@ -35,7 +36,7 @@ from gpuguard.actuator.routing import Delivery, Handler, by_action
 from gpuguard.actuator.safety.failopen import FailOpen, without_pauses
 from gpuguard.actuator.safety.journal import Journal
 from gpuguard.actuator.slo import SloProtection
-from gpuguard.actuator.state import ExporterState
+from gpuguard.actuator.state import Event, ExporterState
 from gpuguard.actuator.targets import admission_targets, dropped_report
 from gpuguard.actuator.timer import DueTimer
 from gpuguard.actuator.webhook import Alert, WebhookMessage
@@ -45,6 +46,8 @@ log = logging.getLogger("gpuguard.actuator")
 
 _DOCKER_CHECK_EVERY_S = 2.0
 MAINTENANCE_DECISION_AFTER_S = 1.0
+#: the oldest state read a decision on busy edges starts from (maintenance reads every 0.5 s)
+EDGE_STATE_MAX_AGE_S = 2.0
 
 
 class Controller:
@@ -73,6 +76,7 @@ class Controller:
         self._last_docker_check = 0.0
         self._last_decision = 0.0
         self.last_state: ExporterState | None = None
+        self._state_read_at = 0.0  # monotonic time of last_state's read
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="executor")
         self.order = AlertOrder.from_doc(journal.resolved_alerts, time.time())
         self.marks = NodeMarks(
@@ -162,46 +166,74 @@ class Controller:
             t0 = time.monotonic()
             if state is None:
                 state = self.fetch_state()
-            t_state = time.monotonic()
             now = time.time()
-            trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
             self.history.saw(state, now)
             step_rates(self.history.rates, self.slo_signal, state, now, self.metrics, self.audit)
-            recent = self.history.snapshot(now)
-            ledger = self.journal.ledger()
-            pressure = self.slo.pressure.devices(state)
-            at_risk = self.slo.pressure.at_risk(state)
-            decision = decide(
-                state, trigger, self.config.policy, ledger, recent, pressure, slo_at_risk=at_risk
-            )
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s decision: tasks %s, straight on %s, actions %s", source,
-                    [(t.container, t.phase, t.paused) for t in state.tasks],
-                    sorted(c[:12] for c in recent.straight_on),
-                    [(s.container, s.verb, s.reason) for s in decision.steps],
-                )  # fmt: skip
-            if self.fail_open.holding_open:
-                decision = without_pauses(decision)
-            elif self.journal.unwritable:  # a pause it cannot record is one nobody could undo
-                decision = without_pauses(
-                    decision, SkipReason.JOURNAL_UNWRITABLE, "the journal cannot be written"
-                )
-            t_decided = time.monotonic()
-            report = self._execute(decision, source)
+            trigger = Trigger(source, now, node=node, gpu=gpu, alert=alert)
+            decision, report = self._decide(state, trigger, (t_wait, t0), event_ts)
             if gpu is None:  # a decision for one GPU does not know every device's due time
                 self.timer.at(decision.next_due)
-            done = time.monotonic()
             # Each managed container's live check, before its first pause needs it.
             self.executor.vet(
                 [c.id for c in state.containers if c.managed and not c.role and not c.paused]
             )
-            self._last_decision = done
-            self.metrics.decision_seconds.labels(source).observe(done - t0)
-            if decision.steps:
-                times = (t_wait, t0, t_state, t_decided, done)
-                log_decision(source, report, times, event_ts)
             return report
+
+    def decide_on_edges(self, events: Sequence[Event], event_ts: float) -> Report | None:
+        """Decide at once on ``gpu_busy`` edges, from the last state read with their
+        containers busy (``with_busy_edges``), without reading the state; None (nothing
+        done) where that read is older than ``EDGE_STATE_MAX_AGE_S`` or the edges name
+        what it does not show. The caller decides again on a fresh read."""
+        t_wait = time.monotonic()
+        with self._lock:
+            t0 = time.monotonic()
+            state = self.last_state
+            if state is None or t0 - self._state_read_at > EDGE_STATE_MAX_AGE_S:
+                return None
+            edged = with_busy_edges(state, events)
+            if edged is None:
+                return None
+            trigger = Trigger(TriggerSource.FAST, time.time())
+            return self._decide(edged, trigger, (t_wait, t0), event_ts)[1]
+
+    def _decide(
+        self,
+        state: ExporterState,
+        trigger: Trigger,
+        began: tuple[float, float],
+        event_ts: float | None,
+    ) -> tuple[Decision, Report]:
+        """Decide on ``state`` and execute (the caller holds the lock)."""
+        t_state = time.monotonic()
+        source, now = trigger.source, trigger.now
+        recent = self.history.snapshot(now)
+        ledger = self.journal.ledger()
+        pressure = self.slo.pressure.devices(state)
+        at_risk = self.slo.pressure.at_risk(state)
+        decision = decide(
+            state, trigger, self.config.policy, ledger, recent, pressure, slo_at_risk=at_risk
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s decision: tasks %s, straight on %s, actions %s", source,
+                [(t.container, t.phase, t.paused) for t in state.tasks],
+                sorted(c[:12] for c in recent.straight_on),
+                [(s.container, s.verb, s.reason) for s in decision.steps],
+            )  # fmt: skip
+        if self.fail_open.holding_open:
+            decision = without_pauses(decision)
+        elif self.journal.unwritable:  # a pause it cannot record is one nobody could undo
+            decision = without_pauses(
+                decision, SkipReason.JOURNAL_UNWRITABLE, "the journal cannot be written"
+            )
+        t_decided = time.monotonic()
+        report = self._execute(decision, source)
+        done = time.monotonic()
+        self._last_decision = done
+        self.metrics.decision_seconds.labels(source).observe(done - began[1])
+        if decision.steps:
+            log_decision(source, report, (*began, t_state, t_decided, done), event_ts)
+        return decision, report
 
     def start_timer(self) -> None:
         """Start deciding when holds, shares and quanta fall due."""
@@ -221,6 +253,7 @@ class Controller:
             raise
         self.exporter_ok()
         self.last_state = state
+        self._state_read_at = time.monotonic()
         return state
 
     def exporter_ok(self) -> None:

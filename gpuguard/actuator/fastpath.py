@@ -3,8 +3,10 @@
 Alertmanager cannot be faster than its group timers (seconds), while paper B must pause a
 container inside its memory-input phase (~0.2 s). So the actuator long-polls
 ``/api/v1/events``; each relevant event triggers a fresh ``/api/v1/state`` read and the same
-``decide()`` the webhooks use. It resynchronises from the state on start, when the exporter
-says events were dropped (``truncated``), and when the exporter restarted (sequence went back).
+``decide()`` the webhooks use. A batch of ``gpu_busy`` edges alone is first decided on the
+last state read with those containers busy, at once, then on the fresh read. It
+resynchronises from the state on start, when the exporter says events were dropped
+(``truncated``), and when the exporter restarted (sequence went back).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 from gpuguard.actuator.controller import Controller
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.exporter_client import ExporterClient
+from gpuguard.actuator.state import Event
 from gpuguard.contract import EventType, TriggerSource
 
 log = logging.getLogger("gpuguard.actuator.fast")
@@ -54,11 +58,14 @@ class FastPath:
             self._stop.set()
         self.client.close()
 
-    def _decide(self, event_ts: float | None = None) -> bool:
-        """Decide unless stopped; False once stopped."""
+    def _decide(self, event_ts: float | None = None, edges: Sequence[Event] = ()) -> bool:
+        """Decide unless stopped (on ``edges`` first, where they are busy edges alone);
+        False once stopped."""
         with self._deciding:
             if self._stop.is_set():
                 return False
+            if edges and event_ts is not None:
+                self.controller.decide_on_edges(edges, event_ts)
             self.controller.decide_now(TriggerSource.FAST, event_ts=event_ts)
             return True
 
@@ -86,7 +93,8 @@ class FastPath:
                 relevant = [e for e in batch.events if e.type in RELEVANT_EVENTS]
                 if relevant:
                     first = min(e.ts for e in relevant)
-                    if not self._decide(first):
+                    busy = all(e.type == EventType.GPU_BUSY for e in relevant)
+                    if not self._decide(first, relevant if busy else ()):
                         break
                     self.latencies_ms.append(1000 * (time.time() - first))
                     del self.latencies_ms[:-1000]

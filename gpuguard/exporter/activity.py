@@ -8,20 +8,22 @@ that left nothing launched unwaited for (or at its last launch after ``idle_time
 a wait); two periods less than ``task_gap`` apart are one task (a one-shot's kernels, each
 synchronized). Each start and end goes on the event stream at once, timed by the probe
 (``gpu_busy``, ``gpu_idle``); ``view`` is the frozen state the poll snapshot carries.
+``ActivityFeed.on_wake`` takes the probe's wakes between ticks: an idle container's launch
+starts its busy period (and its ``gpu_busy``) then, not at the next tick.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from gpuguard.contract import ActivitySource, EventType, ProbeReason
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.events import EventLog
-from gpuguard.exporter.launchprobe import LaunchSample, ProbeStatus, ProcLaunches
+from gpuguard.exporter.launchprobe import LaunchSample, ProbeStatus, ProcLaunches, Wake
 from gpuguard.exporter.model import ContainerInfo, ProcessOwner
 
 #: two call times closer than this are one call's, read at two ticks (each tick turns the
@@ -158,13 +160,33 @@ class ActivityTracker:
             self._states.setdefault(cid, _State()).live = procs
         for cid, state in self._states.items():
             self._step(cid, state, now)
+            self._track_calls(state)
         view = {cid: self._activity(cid, s, now) for cid, s in self._states.items()}
         with self._lock:
             self._view = MappingProxyType(view)
+        self._publish()
+
+    def _publish(self) -> None:
         # edges go out once the view shows them: a state read after an edge reflects it
         pending, self._pending = self._pending, []
         for type_, fields in pending:
             self._events.append(type_, **fields)
+
+    def wake(self, cid: str, at: float) -> None:
+        """A launch of ``cid``'s at ``at``, sent before the next tick: if the container is
+        idle, its busy period starts here (the tick that follows goes on from it)."""
+        state = self._states.setdefault(cid, _State())
+        if state.busy_since is not None or at <= state.end:
+            return
+        state.busy_since, state.ending = at, None
+        state.copied_since_launch = state.merged = False  # the next tick sees its copies
+        seen = self._activity(cid, state, at)
+        # the launch is not in the last tick's table yet
+        seen = replace(seen, launches=seen.launches + 1, in_flight=True)
+        with self._lock:
+            self._view = MappingProxyType({**self._view, cid: seen})
+        self._emit(EventType.GPU_BUSY, cid, at)
+        self._publish()
 
     def _exited_with_owner(self, exited: Iterable[ProcLaunches]) -> list[tuple[str, ProcLaunches]]:
         found = []
@@ -213,12 +235,6 @@ class ActivityTracker:
         for proc in s.live:
             totals.add(proc)
         running = max(0.0, now - s.busy_since) if s.busy_since is not None else 0.0
-        if totals.launches > s.calls[0]:
-            s.copied_since_launch = False
-        elif totals.copies > s.calls[1]:
-            s.copied_since_launch = True
-        s.calls = (totals.launches, totals.copies)
-        self._sub_periods(s, totals.copies)
         in_flight = any(
             p.last is not None and (p.wait_end is None or p.wait_end < p.last) for p in s.live
         )
@@ -231,6 +247,17 @@ class ActivityTracker:
             merged=s.merged and s.busy_since is not None, last_merged=s.last_merged,
             copied_before=s.copied_before and s.busy_since is not None,
         )  # fmt: skip
+
+    def _track_calls(self, s: _State) -> None:
+        """Per tick: copies after the last launch, and the running period's sub-periods."""
+        launches = s.retired.launches + sum(p.launches for p in s.live)
+        copies = s.retired.copies + sum(p.copies for p in s.live)
+        if launches > s.calls[0]:
+            s.copied_since_launch = False
+        elif copies > s.calls[1]:
+            s.copied_since_launch = True
+        s.calls = (launches, copies)
+        self._sub_periods(s, copies)
 
     @staticmethod
     def _sub_periods(s: _State, copies: int) -> None:
@@ -292,6 +319,14 @@ class ActivityFeed:
         self._owners: dict[int, ProcessOwner | None] = {}
         self._last: dict[int, ProcLaunches] = {}
         self._ticks = 0
+
+    def on_wake(self, wake: Wake) -> None:
+        """A wake from the probe (its thread, between ticks)."""
+        if wake.pid not in self._owners:
+            self._owners[wake.pid] = self._proc.owner(wake.pid)
+        owner = self._owners[wake.pid]
+        if owner is not None and owner.container_id is not None:
+            self.tracker.wake(owner.container_id, wake.at)
 
     def on_tick(self, sample: LaunchSample) -> None:
         self._ticks += 1

@@ -88,7 +88,12 @@ def make_launch_probe(
     feed = ActivityFeed(ProcReader(config.procfs), index.snapshot, tracker)
     socket = config.gpusim_socket if backend == "gpusim" else None
     library = find_library(probe_config.library, socket)
-    probe = LaunchProbe(binary, library, probe_config.interval_s, feed.on_tick)
+    # a container is idle only after --probe.task-gap without calls, so a launch after a
+    # shorter quiet cannot be a busy edge (under 1 ms, the edges wait for the ticks)
+    wake_gap_s = max(probe_config.task_gap_s, 0.001)
+    probe = LaunchProbe(
+        binary, library, probe_config.interval_s, feed.on_tick, feed.on_wake, wake_gap_s
+    )
     return probe, tracker, probe.status
 
 

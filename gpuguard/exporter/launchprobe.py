@@ -4,7 +4,9 @@
 never raises: where the probe cannot run, ``status`` says why (a ``ProbeReason``) and the
 exporter goes on with NVML's samples alone. Once attached, a reader thread turns each tick
 of the probe's output (docs/interfaces.md §2) into a frozen ``LaunchSample`` and hands it to
-``on_tick``, every ``--probe.interval``.
+``on_tick``, every ``--probe.interval``; between ticks, each ``Wake`` (a launch after
+``wake_gap_s`` without a launch or a wait's return: a possible busy edge) goes to ``on_wake``
+as soon as the kernel sends it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,14 @@ class LaunchSample:
 
 
 @dataclass(frozen=True, slots=True)
+class Wake:
+    """A process's launch after a quiet gap, sent by the probe at once; wall-clock seconds."""
+
+    pid: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeStatus:
     attached: bool
     reason: ProbeReason | None
@@ -102,6 +112,16 @@ def parse_proc(fields: list[str], offset: float) -> ProcLaunches:
         pid, launches, copies, at(first), at(last), at(period), waits, wait_ns / 1e9,
         at(wait_start), at(wait_end),
     )  # fmt: skip
+
+
+def parse_wake(fields: list[str], offset: float) -> Wake:
+    """A ``w`` record's fields (after the ``w``); raises ``ValueError`` when malformed."""
+    if len(fields) != 2:
+        raise ValueError(f"a w record has 2 fields, got {len(fields)}")
+    pid, ns = (int(f) for f in fields)
+    if pid <= 0 or ns <= 0:
+        raise ValueError("a w record needs a tgid and a time")
+    return Wake(pid, ns / 1e9 + offset)
 
 
 def find_library(explicit: Path | None, gpusim_socket: Path | None) -> Path | None:
@@ -133,11 +153,16 @@ class LaunchProbe:
         library: Path | None,
         interval_s: float,
         on_tick: Callable[[LaunchSample], None],
+        on_wake: Callable[[Wake], None] | None = None,
+        wake_gap_s: float = 0.0,
     ) -> None:
         self._binary = binary
         self.library = library
         self.interval_s = interval_s
         self._on_tick = on_tick
+        self._on_wake = on_wake
+        #: 0, or no ``on_wake``: the probe sends no wakes (edges come with the ticks)
+        self.wake_gap_s = wake_gap_s if on_wake is not None else 0.0
         self._process: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
         self.status = ProbeStatus(False, ProbeReason.FAILED, "not started")
@@ -164,9 +189,12 @@ class LaunchProbe:
         except (NativeBuildError, OSError) as exc:
             return ProbeStatus(False, ProbeReason.NO_BINARY, str(exc))
         interval_ms = str(max(1, round(self.interval_s * 1000)))
+        argv = [str(binary), str(self.library), interval_ms]
+        if self.wake_gap_s > 0:
+            argv.append(str(max(1, round(self.wake_gap_s * 1e6))))
         try:
             process = subprocess.Popen(
-                [str(binary), str(self.library), interval_ms],
+                argv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -187,8 +215,11 @@ class LaunchProbe:
             target=self._read, args=(process,), name="launch-probe", daemon=True
         )
         self._thread.start()
-        launch, copy, wait = [*ready.split(), "-", "-", "-"][1:4]
+        launch, copy, wait, wakes = [*ready.split(), "-", "-", "-", "-"][1:5]
         detail = f"launches {launch}; copies {copy}; waits {wait}"
+        if self.wake_gap_s > 0:
+            pushed = "pushed" if wakes == "wakes" else "read (no BPF ring buffer: Linux 5.8)"
+            detail += f"; busy edges {pushed}"
         return ProbeStatus(True, None, detail, str(self.library))
 
     def _read(self, process: subprocess.Popen[str]) -> None:
@@ -203,6 +234,9 @@ class LaunchProbe:
                 if kind == "p":
                     record = parse_proc(rest.split(), offset)
                     procs[record.pid] = record
+                elif kind == "w":
+                    if self._on_wake is not None:
+                        self._on_wake(parse_wake(rest.split(), offset))
                 elif kind == "x":
                     pid = int(rest)
                     procs.pop(pid, None)
@@ -241,7 +275,10 @@ class LaunchProbe:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait(timeout=5)
+                try:  # detaching its uprobes took 3-4.5 s on a loaded VM, at times more
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    log.warning("launch probe %d still exiting after 35 s", process.pid)
         if self._thread is not None:
             self._thread.join(timeout=5)
 

@@ -309,3 +309,58 @@ def check_gauged(sim: GpusimService, exporter: ExporterProcess, container: Any, 
     first = requests[0]
     # read every 100 ms: the edges fall within a read or two of the request's own times
     assert first["start"] - 0.05 <= found[0]["ts"] <= first["end"] + 0.3
+
+
+class BusyFollower:
+    """Long-polls the exporter's events in a thread: each ``gpu_busy`` with when it came."""
+
+    def __init__(self, exporter: ExporterProcess, since: int) -> None:
+        self.busy: list[tuple[dict[str, Any], float]] = []
+        self._exporter, self._since = exporter, since
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            batch = self._exporter.events(self._since, timeout=1)
+            got = time.time()
+            self._since = batch["next"]
+            self.busy += [(e, got) for e in batch["events"] if e["type"] == EventType.GPU_BUSY]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("exporter_flags", [("--poll.interval=50ms", "--probe.interval=1s")])
+def test_a_busy_edge_is_published_at_the_launch_not_at_the_next_read(
+    attachable: Path,
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+    exporter_flags: tuple[str, ...],
+) -> None:
+    """With the probe read once a second, each request's ``gpu_busy`` still comes within a
+    fraction of that: the probe sends an idle process's launch at once. Requests 1.3 s
+    apart meet the read at three phases 0.3 s or more apart, so read-timed edges could not
+    all come within 0.2 s."""
+    assert exporter.metric("gpuguard_exporter_launch_probe_up", reason="") == 1
+    follower = BusyFollower(exporter, exporter.events()["next"])
+    args = ["server", "--arrivals", "fixed", "--rate", "0.769", "--requests", "3",
+            "--request-work", "0.05", "--kernels", "1", "--io-bytes", "0",
+            "--memory-bytes", "64MiB", "--start-at", f"{time.time() + 3:.3f}"]  # fmt: skip
+    try:
+        container = run_python_container(
+            sim_workload(sim, "woken", *args), extra_mounts=sim_mounts(sim), name="woken"
+        )
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        time.sleep(0.3)
+    finally:
+        follower.stop()
+    starts = [e["start"] for e in workload_log(sim, "woken.log") if e["event"] == "request"]
+    busy = [(e["ts"], got) for e, got in follower.busy if e.get("container") == "woken"]
+    assert len(starts) == 3 and len(busy) == 3, (starts, busy)
+    for start, (ts, got) in zip(starts, busy, strict=True):
+        assert 0 <= ts - start < SLACK_S, "timed at the request's first launch"
+        assert got - start < 0.2, f"published {1000 * (got - start):.0f} ms after the launch"

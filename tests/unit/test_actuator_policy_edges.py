@@ -162,6 +162,52 @@ def test_the_wait_before_a_thaw_follows_the_measured_freeze_and_the_kernel_in_fl
     assert acts(d) == [] and d.next_due == pytest.approx(NOW - 0.2 + 0.1 + NVML_SAMPLE_S)
 
 
+def with_slack(deadline: float | None, longest: float | None, idle_for: float) -> Any:
+    """``beside``'s pair, the server idle for ``idle_for`` after a 0.1 s request, its
+    deadline and longest learnt run as given; the trainer's last step 40 ms."""
+    server = container("r", deadline=deadline, klass="real-time")
+    r = seen(server, last=(NOW - idle_for - 0.1, NOW - idle_for))
+    r["longest_run_s"] = longest
+    t = seen(container("t", klass=BE), last=(NOW - 1.04, NOW - 1))
+    ts = [task("r", "draining", 1, sm=0.4), task("t", "computing", 2, sm=0.6)]
+    return state([r, t], ts, util=1.0)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "longest", "waits"),
+    [
+        (0.5, 0.3, False),  # 200 ms of slack covers twice the trainer's 40 ms in flight
+        (0.5, 0.45, True),  # 50 ms does not: a gap shorter than 40 ms stays the server's
+        (0.5, None, True),  # no run learnt yet: nothing known of its slack
+        (None, 0.1, True),  # no deadline: no slack to spend
+    ],
+)
+def test_real_time_slack_that_covers_the_work_in_flight_thaws_the_gap_at_once(
+    deadline: float | None, longest: float | None, waits: bool
+) -> None:
+    st = with_slack(deadline, longest, idle_for=0.01)  # 10 ms into the gap
+    d = run(st, ours("t"), Recent(freeze_s=0.002))
+    if waits:
+        assert acts(d) == [] and d.next_due == pytest.approx(NOW - 0.01 + 0.004 + 0.04)
+    else:
+        assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
+
+
+def test_the_least_slack_on_the_device_decides() -> None:
+    st = with_slack(0.5, 0.3, idle_for=0.01)
+    # a second real-time container on the same GPU, with 10 ms of slack
+    tight = seen(container("q", deadline=0.2), last=(NOW - 0.2, NOW - 0.1))
+    tight["longest_run_s"] = 0.19
+    r = seen(container("r", deadline=0.5), last=(NOW - 0.11, NOW - 0.01))
+    r["longest_run_s"] = 0.3
+    t = seen(container("t", klass=BE), last=(NOW - 1.04, NOW - 1))
+    ts = [task("r", "draining", 1, sm=0.4), task("q", "draining", 3, sm=0.1, pid=7)]
+    ts.append(task("t", "computing", 2, sm=0.5))
+    both = state([r, tight, t], ts, util=1.0)
+    assert acts(run(st, ours("t"), Recent(freeze_s=0.002))) == [(UNPAUSE, "t")]
+    assert acts(run(both, ours("t"), Recent(freeze_s=0.002))) == []
+
+
 def test_a_best_effort_container_not_ours_is_left_running_when_real_time_is_idle() -> None:
     assert acts(run(beside(rt_busy=False, last=(NOW - 0.02, NOW - 0.01)))) == []
 

@@ -20,9 +20,11 @@ from gpuguard.exporter.launchprobe import (
     LaunchSample,
     ProbeStatus,
     ProcLaunches,
+    Wake,
     find_library,
     missing_capability,
     parse_proc,
+    parse_wake,
 )
 from gpuguard.exporter.model import ProcessOwner
 from tests.unit.exporter_fakes import FakeProcfs, cid, three_container_poller
@@ -54,6 +56,16 @@ def test_parse_proc_turns_monotonic_ns_into_wall_seconds() -> None:
 def test_parse_proc_refuses_a_malformed_record(fields: str) -> None:
     with pytest.raises(ValueError):
         parse_proc(fields.split(), 0.0)
+
+
+def test_parse_wake_turns_monotonic_ns_into_wall_seconds() -> None:
+    assert parse_wake(["42", "1500000000"], 100) == Wake(42, 101.5)
+
+
+@pytest.mark.parametrize("fields", ["1", "1 2 3", "a 1", "0 5", "5 0", "-1 5"])
+def test_parse_wake_refuses_a_malformed_record(fields: str) -> None:
+    with pytest.raises(ValueError):
+        parse_wake(fields.split(), 0.0)
 
 
 @pytest.mark.parametrize(
@@ -104,6 +116,31 @@ def test_a_probe_binary_that_fails_is_reported(tmp_path: Path) -> None:
         return
     assert not status.attached and status.reason is ProbeReason.NO_LIBRARY
     assert "no launch entry point" in status.detail
+
+
+@pytest.mark.parametrize(
+    ("last", "says"), [("wakes", "busy edges pushed"), ("-", "busy edges read (no BPF ring")]
+)
+def test_a_probe_says_whether_it_pushes_busy_edges(tmp_path: Path, last: str, says: str) -> None:
+    """The program's arguments, and its ready line's last field, as a kernel gives it."""
+    fake = tmp_path / "probe"
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/argv\necho "ready cuLaunchKernel - - {last}"\n'
+        "exec sleep 30\n"
+    )
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    probe = LaunchProbe(lambda: fake, library, 0.01, lambda _s: None, lambda _w: None, 0.02)
+    try:
+        status = probe.start()
+    finally:
+        probe.stop()
+    if missing_capability(Path("/proc/self/status").read_text()):
+        assert status.reason is ProbeReason.NO_PERMISSION
+        return
+    assert status.attached and says in status.detail
+    assert (tmp_path / "argv").read_text().split() == [str(library), "10", "20000"]
 
 
 @pytest.mark.parametrize("kind", ["missing", "not_executable"])
@@ -245,6 +282,46 @@ def test_an_exited_process_ends_its_task_and_keeps_counting() -> None:
     t.update(5.0, {"c": [dying]}, [])
     t.update(5.3, {}, [dying])
     assert edges(events)[-1] == (EventType.GPU_IDLE, 5.3)  # died waiting: by this tick
+
+
+def test_a_wake_starts_an_idle_containers_busy_period_before_the_next_tick() -> None:
+    t, events = tracked()
+    t.update(0.90, {"s": [proc(launches=1, last=0.9, period=0.9, waiting=0.9)]}, [])
+    t.update(1.00, {"s": [proc(launches=1, last=0.9, period=0.9, wait_end=0.95)]}, [])
+    assert edges(events)[-1] == (EventType.GPU_IDLE, 0.95)
+    seen: list[bool] = []
+    events.subscribe(lambda: seen.append(t.view()["s"].busy))
+    t.wake("s", 1.203)
+    assert edges(events)[-1] == (EventType.GPU_BUSY, 1.203) and seen == [True]
+    view = t.view()["s"]
+    assert view.busy_since == 1.203 and view.in_flight and view.launches == 2
+    # the tick that shows the launch goes on from the wake: no second edge
+    t.update(1.21, {"s": [proc(launches=2, last=1.203, period=1.203, waiting=1.204,
+                              wait_end=0.95)]}, [])  # fmt: skip
+    t.update(1.30, {"s": [proc(launches=2, last=1.203, period=1.203, wait_end=1.25)]}, [])
+    assert edges(events)[-3:] == [
+        (EventType.GPU_IDLE, 0.95), (EventType.GPU_BUSY, 1.203), (EventType.GPU_IDLE, 1.25),
+    ]  # fmt: skip
+
+
+def test_a_wake_while_busy_or_before_the_last_end_changes_nothing() -> None:
+    t, events = tracked()
+    t.update(1.00, {"s": [proc(launches=1, last=1.0, period=1.0, waiting=1.0)]}, [])
+    t.wake("s", 1.05)  # the tracker has not seen the task end: one task goes on
+    t.update(1.30, {"s": [proc(launches=1, last=1.0, period=1.0, wait_end=1.1)]}, [])
+    t.wake("s", 1.09)
+    assert edges(events) == [(EventType.GPU_BUSY, 1.0), (EventType.GPU_IDLE, 1.1)]
+
+
+def test_feed_joins_a_wake_through_procfs(tmp_path: Path) -> None:
+    procfs = FakeProcfs(tmp_path)
+    procfs.add(100, cid(1), 500)
+    t, events = tracked()
+    feed = ActivityFeed(ProcReader(procfs.root), dict, t)
+    feed.on_wake(Wake(100, 2.0))
+    feed.on_wake(Wake(999, 2.0))  # no such process: no container, no edge
+    assert edges(events) == [(EventType.GPU_BUSY, 2.0)]
+    assert events.since(0).events[0]["container_id"] == cid(1)
 
 
 def test_feed_joins_a_tick_through_procfs(tmp_path: Path) -> None:

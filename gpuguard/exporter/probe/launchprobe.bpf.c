@@ -1,6 +1,8 @@
 /* The launch probe's kernel side: per process (tgid), counts of kernel launches and async
  * copies, first and last of their times, and the waits (a wait in progress, time waited).
- * It reads the time and the calling process's tgid, never a call's arguments or memory. */
+ * A launch after wake_gap_ns without a launch or a wait's return (a possible busy edge) is
+ * also sent at once through the wakes ring buffer. It reads the time and the calling
+ * process's tgid, never a call's arguments or memory. */
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
@@ -25,6 +27,20 @@ struct {
     __type(value, struct proc_stats);
 } procs SEC(".maps");
 
+struct wake {
+    __u32 tgid;
+    __u32 pad;
+    __u64 ns;  /* the launch (CLOCK_MONOTONIC) */
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 64 * 1024);
+} wakes SEC(".maps");
+
+/* set by the loader before loading */
+const volatile __u64 wake_gap_ns = 0;
+
 static __always_inline struct proc_stats *stats_of(__u32 tgid) {
     struct proc_stats *s = bpf_map_lookup_elem(&procs, &tgid);
     if (s)
@@ -34,9 +50,20 @@ static __always_inline struct proc_stats *stats_of(__u32 tgid) {
     return bpf_map_lookup_elem(&procs, &tgid);
 }
 
-static __always_inline int work(int copy) {
+static __always_inline void wake(__u32 tgid, __u64 now) {
+    struct wake *w = bpf_ringbuf_reserve(&wakes, sizeof *w, 0);
+    if (!w)
+        return;  /* full: the next tick shows the launch */
+    w->tgid = tgid;
+    w->pad = 0;
+    w->ns = now;
+    bpf_ringbuf_submit(w, 0);
+}
+
+static __always_inline int work(int copy, int push) {
     __u64 now = bpf_ktime_get_ns();
-    struct proc_stats *s = stats_of(bpf_get_current_pid_tgid() >> 32);
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc_stats *s = stats_of(tgid);
     if (!s)
         return 0;  /* the map is full: this process goes uncounted */
     if (copy) {
@@ -48,15 +75,22 @@ static __always_inline int work(int copy) {
         s->first_ns = now;
     if (s->period_ns <= s->wait_end_ns)
         s->period_ns = now;
+    __u64 quiet_since = s->last_ns > s->wait_end_ns ? s->last_ns : s->wait_end_ns;
     s->last_ns = now;
+    if (push && wake_gap_ns && now - quiet_since >= wake_gap_ns)
+        wake(tgid, now);
     return 0;
 }
 
+/* on_launch_pushed where wakes are sent (the ring buffer needs Linux 5.8), else on_launch */
 SEC("uprobe")
-int on_launch(void *ctx) { return work(0); }
+int on_launch(void *ctx) { return work(0, 0); }
 
 SEC("uprobe")
-int on_copy(void *ctx) { return work(1); }
+int on_launch_pushed(void *ctx) { return work(0, 1); }
+
+SEC("uprobe")
+int on_copy(void *ctx) { return work(1, 0); }
 
 SEC("uprobe")
 int on_wait(void *ctx) {

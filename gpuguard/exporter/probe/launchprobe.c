@@ -1,14 +1,19 @@
 /* The launch probe's user side: attaches launchprobe.bpf.c's programs to the driver API's
- * entry points in one library file and, every INTERVAL_MS, prints what changed per process.
+ * entry points in one library file and, every INTERVAL_MS, prints what changed per process;
+ * between ticks it prints each wake (a launch after WAKE_GAP_US without a launch or a wait's
+ * return) as soon as the kernel sends it.
  *
- * usage: gpuguard-launchprobe LIBRARY [INTERVAL_MS]
+ * usage: gpuguard-launchprobe LIBRARY [INTERVAL_MS [WAKE_GAP_US]]
  * stdout, one record a line (docs/interfaces.md, "launch probe"):
- *   ready <launch symbols> <copy symbols> <wait symbols>   once, when attached
+ *   ready <launch symbols> <copy symbols> <wait symbols> <wakes|->   once, when attached
  *   t <now_ns>                                             a tick (CLOCK_MONOTONIC)
  *   p <tgid> <launches> <copies> <first_ns> <last_ns> <period_ns> <waits> <wait_ns>
  *     <wait_start_ns> <wait_end_ns>                        a process that changed
  *   x <tgid>                                               a process that is gone
  *   .                                                      end of the tick
+ *   w <tgid> <launch_ns>                                   a wake, between ticks
+ * WAKE_GAP_US 0 (the default) sends no wakes, nor does a kernel without the BPF ring buffer
+ * (before Linux 5.8): ready's last field says whether wakes are sent.
  * Exit status: 2 usage, 3 the BPF programs cannot be loaded (no CAP_BPF/CAP_PERFMON),
  * 4 the library cannot be probed (missing, or no launch entry point in it). */
 #include <errno.h>
@@ -65,6 +70,43 @@ static void forget(unsigned tgid) {
     }
 }
 
+struct wake {
+    unsigned tgid, pad;
+    unsigned long long ns;
+};
+
+static int print_wake(void *ctx, void *data, size_t size) {
+    const struct wake *w = data;
+    if (size < sizeof *w)
+        return 0;
+    printf("w %u %llu\n", w->tgid, w->ns);
+    *(int *)ctx = 1;
+    return 0;
+}
+
+static unsigned long long now_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (unsigned long long)now.tv_sec * 1000000000ull + now.tv_nsec;
+}
+
+/* the BPF object with the wakes (on_launch_pushed and the ring buffer) or without */
+static struct launchprobe *load(long wake_gap_us, int push) {
+    struct launchprobe *skel = launchprobe__open();
+    if (!skel)
+        return NULL;
+    skel->rodata->wake_gap_ns = (unsigned long long)wake_gap_us * 1000ull;
+    bpf_program__set_autoload(push ? skel->progs.on_launch : skel->progs.on_launch_pushed, 0);
+    bpf_map__set_autocreate(skel->maps.wakes, push);
+    if (launchprobe__load(skel) != 0) {
+        int err = errno;
+        launchprobe__destroy(skel);
+        errno = err;
+        return NULL;
+    }
+    return skel;
+}
+
 static int silent(enum libbpf_print_level level, const char *fmt, va_list args) {
     return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
 }
@@ -87,14 +129,19 @@ static int attach(struct bpf_program *prog, const char *lib, const char **syms, 
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s LIBRARY [INTERVAL_MS]\n", argv[0]);
+    if (argc < 2 || argc > 4) {
+        fprintf(stderr, "usage: %s LIBRARY [INTERVAL_MS [WAKE_GAP_US]]\n", argv[0]);
         return 2;
     }
     const char *lib = argv[1];
-    long interval_ms = argc == 3 ? strtol(argv[2], NULL, 10) : 10;
+    long interval_ms = argc >= 3 ? strtol(argv[2], NULL, 10) : 10;
     if (interval_ms < 1 || interval_ms > 1000) {
         fprintf(stderr, "INTERVAL_MS must be 1..1000, got %s\n", argv[2]);
+        return 2;
+    }
+    long wake_gap_us = argc == 4 ? strtol(argv[3], NULL, 10) : 0;
+    if (wake_gap_us < 0 || wake_gap_us > 60000000) {
+        fprintf(stderr, "WAKE_GAP_US must be 0..60000000, got %s\n", argv[3]);
         return 2;
     }
     if (access(lib, R_OK) != 0) {
@@ -103,28 +150,41 @@ int main(int argc, char **argv) {
     }
     prctl(PR_SET_PDEATHSIG, SIGTERM); /* the exporter that started it is gone */
     libbpf_set_print(silent);
-    struct launchprobe *skel = launchprobe__open_and_load();
+    int push = wake_gap_us > 0;
+    struct launchprobe *skel = load(wake_gap_us, push);
+    if (!skel && push && (skel = load(0, 0)) != NULL)
+        push = 0; /* no BPF ring buffer (Linux before 5.8): busy edges at the ticks */
     if (!skel) {
         fprintf(stderr, "cannot load the BPF programs: %s\n", strerror(errno));
         return 3;
     }
+    int woke = 0;
+    struct ring_buffer *wakes = NULL;
+    if (push) {
+        wakes = ring_buffer__new(bpf_map__fd(skel->maps.wakes), print_wake, &woke, NULL);
+        if (!wakes) {
+            fprintf(stderr, "cannot read the wakes ring buffer: %s\n", strerror(errno));
+            return 3;
+        }
+    }
+    struct bpf_program *on_launch = push ? skel->progs.on_launch_pushed : skel->progs.on_launch;
     char launches[1024] = "", copies[1024] = "", waits[1024] = "", ignored[1024] = "";
-    if (!attach(skel->progs.on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
+    if (!attach(on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
         fprintf(stderr, "no launch entry point of the CUDA driver API in %s\n", lib);
         return 4;
     }
     attach(skel->progs.on_copy, lib, copy_syms, 0, copies, sizeof copies);
     attach(skel->progs.on_wait, lib, wait_syms, 0, waits, sizeof waits);
     attach(skel->progs.on_wait_return, lib, wait_syms, 1, ignored, sizeof ignored);
-    printf("ready %s %s %s\n", launches, copies[0] ? copies : "-", waits[0] ? waits : "-");
+    printf("ready %s %s %s %s\n", launches, copies[0] ? copies : "-", waits[0] ? waits : "-",
+           push ? "wakes" : "-");
     fflush(stdout);
 
     int fd = bpf_map__fd(skel->maps.procs);
-    struct timespec tick = {interval_ms / 1000, (interval_ms % 1000) * 1000000L};
+    unsigned long long interval_ns = (unsigned long long)interval_ms * 1000000ull;
     for (unsigned long n = 0;; n++) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        printf("t %llu\n", (unsigned long long)now.tv_sec * 1000000000ull + now.tv_nsec);
+        unsigned long long tick_ns = now_ns();
+        printf("t %llu\n", tick_ns);
         unsigned key, next, gone[256];
         int ngone = 0, more = bpf_map_get_next_key(fd, NULL, &next) == 0;
         while (more) {
@@ -151,6 +211,24 @@ int main(int argc, char **argv) {
         }
         if (printf(".\n") < 0 || fflush(stdout) != 0)
             return 0; /* nobody reads any more */
-        nanosleep(&tick, NULL);
+        /* until the next tick is due, print each wake as it comes (once at least) */
+        unsigned long long due = tick_ns + interval_ns, at = now_ns();
+        if (!wakes) {
+            if (at < due) {
+                struct timespec rest = {(due - at) / 1000000000ull, (due - at) % 1000000000ull};
+                nanosleep(&rest, NULL);
+            }
+            continue;
+        }
+        do {
+            int ms = at < due ? (int)((due - at + 999999) / 1000000) : 0;
+            int got = ring_buffer__poll(wakes, ms);
+            if (got < 0 && got != -EINTR)
+                break;
+            if (woke && fflush(stdout) != 0)
+                return 0;
+            woke = 0;
+            at = now_ns();
+        } while (at < due);
     }
 }

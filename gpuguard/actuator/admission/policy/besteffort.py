@@ -120,7 +120,9 @@ def _edge_freeze(
     idle = [edges.idle_since[d] for d in devices if d in edges.idle_since]
     if not idle or not v.ours:
         return False
-    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s)
+    slack = [edges.slack_s.get(d) for d in devices if d in edges.idle_since]
+    least = None if None in slack else min(slack, default=None)  # type: ignore[type-var]
+    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s, least)
     if now < thaw_at:
         plan.due.append(thaw_at)
         return True

@@ -68,6 +68,9 @@ class Edges:
     busy: frozenset[DeviceKey] = frozenset()
     #: devices where all of them are idle -> the end of their last task (-inf: none ran)
     idle_since: Mapping[DeviceKey, float] = field(default_factory=dict)
+    #: devices -> the least slack of their real-time containers seen exactly: deadline
+    #: less longest run; absent where one has no deadline or no run learnt yet
+    slack_s: Mapping[DeviceKey, float] = field(default_factory=dict)
 
 
 def edges_of(state: ExporterState) -> Edges:
@@ -83,28 +86,44 @@ def edges_of(state: ExporterState) -> Edges:
     exact: set[str] = set()
     busy: set[DeviceKey] = set()
     idle: dict[DeviceKey, float] = {}
+    slack: dict[DeviceKey, float] = {}
+    unknown: set[DeviceKey] = set()
     for c in state.containers:
         activity = exact_activity(c)
         if activity is None or c.priority_class != PriorityClass.REAL_TIME:
             continue
         exact.add(c.id)
+        known = c.deadline_s is not None and c.longest_run_s is not None
         for device in devices.get(c.id, ()):
             if activity.busy:
                 busy.add(device)
             else:
                 end = activity.last_task[1] if activity.last_task else -math.inf
                 idle[device] = max(idle.get(device, -math.inf), end)
+            if known:
+                own = c.deadline_s - c.longest_run_s  # type: ignore[operator]
+                slack[device] = min(slack.get(device, math.inf), own)
+            else:
+                unknown.add(device)
     idle = {d: t for d, t in idle.items() if d not in busy}
-    return Edges(frozenset(exact), frozenset(busy), idle)
+    slack = {d: s for d, s in slack.items() if d not in unknown}
+    return Edges(frozenset(exact), frozenset(busy), idle, slack)
 
 
-def thaw_after_s(container: Container | None, freeze_s: float) -> float:
+def thaw_after_s(
+    container: Container | None, freeze_s: float, slack_s: float | None = None
+) -> float:
     """How long exact real-time work must have been idle before a best-effort container is
-    thawed into the gap: what a thaw risks, the measured freeze and thaw (``freeze_s``
-    each) and the best-effort work in flight when it is frozen again (its last task's
-    length where seen exactly, else one NVML sample), so a gap shorter than that is left
-    to the real-time side and a longer one costs the best-effort side at most half."""
+    thawed into the gap. A thaw risks the measured freeze and thaw (``freeze_s`` each) and
+    the best-effort work in flight when it is frozen again (its last task's length where
+    seen exactly, else one NVML sample), which the next real-time task waits out. Where the
+    real-time side's least slack (``slack_s``: deadline less its longest run) covers twice
+    that work, the gap is thawed at once (the freeze and thaw only); otherwise a gap
+    shorter than the work in flight is left to the real-time side."""
     activity = exact_activity(container)
     last = activity.last_task if activity is not None else None
     in_flight = min(NVML_SAMPLE_S, last[1] - last[0]) if last is not None else NVML_SAMPLE_S
-    return 2 * freeze_s + max(0.0, in_flight)
+    in_flight = max(0.0, in_flight)
+    if slack_s is not None and slack_s >= 2 * in_flight:
+        return 2 * freeze_s
+    return 2 * freeze_s + in_flight

@@ -1,0 +1,87 @@
+"""Deciding on busy edges before the state read: the last state with the edges applied
+(pure), the decision it gives, and when the controller declines to use it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuguard.actuator import controller as controller_module
+from gpuguard.actuator.decision import PAUSE, Decision
+from gpuguard.actuator.edgestate import with_busy_edges
+from gpuguard.actuator.state import Event
+from gpuguard.contract import EventType
+from tests.unit.actuator_support import make_controller
+from tests.unit.policy_support import NOW, acts, cid, container, state
+from tests.unit.test_actuator_policy_edges import beside, run, seen
+
+
+def busy(name: str, ts: float = NOW, source: str | None = "launch") -> Event:
+    return Event(7, ts, EventType.GPU_BUSY, container_id=cid(name), source=source)
+
+
+def test_a_busy_edge_makes_its_container_busy_with_a_kernel_in_flight() -> None:
+    before = beside(rt_busy=False, last=(NOW - 2, NOW - 1))
+    after = with_busy_edges(before, [busy("r", NOW - 0.003), busy("r", NOW - 0.001)])
+    assert after is not None and after.seq == before.seq
+    activity = after.container(cid("r")).activity  # type: ignore[union-attr]
+    assert activity is not None and activity.busy and activity.in_flight
+    assert activity.busy_since == NOW - 0.003
+    assert after.container(cid("t")) == before.container(cid("t"))
+
+
+def test_the_edge_decides_as_a_fresh_state_showing_it_would() -> None:
+    edged = with_busy_edges(beside(rt_busy=False, last=(NOW - 2, NOW - 1)), [busy("r")])
+    assert edged is not None
+    d = run(edged)
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
+
+
+def test_a_container_not_yet_seen_by_the_probe_is_seen_by_its_first_edge() -> None:
+    before = state([container("r", deadline=2.0)], [])
+    after = with_busy_edges(before, [busy("r", source="gauge")])
+    assert after is not None
+    activity = after.container(cid("r")).activity  # type: ignore[union-attr]
+    assert activity is not None and activity.source == "gauge" and activity.busy
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [],
+        [busy("r"), Event(8, NOW, EventType.GPU_IDLE, container_id=cid("r"))],
+        [Event(8, NOW, EventType.TASK_STARTED, container_id=cid("r"))],
+        [busy("new")],  # a container the last read did not show
+        [busy("r", source=None)],  # an exporter that does not say where the edge came from
+    ],
+)
+def test_nothing_is_assumed_beyond_busy_edges_of_containers_seen_exactly(
+    events: list[Event],
+) -> None:
+    assert with_busy_edges(beside(rt_busy=False), events) is None
+
+
+def test_the_controller_decides_on_the_last_read_with_the_edges_and_reads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exporter is nowhere: a state read would raise."""
+    given: list[Any] = []
+
+    def decide(st: Any, *_args: Any, **_kwargs: Any) -> Decision:
+        given.append(st)
+        return Decision()
+
+    monkeypatch.setattr(controller_module, "decide", decide)
+    controller = make_controller(tmp_path)
+    controller.last_state = state([seen(container("r", deadline=2.0))], [])
+    controller._state_read_at = time.monotonic()
+    assert controller.decide_on_edges([busy("new")], NOW) is None
+    assert controller.decide_on_edges([busy("r")], NOW) is not None
+    assert len(given) == 1 and given[0].container(cid("r")).activity.busy
+    controller._state_read_at = time.monotonic() - controller_module.EDGE_STATE_MAX_AGE_S - 1
+    assert controller.decide_on_edges([busy("r")], NOW) is None, "too old a read"
+    assert len(given) == 1
+    controller.audit.close()
