@@ -37,6 +37,7 @@ DRIVER_PATHS = (
 #: capability bits (linux/capability.h)
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 _READY_TIMEOUT_S = 15.0
+_EXIT_TIMEOUT_S = 5.0
 _EXIT_REASONS = {3: ProbeReason.NO_PERMISSION, 4: ProbeReason.NO_LIBRARY}
 
 
@@ -206,7 +207,11 @@ class LaunchProbe:
         ready = _readline_within(process, _READY_TIMEOUT_S)
         if not ready.startswith("ready "):
             process.kill()
-            _, err = process.communicate(timeout=5)
+            try:
+                _, err = process.communicate(timeout=_EXIT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # killed while attaching: still detaching
+                detail = f"not ready within {_READY_TIMEOUT_S:g} s"
+                return ProbeStatus(False, ProbeReason.FAILED, detail, str(self.library))
             reason = _EXIT_REASONS.get(process.returncode or 0, ProbeReason.FAILED)
             detail = (err.strip().splitlines() or [f"exit status {process.returncode}"])[-1]
             return ProbeStatus(False, reason, detail, str(self.library))
