@@ -64,7 +64,7 @@ integration: setup
 test: lint
 	@echo "== unit and rules tests, one worker per core (about 1 minute)"
 	$(PY) -m pytest tests/unit tests/rules $(XDIST) -q
-	@echo "== benchmarks' short forms and installs, 2 at a time (about 6 minutes)"
+	@echo "== benchmarks' short forms and installs, 2 at a time (about 7 minutes)"
 	$(PY) -m pytest tests/integration -m standalone -n 2
 	@echo "== integration tests on real services, 2 at a time (about 8 minutes)"
 	$(PY) -m pytest tests/integration -m "not standalone" $(SERVICES) --durations=15
