@@ -43,10 +43,13 @@ lint: setup
 	$(VENV)/bin/mypy grafana/build.py
 
 # Unit and rules tests: one worker per core (they mostly wait on sockets and child processes;
-# more workers than cores made their timed checks flaky). Tests that time real services: one at
-# a time. Tests that run a program whole and check what it prints (the benchmarks' short forms,
-# pip installs: marked standalone): two at a time. `make test` says how long each step takes.
+# more workers than cores made their timed checks flaky). Tests that run a program whole and
+# check what it prints (the benchmarks' short forms, pip installs: marked standalone): two at a
+# time. Tests on real services: two at a time too, a test file per worker (a module's stack is
+# started once), each worker with its own dockerd, directories and ports; they mostly wait on
+# their services. `make test` says how long each step takes.
 XDIST := -n auto
+SERVICES := -n 2 --dist loadfile
 
 unit: setup
 	$(PY) -m pytest tests/unit $(XDIST) -q
@@ -56,15 +59,15 @@ rules: setup
 
 integration: setup
 	$(PY) -m pytest tests/integration -m standalone -n 2
-	$(PY) -m pytest tests/integration -m "not standalone" --durations=15
+	$(PY) -m pytest tests/integration -m "not standalone" $(SERVICES) --durations=15
 
 test: lint
 	@echo "== unit and rules tests, one worker per core (about 1 minute)"
 	$(PY) -m pytest tests/unit tests/rules $(XDIST) -q
-	@echo "== benchmarks' short forms and installs, 2 at a time (about 6 minutes)"
+	@echo "== benchmarks' short forms and installs, 2 at a time (about 7 minutes)"
 	$(PY) -m pytest tests/integration -m standalone -n 2
-	@echo "== integration tests on real services, 1 at a time (about 12 minutes)"
-	$(PY) -m pytest tests/integration -m "not standalone" --durations=15
+	@echo "== integration tests on real services, 2 at a time (about 8 minutes)"
+	$(PY) -m pytest tests/integration -m "not standalone" $(SERVICES) --durations=15
 
 bench-quick: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done

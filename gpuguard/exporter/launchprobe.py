@@ -37,6 +37,7 @@ DRIVER_PATHS = (
 #: capability bits (linux/capability.h)
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 _READY_TIMEOUT_S = 15.0
+_EXIT_TIMEOUT_S = 5.0
 _EXIT_REASONS = {3: ProbeReason.NO_PERMISSION, 4: ProbeReason.NO_LIBRARY}
 
 
@@ -206,7 +207,11 @@ class LaunchProbe:
         ready = _readline_within(process, _READY_TIMEOUT_S)
         if not ready.startswith("ready "):
             process.kill()
-            _, err = process.communicate(timeout=5)
+            try:
+                _, err = process.communicate(timeout=_EXIT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:  # killed while attaching: still detaching
+                detail = f"not ready within {_READY_TIMEOUT_S:g} s"
+                return ProbeStatus(False, ProbeReason.FAILED, detail, str(self.library))
             reason = _EXIT_REASONS.get(process.returncode or 0, ProbeReason.FAILED)
             detail = (err.strip().splitlines() or [f"exit status {process.returncode}"])[-1]
             return ProbeStatus(False, reason, detail, str(self.library))
@@ -229,6 +234,8 @@ class LaunchProbe:
         offset = time.time() - time.monotonic()
         now = time.time()
         for line in process.stdout:
+            if self._process is not process:
+                break  # stopped: nothing after stop() is reported
             kind, _, rest = line.partition(" ")
             try:
                 if kind == "p":
@@ -251,9 +258,9 @@ class LaunchProbe:
                 self._warn_once(f"launch probe: bad record {line!r}: {exc}")
             except Exception as exc:  # the reader's boundary: one bad tick must not stop it
                 self._warn_once(f"launch probe: tick failed: {exc!r}", exc_info=True)
+        if self._process is not process:
+            return  # stopped on purpose: stop() does not wait for the exit
         code = process.wait()
-        if self._process is None:
-            return  # stopped on purpose
         err = process.stderr.read().strip() if process.stderr else ""
         self.status = ProbeStatus(
             False, ProbeReason.FAILED, err or f"probe exited ({code})", str(self.library)
@@ -267,20 +274,14 @@ class LaunchProbe:
             log.warning(message, exc_info=exc_info)
 
     def stop(self) -> None:
-        """Stop the probe (its uprobes go with it) and the reader."""
+        """Stop the probe: SIGTERM ends it at once and its uprobes go with it.
+
+        Its exit is not waited for: the kernel detaches the uprobes one grace period at a
+        time (seconds for the ~30 of them), and the reader ends on its own at end of output.
+        """
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                try:  # detaching its uprobes took 3-4.5 s on a loaded VM, at times more
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    log.warning("launch probe %d still exiting after 35 s", process.pid)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
 def _readline_within(process: subprocess.Popen[str], timeout: float) -> str:

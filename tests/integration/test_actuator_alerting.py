@@ -42,7 +42,9 @@ IDLE_CONTEXT = (
 @pytest.fixture
 def stack(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
     """One node in a swarm, its actuator in webhook mode, Prometheus and Alertmanager."""
-    stack = LocalStack(short_tmp / "act-alerts", ["node-a"], time_scale=0.1, swarm=True)
+    stack = LocalStack(
+        short_tmp / "act-alerts", ["node-a"], time_scale=0.1, swarm=True, default_ports=False
+    )
     node = stack.nodes[0]
     node.actuator_mode = "webhook"
     # The waiting task below holds an idle context: keep it in the queue for the test.

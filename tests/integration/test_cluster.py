@@ -34,7 +34,12 @@ MARK = "gpuguard.provisionable"
 def cluster(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
     """Two nodes in one swarm plus Prometheus and Alertmanager (fast profile)."""
     stack = LocalStack(
-        short_tmp / "cluster", ["node-a", "node-b"], time_scale=0.1, order="edf", swarm=True
+        short_tmp / "cluster",
+        ["node-a", "node-b"],
+        time_scale=0.1,
+        order="edf",
+        swarm=True,
+        default_ports=False,
     )
     stack.started_at = time.time()  # type: ignore[attr-defined]
     yield from with_alerting(stack)

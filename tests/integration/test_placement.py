@@ -46,6 +46,7 @@ def cluster(dockerd: Any, short_tmp: Path) -> Iterator[LocalStack]:
         time_scale=0.1,
         swarm=True,
         placer_flags=["--records.cache=0.2s", "--placement.settle=2s"],
+        default_ports=False,
     )
     yield from with_alerting(stack)
 

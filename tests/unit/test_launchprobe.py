@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuguard.contract import ActivitySource, EventType, ProbeReason
+from gpuguard.exporter import launchprobe
 from gpuguard.exporter.activity import ActivityFeed, ActivityTracker, group
 from gpuguard.exporter.cgroup import ProcReader
 from gpuguard.exporter.collector import build_rows
@@ -141,6 +142,26 @@ def test_a_probe_says_whether_it_pushes_busy_edges(tmp_path: Path, last: str, sa
         return
     assert status.attached and says in status.detail
     assert (tmp_path / "argv").read_text().split() == [str(library), "10", "20000"]
+
+
+def test_a_probe_that_never_gets_ready_is_failed_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``ready`` line in time: the probe is killed, and a slow exit (a real one detaches
+    every uprobe it attached) leaves the exporter on NVML's samples, never stops it."""
+    monkeypatch.setattr(launchprobe, "_READY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(launchprobe, "_EXIT_TIMEOUT_S", 0.2)
+    fake = tmp_path / "probe"
+    fake.write_text("#!/bin/sh\nsleep 2 &\nsleep 2\n")  # the child holds the pipes open
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    status = LaunchProbe(lambda: fake, library, 0.01, lambda _s: None).start()
+    if missing_capability(Path("/proc/self/status").read_text()):
+        assert status.reason is ProbeReason.NO_PERMISSION
+        return
+    assert not status.attached and status.reason is ProbeReason.FAILED
+    assert status.detail == "not ready within 0.2 s"
 
 
 @pytest.mark.parametrize("kind", ["missing", "not_executable"])

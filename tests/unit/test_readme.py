@@ -56,8 +56,11 @@ def _dry_run(target: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-#: the last step of ``make integration`` and ``make test``: the tests that time real services
-SERIAL = '.venv/bin/python -m pytest tests/integration -m "not standalone" --durations=15'
+#: the last step of ``make integration`` and ``make test``: the tests on real services
+SERVICES = (
+    '.venv/bin/python -m pytest tests/integration -m "not standalone" -n 2 --dist loadfile '
+    "--durations=15"
+)
 
 
 @pytest.mark.parametrize(("target", "runs"), [
@@ -65,8 +68,8 @@ SERIAL = '.venv/bin/python -m pytest tests/integration -m "not standalone" --dur
     ("stop", ".venv/bin/gpuguard demo --stop"),
     ("unit", ".venv/bin/python -m pytest tests/unit -n auto -q"),
     ("rules", ".venv/bin/python -m pytest tests/rules -q"),
-    ("integration", SERIAL),
-    ("test", SERIAL),
+    ("integration", SERVICES),
+    ("test", SERVICES),
 ])  # fmt: skip
 def test_make_targets_run_what_the_tests_run(target: str, runs: str) -> None:
     """test_readme_demo runs ``gpuguard demo`` and ``gpuguard demo --stop`` for ``make
@@ -77,7 +80,7 @@ def test_make_targets_run_what_the_tests_run(target: str, runs: str) -> None:
 
 
 def test_make_test_runs_every_test_folder() -> None:
-    """``make test`` splits the suite (unit and rules on workers, integration one at a time):
+    """``make test`` splits the suite (unit and rules, benchmarks, tests on real services):
     every folder of tests/ is still run by one of its pytest commands."""
     if not (REPO / ".venv" / "bin" / "gpuguard").exists():
         pytest.skip("no .venv: make setup makes it")

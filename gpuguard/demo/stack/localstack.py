@@ -15,6 +15,7 @@ import shutil
 import socket
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -409,8 +410,10 @@ class LocalStack:
             if service is not None:
                 service.stop()
         self.prometheus = self.alertmanager = None
-        for node in self.nodes:
-            node.stop()
+        # The nodes share nothing: each stops in its own order, all at once.
+        with ThreadPoolExecutor(max_workers=len(self.nodes) or 1) as pool:
+            for stopped in [pool.submit(node.stop) for node in self.nodes]:
+                stopped.result()
         (self.dir / RECORD).unlink(missing_ok=True)
 
     @staticmethod

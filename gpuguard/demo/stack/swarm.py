@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuguard.demo.stack.dockerd import PrivateDockerd
@@ -58,14 +59,23 @@ def _free_udp_port(preferred: int) -> int:
 
 
 def leave_swarm(engines: list[PrivateDockerd]) -> None:
-    """Every engine leaves (workers first, then managers); services go with the swarm."""
-    for engine in reversed(engines):
-        if engine.process is None or not engine.process.alive():
-            continue
-        client = engine.client(timeout=20)
-        with contextlib.suppress(Exception):
-            client.swarm.leave(force=True)
-        client.close()
+    """Every engine leaves, the first (which formed the swarm) last; services go with it.
+
+    The others leave all at once: a manager's forced leave takes about 5 s of its own.
+    """
+    with ThreadPoolExecutor(max_workers=max(1, len(engines) - 1)) as pool:
+        list(pool.map(_leave, engines[1:]))
+    if engines:
+        _leave(engines[0])
+
+
+def _leave(engine: PrivateDockerd) -> None:
+    if engine.process is None or not engine.process.alive():
+        return
+    client = engine.client(timeout=20)
+    with contextlib.suppress(Exception):
+        client.swarm.leave(force=True)
+    client.close()
 
 
 def node_labels(client: Any, node_id: str) -> dict[str, str]:
