@@ -124,13 +124,15 @@ def test_one_container_on_two_gpus(
     pid = host_pid(both)
     with GpusimClient(sim.socket) as observer:
 
-        def on_both() -> bool:
-            devices = observer.sample()["devices"]
-            return all([p["pid"] for p in d["processes"]] == [pid] for d in devices)
+        held = [300 * 2**20 + 2 * 2**30] * 2  # its context and its 2 GiB, on each GPU
 
-        wait_for(on_both, timeout=20, interval=0.02)
-        devices = observer.sample()["devices"]
-        assert [d["memory_used_bytes"] for d in devices] == [300 * 2**20 + 2 * 2**30] * 2
+        def holds_both() -> bool:
+            # the process shows on a GPU at its context, before its allocation lands
+            devices = observer.sample()["devices"]
+            alone = all([p["pid"] for p in d["processes"]] == [pid] for d in devices)
+            return alone and [d["memory_used_bytes"] for d in devices] == held
+
+        wait_for(holds_both, 20, "its context and 2 GiB on both GPUs, no other process", 0.02)
     assert exit_code(both) == 0
     events = read_log(sim, "both")
     assert all(e["devices"] == ["0", "1"] for e in events)
