@@ -123,7 +123,6 @@ def test_one_container_on_two_gpus(
     both = run_python_container(workload(sim, "both", *args), extra_mounts=mounts(sim))
     pid = host_pid(both)
     with GpusimClient(sim.socket) as observer:
-
         held = [300 * 2**20 + 2 * 2**30] * 2  # its context and its 2 GiB, on each GPU
 
         def holds_both() -> bool:
