@@ -159,7 +159,14 @@ def test_pause_shows_in_metrics_and_events_and_removal_leaves_no_series(
     )
     events = exporter.events()["events"]
     assert any(e["type"] == "container_removed" and e["container"] == "held" for e in events)
-    assert any(e["type"] == "task_ended" and e["container_id"] == container.id for e in events)
+
+    def task_ended() -> bool:
+        # where the launch probe times the task, it ends when the probe sees the process
+        # gone, which may come a poll after the container's removal
+        events = exporter.events()["events"]
+        return any(e["type"] == "task_ended" and e["container_id"] == container.id for e in events)
+
+    wait_for(task_ended, timeout=10, what="its task's end", interval=0.1)
 
 
 def test_failing_gpu_backend_sets_success_zero_while_metrics_answer(

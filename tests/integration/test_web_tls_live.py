@@ -199,9 +199,10 @@ def test_prometheus_scrapes_over_tls_and_a_rotated_password_applies_without_rest
     wait_for(lambda: up(prometheus, "wrong-password") == 0, 30, "a wrong password refused")
     wait_for(lambda: up(prometheus, "no-client-cert") == 0, 30, "no client cert refused")
     found = targets(prometheus)
-    assert "401" in found["wrong-password"]["lastError"]
+    # Prometheus's words for a refused password; an address in the error may hold "401" too
+    assert "HTTP status 401" in found["wrong-password"]["lastError"]
     assert found["no-client-cert"]["lastError"]  # a handshake failure, in Go's words
-    assert "401" not in found["no-client-cert"]["lastError"]
+    assert "HTTP status 401" not in found["no-client-cert"]["lastError"]
     # nothing in clear: the TLS port does not speak plain HTTP
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://{tls_exporter.address}/metrics", timeout=5)
