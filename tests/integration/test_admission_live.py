@@ -93,6 +93,11 @@ def finish(*containers: Any) -> None:
         assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
 
 
+# NVML-only: with the probe attached its first runs still overlap in about half the runs
+# (docs/design-notes.md, "Tasks with host work between kernels")
+@pytest.mark.parametrize(
+    "exporter_flags", [("--poll.interval=20ms", "--trust.all", "--probe.launch=off")], ids=["nvml"]
+)
 def test_light_tasks_run_together_once_their_demand_is_known_and_a_heavy_one_waits(
     sim: GpusimService,
     exporter: ExporterProcess,
