@@ -607,10 +607,7 @@ class Tracker:
             end = last[1] if last is not None and last[0] == task.started_at else task.last_active
             if last is not None and last[0] == task.started_at and act.last_merged:
                 task.merged = True  # it held several requests back to back
-            self._end(task, end)
-            record.task = None
-            record.last_end = end
-            self._start_probed(record, seen, act, now)
+            self._end_probed(record, task, end, seen, act, now)
             return
         self._observe_probed(task, seen, act, now)
 
@@ -677,12 +674,24 @@ class Tracker:
             task.merged = act.merged
         if end is not None and task.mode != TaskMode.PROCESS and not task.input_seen:
             task.last_active = end
-            self._end(task, end)
-            record.task = None
-            record.last_end = end
-            self._start_probed(record, seen, act, now)
+            self._end_probed(record, task, end, seen, act, now)
             return
         self._observe_probed(task, seen, act, now)
+
+    def _end_probed(
+        self,
+        record: _Process,
+        task: _Task,
+        end: float,
+        seen: _Seen,
+        act: ContainerActivity,
+        now: float,
+    ) -> None:
+        """End the process's probed task at ``end`` and start its next from what follows."""
+        self._end(task, end)
+        record.task = None
+        record.last_end = end
+        self._start_probed(record, seen, act, now)
 
     def _observe_probed(self, task: _Task, seen: _Seen, act: ContainerActivity, now: float) -> None:
         task.memory = seen.proc.used_memory_bytes
