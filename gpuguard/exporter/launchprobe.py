@@ -258,9 +258,9 @@ class LaunchProbe:
                 self._warn_once(f"launch probe: bad record {line!r}: {exc}")
             except Exception as exc:  # the reader's boundary: one bad tick must not stop it
                 self._warn_once(f"launch probe: tick failed: {exc!r}", exc_info=True)
+        code = process.wait()  # here, in the reader's thread, so stop() need not wait
         if self._process is not process:
-            return  # stopped on purpose: stop() does not wait for the exit
-        code = process.wait()
+            return  # stopped on purpose
         err = process.stderr.read().strip() if process.stderr else ""
         self.status = ProbeStatus(
             False, ProbeReason.FAILED, err or f"probe exited ({code})", str(self.library)
