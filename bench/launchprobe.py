@@ -15,7 +15,11 @@
    the return of the last wait, logged as ``kernel_start`` and ``output_end``) and a
    server's requests (``start``/``end``), timed by the probe's busy/idle edges.
 5. Verdicts: each of those tasks judged against deadlines 10% either side of its own run
-   time, by its own log and by the probe's edges; ``verdicts_agree`` when all agree.
+   time, by its own log and by the probe's edges; and the demo's two scenes (paper B's
+   equal tasks, a server beside a trainer; each unmanaged, then managed) through the whole
+   stack with the probe attached, each one-shot's and each request's own verdict beside the
+   exporter's (``scenes_judged``, ``scenes_differ``, ``scenes_merged``: requests served
+   back to back, never judged; ``scenes_unseen``). ``verdicts_agree`` when all agree.
 6. A pushed launch: one ``cuLaunchKernel`` after 25 ms without calls (more than the task
    gap, so the probe pushes it through its ring buffer), in the thread's CPU time, under a
    probe that pushes and, on a copy of the library, one that does not, in turn
@@ -26,8 +30,8 @@ ran), ``probe_ns_per_call``, ``loop_slowdown_10k``, ``loop_slowdown_100k``,
 ``exporter_cpu_share``, ``task_error_ms_p99``, ``verdicts_agree`` and more. Without the
 probe (no root, no clang) it still prints the line, with ``probe_attached: false``.
 
-    python bench/launchprobe.py            # about two minutes
-    python bench/launchprobe.py --quick    # well under a minute
+    python bench/launchprobe.py            # about four minutes
+    python bench/launchprobe.py --quick    # about two minutes (3 tasks, 8 s of serving)
 """
 
 from __future__ import annotations
@@ -224,6 +228,59 @@ def measure_tasks(sim: GpusimService, tracker: PidTracker, quick: bool) -> dict[
     }  # fmt: skip
 
 
+def measure_scenes(tmp: Path, quick: bool) -> dict[str, Any]:
+    """The demo's two scenes, each unmanaged then managed, through the whole stack (private
+    dockerd, gpusim, the exporter with its probe, the actuator, Prometheus, Alertmanager):
+    the exporter's verdicts beside every workload's own (``demo.compare.agreement``)."""
+    import requests
+
+    from gpuguard.demo import scenes
+    from gpuguard.demo.compare import Agreement, agreement
+    from gpuguard.demo.stack.localstack import LocalStack
+
+    count, size, colocation_s = (3, 8192, 8.0) if quick else (5, 13312, scenes.COLOCATION_S)
+    stack = LocalStack(tmp / "stack", order="edf", default_ports=False)
+    try:
+        stack.start()
+        node = stack.nodes[0]
+        runs = scenes.run_scene(
+            node, stack.dir, "paper-b",
+            lambda name, managed: scenes.demo_specs(name, count, size, managed, node.time_scale),
+            f"{count} equal tasks (N={size}) + 1 unmanaged",
+        )  # fmt: skip
+        runs |= {
+            f"colocation-{name}": run
+            for name, run in scenes.run_scene(
+                node, stack.dir, "colocation",
+                lambda name, managed: scenes.colocation_specs(
+                    name, managed, node.time_scale, colocation_s
+                ),
+                "an inference server + a best-effort training job",
+            ).items()
+        }  # fmt: skip
+        recent = requests.get(node.exporter_url + "/api/v1/state", timeout=5).json()["recent"]
+        attached = "launch probe attached" in (node.base_dir / "exporter.log").read_text()
+    finally:
+        stack.stop()
+    total = Agreement()
+    for run in runs.values():
+        found = agreement(run.result, run.seen or [])
+        print(
+            f"scene {run.result.name}: {found.judged} verdicts judged, {found.differ} differ, "
+            f"{found.merged} requests merged (not judged), {found.unseen} unseen"
+        )
+        total += found
+    names = {n for run in runs.values() for n in (t.container for t in run.result.tasks)}
+    names |= {r.container for run in runs.values() for r in run.result.requests}
+    ours = [t for t in recent if t.get("container") in names and t.get("met_deadline") is not None]
+    return {
+        "scenes_probe_attached": attached, "scenes_judged": total.judged,
+        "scenes_differ": total.differ, "scenes_merged": total.merged,
+        "scenes_unseen": total.unseen, "scenes_verdicts_agree": total.agree,
+        "scenes_judged_timed_by_launch": sum(t.get("timed_by") == "launch" for t in ours),
+    }  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (CI)")
@@ -277,6 +334,17 @@ def main() -> int:
             print(
                 f"exporter + probe: {100 * result['exporter_cpu_share']:.1f}% of a core at "
                 f"10k launches/s, {100 * result['exporter_idle_cpu_share']:.1f}% idle"
+            )
+            result.update(measure_scenes(tmp, args.quick))
+            result["verdicts_agree"] = bool(
+                result["verdicts_agree"] and result["scenes_verdicts_agree"]
+                and result["scenes_probe_attached"]
+            )  # fmt: skip
+            print(
+                f"demo scenes: {result['scenes_judged']} verdicts judged "
+                f"({result['scenes_judged_timed_by_launch']} timed by the probe), "
+                f"{result['scenes_differ']} differ from the workloads' own, "
+                f"{result['scenes_merged']} requests merged, {result['scenes_unseen']} unseen"
             )
     finally:
         if probe is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuguard.contract import TaskBoundary
-from gpuguard.demo.stack.scenario import RequestResult, StepResult, TaskResult
+from gpuguard.demo.stack.scenario import RequestResult, ScenarioResult, StepResult, TaskResult
 
 #: closer than this (a 0.1 s poll and a sample's lag), the two accounts agree
 AGREE_S = 0.15
@@ -247,6 +247,70 @@ def step_lines(
             f"{max(counts)} steps in one busy span (no deadline, so not judged)"
         )
     return lines
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How the exporter's verdicts of a run compare with the workloads' own (counts).
+
+    ``judged``: tasks and requests of the workloads with a deadline that an exporter task
+    judged on its own; ``differ``: those whose verdict differs (a met against a MISSED), and
+    the requests of an exporter task judged as one though it holds several; ``merged``:
+    requests in a task the exporter did not judge because it may hold several (its
+    ``merged`` boundary); ``unseen``: ones no exporter task judged otherwise (none seen, or
+    not judged)."""
+
+    judged: int = 0
+    differ: int = 0
+    merged: int = 0
+    unseen: int = 0
+
+    @property
+    def agree(self) -> bool:
+        """No verdict differs and none went unseen (``merged`` ones are never judged)."""
+        return self.differ == 0 and self.unseen == 0
+
+    def __add__(self, other: Agreement) -> Agreement:
+        return Agreement(
+            self.judged + other.judged,
+            self.differ + other.differ,
+            self.merged + other.merged,
+            self.unseen + other.unseen,
+        )
+
+
+def agreement(result: ScenarioResult, seen: Sequence[SeenTask]) -> Agreement:
+    """The exporter's verdicts beside the workloads' own for one run: each one-shot task with
+    a deadline against its matching exporter task, each request against the exporter task
+    that holds it (a request's own verdict counts from its arrival, as its client waits)."""
+    out = Agreement()
+    for task in result.tasks:
+        if task.met_deadline is None:
+            continue
+        mine = match(task, seen)
+        if mine is None or mine.met is None:
+            merged = mine is not None and mine.boundary == TaskBoundary.MERGED
+            out += Agreement(merged=int(merged), unseen=int(not merged))
+        else:
+            out += Agreement(judged=1, differ=int(mine.met != task.met_deadline))
+    judged_requests = [r for r in result.requests if r.met_deadline is not None]
+    for server in sorted({r.container for r in judged_requests}):
+        served = [r for r in judged_requests if r.container == server]
+        tasks = [t for t in seen if t.container == server and t.boundary != TaskBoundary.NO_KERNEL]
+        held, outside = requests_by_task(served, tasks)
+        out += Agreement(unseen=len(outside))
+        for i, inside in held.items():
+            if not inside:
+                continue
+            verdict = tasks[i].met
+            if verdict is None:
+                merged = tasks[i].boundary == TaskBoundary.MERGED
+                out += Agreement(merged=len(inside) * merged, unseen=len(inside) * (not merged))
+            elif len(inside) > 1:
+                out += Agreement(judged=len(inside), differ=len(inside))
+            else:
+                out += Agreement(judged=1, differ=int(verdict != inside[0].met_deadline))
+    return out
 
 
 def wrap(text: str, indent: str = "  ", width: int = 96) -> list[str]:

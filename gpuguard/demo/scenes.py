@@ -180,9 +180,12 @@ def _lead_in(specs: list[WorkloadSpec]) -> float:
     return 3.5 if any(s.kind is WorkloadKind.SERVER for s in specs) else 1.0
 
 
-def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[WorkloadSpec]:
+def colocation_specs(
+    prefix: str, managed: bool, time_scale: float, duration_s: float = COLOCATION_S
+) -> list[WorkloadSpec]:
     """An inference server (0.5 s requests, 0.6 a second: 30% of the GPU, a 3 s deadline
-    each) and a training loop (40 ms steps) that is best-effort, and managed when asked.
+    each) and a training loop (40 ms steps) that is best-effort, and managed when asked;
+    both run ``duration_s``.
 
     The server serves its latency histogram as vLLM does and declares a latency SLO on it
     (90% within 2.5 s): the stack's Prometheus scrapes it, and the SLO rules and dashboard
@@ -190,7 +193,7 @@ def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[Work
     port = free_port()
     server = (
         "--rate", "0.6", "--request-work", f"{0.5 / time_scale:g}", "--kernels", "5",
-        "--duration", f"{COLOCATION_S:g}", "--seed", "1", "--memory-bytes", "1GiB",
+        "--duration", f"{duration_s:g}", "--seed", "1", "--memory-bytes", "1GiB",
         "--metrics-port", str(port),
     )  # fmt: skip
     slo = (
@@ -201,7 +204,7 @@ def colocation_specs(prefix: str, managed: bool, time_scale: float) -> list[Work
     )
     trainer = (
         "--step-work", f"{0.04 / time_scale:g}", "--kernels", "4", "--sync-every", "1",
-        "--duration", f"{COLOCATION_S:g}", "--memory-bytes", "2GiB",
+        "--duration", f"{duration_s:g}", "--memory-bytes", "2GiB",
     )  # fmt: skip
     return [
         WorkloadSpec(f"{prefix}-server", kind=WorkloadKind.SERVER, kind_args=server,

@@ -118,8 +118,8 @@ BENCHES = (
     )),
     Bench("launchprobe.py", ("--quick",), (
         "probe_attached", "probe_ns_per_call", "loop_slowdown_10k", "loop_slowdown_100k",
-        "exporter_cpu_share", "task_error_ms_p99", "verdicts_agree",
-    ), dockerd=False, probe=True),
+        "exporter_cpu_share", "task_error_ms_p99", "verdicts_agree", "scenes_verdicts_agree",
+    ), probe=True),
     Bench("http_load.py", ("--quick",), (
         "burst300_p99_s", "burst300_actuator_p99_s", "burst300_failed", "webhook_under_siege_ms",
         "followers1000_event_p50_s", "followers1000_event_p99_s", "followers1000_threads_before",

@@ -8,7 +8,9 @@ from typing import Any
 
 from gpuguard.demo import scenes
 from gpuguard.demo.compare import (
+    Agreement,
     SeenTask,
+    agreement,
     explain,
     match,
     request_lines,
@@ -126,6 +128,38 @@ def test_a_server_whose_requests_were_each_a_task_says_so() -> None:
     lines = request_lines("srv", [request(0, 1.0, 1.5)], [seen(1.0, 1.5, True, name="srv")],
                           T0, _row)  # fmt: skip
     assert lines[-1] == "  why: each request the exporter saw was a task of its own"
+
+
+def test_agreement_counts_each_own_verdict_against_the_exporter_task_that_judged_it() -> None:
+    tasks = (
+        task(0.0, 6.0),  # met its 6.4 s: the exporter says met
+        TaskResult("late", 0, 2, T0, T0 + 7.0, None, None, None, 6.4),  # missed; seen met
+        TaskResult("gone", 0, 3, T0, T0 + 1.0, None, None, None, 6.4),  # no exporter task
+        TaskResult("free", 0, 4, T0, T0 + 9.0, None, None, None, None),  # no deadline
+    )
+    result = ScenarioResult("run", T0, tasks)
+    seen_ = [seen(0.0, 6.0, True), seen(0.0, 6.3, True, name="late")]
+    assert agreement(result, seen_) == Agreement(judged=2, differ=1, unseen=1)
+    assert not agreement(result, seen_).agree
+    assert agreement(ScenarioResult("run", T0, tasks[:1]), seen_).agree
+
+
+def test_requests_in_merged_spans_are_not_judged_in_judged_spans_of_several_differ() -> None:
+    requests = (
+        request(0, 1.0, 1.5), request(1, 1.5, 2.2),  # one busy span
+        request(2, 5.0, 5.5),  # a task of its own, met
+        request(3, 8.0, 11.5),  # a task of its own: missed its 3 s, the exporter says met
+        request(4, 20.0, 20.5),  # in no exporter task
+    )  # fmt: skip
+    startup = seen(0.0, 0.1, None, "no_kernel", "srv")
+    own = [seen(4.95, 5.6, True, name="srv"), seen(10.9, 11.5, True, name="srv")]
+    merged = ScenarioResult("run", T0, (), requests=requests)
+    assert agreement(merged, [startup, seen(0.95, 2.3, None, "merged", "srv"), *own]) == (
+        Agreement(judged=2, differ=1, merged=2, unseen=1)
+    )
+    judged = agreement(merged, [startup, seen(0.95, 2.3, True, name="srv"), *own])
+    assert judged == Agreement(judged=4, differ=3, unseen=1)
+    assert (Agreement(1, 0, 2, 0) + Agreement(3, 1, 0, 1)) == Agreement(4, 1, 2, 1)
 
 
 def test_a_training_loop_is_one_busy_span_of_many_steps() -> None:
