@@ -16,8 +16,11 @@ request and trainer, from the clocks of the parts themselves:
   frozen     the same record: when the kernel confirmed the cgroup frozen
 
 ``edge_freeze_p95_ms_1`` and ``edge_freeze_p95_ms_10``: launch -> frozen, p95 (targets 5 ms
-and 15 ms); ``*_split_p50_ms``: the median of each part. A trainer already frozen when a
-request starts (its thaw still waiting out the gap) gives no sample; they are counted.
+and 15 ms); ``*_split_p50_ms``: the median of each part; ``edge_freeze_first_ms_*``: the
+first request (the server's first work since its start-up) to its last trainer frozen (null
+when its trainers were all frozen already: the duty cycle of the server's start-up). A
+trainer already frozen when a request starts (its thaw still waiting out the gap) gives no
+sample; they are counted.
 ``--exporter-flag`` passes a flag to the exporter (``--probe.interval=1s``: a busy edge
 does not wait for the probe's read). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else
 40 s. The last line printed is one JSON object.
@@ -174,7 +177,8 @@ def samples_of(
                 {"launch": launch, "edge": edge[0], "published": edge[1], "started": began,
                  "frozen": frozen}
             )  # fmt: skip
-    return {"samples": samples, "already_frozen": already, "no_edge": missed}
+    first = min(starts, default=None)
+    return {"samples": samples, "already_frozen": already, "no_edge": missed, "first": first}
 
 
 def figures(n: int, got: dict[str, Any]) -> dict[str, Any]:
@@ -184,10 +188,12 @@ def figures(n: int, got: dict[str, Any]) -> dict[str, Any]:
         return [1000 * (s[b] - s[a]) for s in samples]
 
     total = ms("launch", "frozen")
+    first_ms = [1000 * (s["frozen"] - s["launch"]) for s in samples if s["launch"] == got["first"]]
     out: dict[str, Any] = {
         f"edge_freeze_p95_ms_{n}": _round(percentile(total, 0.95)),
         f"edge_freeze_p50_ms_{n}": _round(percentile(total, 0.5)),
         f"edge_freeze_samples_{n}": len(samples),
+        f"edge_freeze_first_ms_{n}": _round(max(first_ms, default=None)),
         f"edge_freeze_already_frozen_{n}": got["already_frozen"],
         f"edge_freeze_no_edge_{n}": got["no_edge"],
     }
@@ -226,7 +232,8 @@ def main() -> int:
             print(
                 f"{n:>2} best-effort: launch -> frozen p50 {got[f'edge_freeze_p50_ms_{n}']} / "
                 f"p95 {got[f'edge_freeze_p95_ms_{n}']} ms over {got[f'edge_freeze_samples_{n}']} "
-                f"freezes (medians, ms: {parts})",
+                f"freezes, first request {got[f'edge_freeze_first_ms_{n}']} ms "
+                f"(medians, ms: {parts})",
                 flush=True,
             )
     finally:

@@ -92,6 +92,7 @@ class ContainerField(_Fields):
     CLAIMS_REJECTED: Final = "claims_rejected"
     DEADLINE_VOUCHED: Final = "deadline_vouched"
     ACTIVITY: Final = "activity"  # how its GPU work is seen (the launch probe's view)
+    DEVICES: Final = "devices"  # where its processes are on the GPU now (optional)
 
 
 class ActivityField(_Fields):
@@ -107,6 +108,13 @@ class ActivityField(_Fields):
     INFLIGHT: Final = "inflight"  # the server's own in-flight gauge, last read, or null
     INFLIGHT_ERROR: Final = "inflight_error"  # why its last read failed, or null
     IN_FLIGHT: Final = "in_flight"  # a kernel launched and not yet waited for, or null
+
+
+class DeviceField(_Fields):
+    """One device of a container's ``devices``: a whole GPU, or a MIG device of it."""
+
+    GPU: Final = "gpu"
+    MIG_INDEX: Final = "mig_index"
 
 
 class SloField(_Fields):
@@ -221,6 +229,9 @@ class Container:
     slo_objective: float | None = None
     #: how its GPU work is seen; None: an exporter that does not say
     activity: Activity | None = None
+    #: the devices its processes are on now, with or without a task (NVML's compute
+    #: processes); empty where it has none or the exporter does not say
+    devices: tuple[DeviceKey, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -400,7 +411,20 @@ def _container(doc: Any, where: str) -> Container:
         slo_target_s=_slo_target(obj, where),
         slo_objective=_slo_objective(obj, where),
         activity=_activity(obj, where),
+        devices=_devices(obj, where),
     )
+
+
+def _devices(container: dict[str, Any], where: str) -> tuple[DeviceKey, ...]:
+    found = _opt(container, ContainerField.DEVICES, list, where)
+    keys = []
+    for i, item in enumerate(found or ()):
+        at = f"{where}.{ContainerField.DEVICES}[{i}]"
+        device = _obj(item, at)
+        keys.append(
+            (_get(device, DeviceField.GPU, int, at), _opt(device, DeviceField.MIG_INDEX, int, at))
+        )
+    return tuple(keys)
 
 
 def _activity(container: dict[str, Any], where: str) -> Activity | None:

@@ -6,16 +6,18 @@ one reader of this document parses them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuguard.exporter.activity import source_of
-from gpuguard.exporter.model import ContainerInfo
+from gpuguard.exporter.model import ContainerInfo, Joined
 from gpuguard.exporter.poller import PollSnapshot
 from gpuguard.exporter.tracker import TaskView
 from gpuguard.statedoc import (
     ActivityField,
     ClaimField,
     ContainerField,
+    DeviceField,
     GpuField,
     SloField,
     StateField,
@@ -32,7 +34,9 @@ def program_name(command: str) -> str:
     return command.split(" ", 1)[0].rsplit("/", 1)[-1]
 
 
-def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
+def _container_json(
+    info: ContainerInfo, snap: PollSnapshot, devices: Sequence[tuple[int, int | None]] = ()
+) -> dict[str, Any]:
     return {
         ContainerField.ID: info.id,
         ContainerField.NAME: info.name,
@@ -64,7 +68,21 @@ def _container_json(info: ContainerInfo, snap: PollSnapshot) -> dict[str, Any]:
         # whether its deadline counts toward the node record and node marks
         ContainerField.DEADLINE_VOUCHED: info.deadline_vouched,
         ContainerField.ACTIVITY: activity_json(info.id, snap),
+        ContainerField.DEVICES: [
+            {DeviceField.GPU: gpu, DeviceField.MIG_INDEX: mig} for gpu, mig in devices
+        ],
     }
+
+
+def process_devices(joined: Joined | None) -> Mapping[str, list[tuple[int, int | None]]]:
+    """Container id -> the devices its processes are on (the GPU's own list), in order."""
+    found: dict[str, list[tuple[int, int | None]]] = {}
+    for proc in joined.processes if joined is not None else ():
+        if proc.container_id is not None:
+            mine = found.setdefault(proc.container_id, [])
+            if (proc.gpu_index, proc.mig_index) not in mine:
+                mine.append((proc.gpu_index, proc.mig_index))
+    return found
 
 
 def activity_json(container_id: str, snap: PollSnapshot) -> dict[str, Any]:
@@ -134,6 +152,7 @@ def task_json(task: TaskView, snap: PollSnapshot) -> dict[str, Any]:
 
 def state_json(snap: PollSnapshot) -> dict[str, Any]:
     """The whole state document for one poll."""
+    devices = process_devices(snap.joined)
     gpus = []
     if snap.sample is not None:
         device_sm = snap.joined.device_sm_ratio if snap.joined is not None else {}
@@ -157,7 +176,9 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
         StateField.POLL_INTERVAL_S: snap.poll_interval_s,
         StateField.SOURCES: {name: status.success for name, status in snap.sources.items()},
         StateField.GPUS: gpus,
-        StateField.CONTAINERS: [_container_json(c, snap) for c in snap.containers.values()],
+        StateField.CONTAINERS: [
+            _container_json(c, snap, devices.get(c.id, ())) for c in snap.containers.values()
+        ],
         StateField.TASKS: [task_json(t, snap) for t in snap.tasks],
         StateField.RECENT: [task_json(t, snap) for t in snap.recent],
         StateField.NODE_RECORD: snap.record.to_json() if snap.record is not None else None,

@@ -181,6 +181,65 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs(
 
 
 @pytest.mark.parametrize(
+    "exporter_flags", [("--poll.interval=20ms", "--trust.all", "--history.size=1")]
+)
+def test_a_servers_first_request_freezes_best_effort_on_its_busy_edge(
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+    exporter_flags: tuple[str, ...],
+) -> None:
+    # the server has no task when its first request comes: its start-up (memory, no kernel)
+    # ended long before, and a one-shot's task pushed it out of a one-task history; the
+    # state still shows the GPU its process is on, and the first request's edge freezes the
+    # trainer inside that 50 ms request (the fast path decides on the last read; before,
+    # only the read that followed the edge gave the server a device)
+    if os.geteuid() != 0:
+        unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
+    actuator = actuator_factory("--mode=fast")
+    start_at = time.time() + 3.0
+    trainer = run_python_container(  # 0.1 s tasks one after another
+        workload_args(sim, "trainer.log", "--work-seconds", "1", "--memory-bytes", "1GiB",
+                      "--repeat", "80", "--sleep-between", "0", "--start-at", f"{start_at:.3f}"),
+        labels={**MANAGED, "gpuguard.class": "best-effort"}, extra_mounts=sim_mounts(sim),
+        name="trainer",
+    )  # fmt: skip
+    server = run_python_container(  # its start-up at once, its first request 3 s later
+        workload(sim, "server", "server", "--arrivals", "fixed", "--rate", "1",
+                 "--requests", "2", "--request-work", "0.5", "--kernels", "1", "--io-bytes", "0",
+                 "--memory-bytes", "256MiB", "--start-at", f"{start_at + 3.0:.3f}"),
+        labels={**MANAGED, "gpuguard.deadline": "5s"}, extra_mounts=sim_mounts(sim),
+        name="server",
+    )  # fmt: skip
+    oneshot = run_python_container(  # a task that ends after the server's start-up ended
+        workload_args(sim, "oneshot.log", "--work-seconds", "1", "--memory-bytes", "256MiB",
+                      "--start-at", f"{start_at + 1.0:.3f}"),
+        extra_mounts=sim_mounts(sim), name="oneshot",
+    )  # fmt: skip
+    assert oneshot.wait(timeout=60)["StatusCode"] == 0, oneshot.logs().decode()[-2000:]
+    time.sleep(max(0.0, start_at + 2.7 - time.time()))
+    doc = exporter.state()
+    (seen,) = [c for c in doc["containers"] if c["name"] == "server"]
+    assert not tasks_of(doc, "server", "tasks") and not tasks_of(doc, "server", "recent"), (
+        tasks_of(doc, "server", "tasks"),
+        doc["recent"],
+    )
+    assert seen["devices"] == [{"gpu": 0, "mig_index": None}], seen
+    assert server.wait(timeout=90)["StatusCode"] == 0, server.logs().decode()[-2000:]
+    trainer.stop(timeout=1)
+    first = next(e for e in workload_log(sim, "server.log") if e["event"] == "request")
+    pauses = [
+        (float(r["frozen"] or r["finished"]), r["reason"])
+        for r in actuator.audit()
+        if r["event"] == "action" and r["container"] == "trainer" and r["action"] == "pause"
+        and r["result"] == "ok"
+    ]  # fmt: skip
+    during = [p for p in pauses if first["start"] <= p[0] <= first["gpu_end"]]
+    assert during[:1] and during[0][1] == "best_effort", (first, pauses)
+
+
+@pytest.mark.parametrize(
     "exporter_flags",
     [("--poll.interval=20ms", "--trust.all"),
      ("--poll.interval=20ms", "--trust.all", "--probe.launch=off")],

@@ -15,7 +15,7 @@ from gpuguard.actuator.edgestate import with_busy_edges
 from gpuguard.actuator.state import Event
 from gpuguard.contract import EventType
 from tests.unit.actuator_support import make_controller
-from tests.unit.policy_support import NOW, acts, cid, container, state
+from tests.unit.policy_support import NOW, acts, cid, container, state, task
 from tests.unit.test_actuator_policy_edges import beside, run, seen
 
 
@@ -46,6 +46,19 @@ def test_a_container_not_yet_seen_by_the_probe_is_seen_by_its_first_edge() -> No
     assert after is not None
     activity = after.container(cid("r")).activity  # type: ignore[union-attr]
     assert activity is not None and activity.source == "gauge" and activity.busy
+
+
+def test_a_first_request_before_any_task_freezes_on_the_edge() -> None:
+    # the server's start-up is over (its process holds memory on GPU 0, no task running or
+    # recent), the probe has not seen it yet: its first launch freezes the trainer at once
+    r = container("r", deadline=2.0)
+    r["devices"] = [{"gpu": 0, "mig_index": None}]
+    before = state([r, container("t", klass="best-effort")], [task("t", "computing", 2)])
+    assert acts(run(before)) == []
+    edged = with_busy_edges(before, [busy("r")])
+    assert edged is not None
+    d = run(edged)
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from gpuguard.actuator.admission.policy.decide import decide
-from gpuguard.actuator.admission.policy.edges import NVML_SAMPLE_S, edge_phase, thaw_after_s
+from gpuguard.actuator.admission.policy.edges import (
+    NVML_SAMPLE_S,
+    declared_devices,
+    devices_of,
+    edge_phase,
+    edges_of,
+    thaw_after_s,
+)
 from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
@@ -21,7 +28,7 @@ from gpuguard.actuator.decision import (
     Recent,
     Trigger,
 )
-from gpuguard.actuator.state import DeviceKey, parse_state
+from gpuguard.actuator.state import DeviceKey, Gpu, parse_state
 from gpuguard.statedoc import StateError
 from tests.unit.test_actuator_policy import NOW, acts, cid, container, ours, reasons, state, task
 
@@ -228,6 +235,80 @@ def test_a_gauge_source_is_exact_too() -> None:
     st = state(cs, [task("r", "computing", 1), task("t", "computing", 2)], util=1.0)
     d = run(st, ours("t"))
     assert acts(d) == [(UNPAUSE, "t")]  # nothing in flight, no task seen ending: idle
+
+
+# --- the devices of a real-time container with no task yet ----------------------------------
+
+
+def first_request(devices: list[tuple[int, int | None]] | None, gpus: list[str]) -> Any:
+    """Server r, seen by the probe and busy on its first request, has no task running or
+    recent (its start-up over; or its last tasks aged out); trainers t on GPU 1 and u on
+    GPU 0. ``devices``: where the exporter shows r's processes (None: an older exporter)."""
+    r = seen(container("r", deadline=2.0), busy=True)
+    r["gpus"] = gpus
+    if devices is not None:
+        r["devices"] = [{"gpu": g, "mig_index": m} for g, m in devices]
+    cs = [r, container("t", klass=BE), container("u", klass=BE)]
+    ts = [task("t", "computing", 1, gpu=1, sm=0.6), task("u", "computing", 2, gpu=0, sm=0.6)]
+    return state(cs, ts, util=1.0, gpus=2)
+
+
+def test_a_first_request_freezes_best_effort_on_the_devices_its_processes_are_on() -> None:
+    st = first_request([(1, None)], ["all"])
+    assert st.container(cid("r")).devices == ((1, None),)  # type: ignore[union-attr]
+    assert edges_of(st).busy == {(1, None)}
+    d = run(st)
+    assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
+
+
+@pytest.mark.parametrize(("gpus", "frozen"), [(["1"], ["t"]), (["all"], ["t", "u"]), ([], [])])
+def test_a_first_request_with_no_process_seen_yet_freezes_on_the_gpus_it_was_given(
+    gpus: list[str], frozen: list[str]
+) -> None:
+    # an exporter without ``devices``, or a process NVML does not list yet
+    for devices in (None, []):
+        d = run(first_request(devices, gpus))
+        assert sorted(acts(d)) == [(PAUSE, n) for n in frozen]
+
+
+def test_the_gpus_given_are_a_fallback_not_added_to_what_is_seen() -> None:
+    st = first_request([(1, None)], ["all"])
+    assert devices_of(st)[cid("r")] == {(1, None)}
+    cs = [seen(container("r", deadline=2.0), busy=True)]  # given GPU 0, a task on GPU 1
+    st = state(cs, [task("r", "computing", 1, gpu=1)], gpus=2)
+    assert devices_of(st)[cid("r")] == {(1, None)}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        (["all"], {(0, 0), (0, 1), (1, None)}),
+        (["0"], {(0, 0), (0, 1)}),  # a MIG-partitioned GPU: every MIG device of it
+        (["0:1"], {(0, 1)}),
+        (["1:0", "7", "x"], set()),
+        (["MIG-0-1", "GPU-1"], {(0, 1), (1, None)}),
+        ([], set()),
+    ],
+)
+def test_the_gpus_a_container_was_given_name_whole_gpus_mig_devices_or_uuids(
+    gpus: list[str], expected: set[DeviceKey]
+) -> None:
+    devices = (Gpu(0, "MIG-0-0", 1, 0, None, 0), Gpu(0, "MIG-0-1", 1, 0, None, 1))
+    devices += (Gpu(1, "GPU-1", 1, 0, 0.0),)
+    assert declared_devices(gpus, devices) == expected
+
+
+def test_devices_are_optional_and_checked_where_given() -> None:
+    raw: dict[str, Any] = {
+        "node": "host-a", "seq": 1, "timestamp": NOW, "sources": {}, "gpus": [], "tasks": [],
+        "recent": [], "containers": [container("r")],
+    }  # fmt: skip
+    assert parse_state(raw).containers[0].devices == ()  # an exporter before the field
+    raw["containers"][0]["devices"] = [{"gpu": 0, "mig_index": 2}, {"gpu": 1}]
+    assert parse_state(raw).containers[0].devices == ((0, 2), (1, None))
+    raw["containers"][0]["devices"] = [{"mig_index": 2}]
+    with pytest.raises(StateError, match=r"containers\[0\].devices\[0\].gpu is missing"):
+        parse_state(raw)
 
 
 # --- a device with exact and NVML-only real-time work ---------------------------------------

@@ -21,6 +21,7 @@ from gpuguard.statedoc import (
     ActivityField,
     ClaimField,
     ContainerField,
+    DeviceField,
     GpuField,
     SloField,
     StateError,
@@ -67,6 +68,19 @@ def test_parses_what_the_exporter_writes(tmp_path: Path) -> None:
     assert rt_task.mode == TaskMode.BURST and rt_task.phase == Phase.COMPUTING
     assert rt_task.proc_start_ticks == 500
     assert state.container(cid(2)) is not None
+
+
+def test_the_exporter_shows_the_devices_each_containers_processes_are_on(
+    tmp_path: Path,
+) -> None:
+    # with or without a task: the actuator gives a real-time container with no task yet
+    # the devices its processes are on (its first busy edge freezes its neighbours there)
+    by_name = {c.name: c for c in parse_state(exporter_doc(tmp_path)).containers}
+    assert by_name["rt-1"].devices == ((0, None),)
+    assert by_name["train"].devices == ((1, 2),)
+    assert by_name["bad"].devices == ()
+    ended = {c.name: c for c in parse_state(exporter_doc(tmp_path / "e", ended=True)).containers}
+    assert all(c.devices == () for c in ended.values())  # no process on the GPU any more
 
 
 def test_reads_the_slo_target_a_container_declares(tmp_path: Path) -> None:
@@ -141,6 +155,10 @@ def test_the_exporter_writes_the_named_fields_and_no_other(tmp_path: Path) -> No
     assert list(gpu) == list(GpuField.names())
     for one in doc["containers"]:
         assert list(one) == list(ContainerField.names())
+    running_doc = exporter_doc(tmp_path / "devices")
+    for one in running_doc["containers"]:
+        for device in one["devices"]:
+            assert list(device) == list(DeviceField.names())
     finished = TaskField.names()
     running = tuple(n for n in finished if n not in ("ended_at", "run_s", "met_deadline"))
     for task in doc["recent"]:
@@ -157,6 +175,7 @@ def test_the_field_names_are_distinct_strings() -> None:
         ClaimField,
         TaskField,
         ActivityField,
+        DeviceField,
     ):
         names = fields.names()
         assert names and len(set(names)) == len(names), fields.__name__
@@ -165,7 +184,16 @@ def test_the_field_names_are_distinct_strings() -> None:
 
 @pytest.mark.parametrize(
     "fields",
-    [StateField, GpuField, ContainerField, SloField, ClaimField, TaskField, ActivityField],
+    [
+        StateField,
+        GpuField,
+        ContainerField,
+        SloField,
+        ClaimField,
+        TaskField,
+        ActivityField,
+        DeviceField,
+    ],
 )
 def test_interfaces_doc_shows_every_field(fields: type[StateField]) -> None:
     text = (REPO / "docs" / "interfaces.md").read_text()

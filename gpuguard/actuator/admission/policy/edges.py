@@ -7,10 +7,10 @@ Why: docs/design-notes.md, "Best-effort on busy/idle edges".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuguard.actuator.state import Activity, Container, DeviceKey, ExporterState, Task
+from gpuguard.actuator.state import Activity, Container, DeviceKey, ExporterState, Gpu, Task
 from gpuguard.contract import PRE_KERNEL, ActivitySource, Phase, PriorityClass
 
 #: NVML's per-process samples come about this often: what is not seen exactly may have
@@ -73,9 +73,24 @@ class Edges:
     slack_s: Mapping[DeviceKey, float] = field(default_factory=dict)
 
 
-def edges_of(state: ExporterState) -> Edges:
-    """Which devices exact real-time work holds now, and since when the idle ones are idle.
-    A container's devices are those of its running and recent tasks."""
+def declared_devices(gpus: Sequence[str], devices: Sequence[Gpu]) -> set[DeviceKey]:
+    """The state's devices a container's declared GPUs name (``--gpus``,
+    NVIDIA_VISIBLE_DEVICES): ``all``, an index (a whole GPU, or every MIG device of it),
+    ``<gpu>:<mig>``, or a device's UUID."""
+    found: set[DeviceKey] = set()
+    for name in gpus:
+        index, _, mig = name.partition(":")
+        for gpu in devices:
+            named = name in ("all", gpu.uuid) or (index.isdigit() and int(index) == gpu.index)
+            if named and (not mig or (mig.isdigit() and int(mig) == gpu.mig_index)):
+                found.add(gpu.key)
+    return found
+
+
+def devices_of(state: ExporterState) -> dict[str, set[DeviceKey]]:
+    """Container id -> the devices where its next work may start: those of its running and
+    recent tasks and those its processes are on; for a container with none of these, the
+    devices it was given (its first work, before its process shows on the GPU)."""
     devices: dict[str, set[DeviceKey]] = {}
     for task in state.tasks:
         if task.container_id is not None:
@@ -83,6 +98,18 @@ def edges_of(state: ExporterState) -> Edges:
     for ended in state.recent:
         if ended.container_id is not None and ended.device is not None:
             devices.setdefault(ended.container_id, set()).add(ended.device)
+    for c in state.containers:
+        mine = devices.setdefault(c.id, set())
+        mine.update(c.devices)
+        if not mine:
+            mine.update(declared_devices(c.gpus, state.gpus))
+    return devices
+
+
+def edges_of(state: ExporterState) -> Edges:
+    """Which devices exact real-time work holds now, and since when the idle ones are idle.
+    A container's devices are ``devices_of``'s."""
+    devices = devices_of(state)
     exact: set[str] = set()
     busy: set[DeviceKey] = set()
     idle: dict[DeviceKey, float] = {}
