@@ -166,35 +166,27 @@ def test_the_exporter_writes_the_named_fields_and_no_other(tmp_path: Path) -> No
     assert list(exporter_doc(tmp_path / "running")["tasks"][0]) == list(running)
 
 
+#: every field set of the state document
+FIELD_SETS = (
+    StateField,
+    GpuField,
+    ContainerField,
+    SloField,
+    ClaimField,
+    TaskField,
+    ActivityField,
+    DeviceField,
+)
+
+
 def test_the_field_names_are_distinct_strings() -> None:
-    for fields in (
-        StateField,
-        GpuField,
-        ContainerField,
-        SloField,
-        ClaimField,
-        TaskField,
-        ActivityField,
-        DeviceField,
-    ):
+    for fields in FIELD_SETS:
         names = fields.names()
         assert names and len(set(names)) == len(names), fields.__name__
         assert all(re.fullmatch(r"[a-z_]+", name) for name in names), fields.__name__
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [
-        StateField,
-        GpuField,
-        ContainerField,
-        SloField,
-        ClaimField,
-        TaskField,
-        ActivityField,
-        DeviceField,
-    ],
-)
+@pytest.mark.parametrize("fields", FIELD_SETS)
 def test_interfaces_doc_shows_every_field(fields: type[StateField]) -> None:
     text = (REPO / "docs" / "interfaces.md").read_text()
     section = re.search(r"^### `GET /api/v1/state`.*?(?=^### )", text, re.S | re.M)
