@@ -28,29 +28,40 @@ def run(rig: Rig, compute_s: float) -> dict[str, Any]:
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     marks: dict[str, float] = {}
+    sent: dict[str, float] = {}
     with Sampler(rig.backend, 0.02) as sampler:
         marks["start"] = float(child.stdout.readline().split()[1])
         time.sleep(SETTLE_S)
         for step in STEPS:
+            sent[step] = time.time()
             child.stdin.write(step + "\n")
             child.stdin.flush()
             name, when = child.stdout.readline().split()
             marks[name] = float(when)
             time.sleep(SETTLE_S)
+        sent["exit"] = time.time()
         child.stdin.write("exit\n")
         child.stdin.flush()
         child.wait(timeout=30)
         marks["exit"] = time.time()
         time.sleep(SETTLE_S)
-    return analyse(sampler, child.pid, marks)
+    return analyse(sampler, child.pid, marks, sent)
 
 
-def analyse(sampler: Sampler, pid: int, marks: dict[str, float]) -> dict[str, Any]:
-    """What the samples showed of ``pid`` after each step (pure, given the samples)."""
+def analyse(
+    sampler: Sampler, pid: int, marks: dict[str, float], sent: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """What the samples showed of ``pid`` after each step (pure, given the samples).
+
+    ``marks``: when each step was done (the program's own clock); ``sent``: when it was
+    asked for (default: ``marks``). A step's window runs from half a settle after it was done
+    to when the next was asked for, so a sample taken while a step ran (its effect already
+    visible, its answer not yet written) counts for neither."""
+    asked = {**marks, **(sent or {})}
     order = ["start", *STEPS, "exit"]
     after: dict[str, dict[str, Any]] = {}
     for i, step in enumerate(order):
-        until = marks[order[i + 1]] if i + 1 < len(order) else float("inf")
+        until = asked[order[i + 1]] if i + 1 < len(order) else float("inf")
         window = [s for s in sampler.samples if marks[step] + SETTLE_S / 2 < s.timestamp < until]
         listed = [p for s in window for d in s.devices for p in d.processes if p.pid == pid]
         memory = [p.used_memory_bytes for p in listed]

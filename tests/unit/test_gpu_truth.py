@@ -86,6 +86,24 @@ def test_freeze_drain_is_the_last_step_end_inside_the_window() -> None:
     assert result["exporter_last_active_ms_p95"] == pytest.approx(100.0)
 
 
+def test_a_sample_taken_while_a_step_ran_counts_for_no_step() -> None:
+    # the context was asked for at 0.9 and answered done at 1.0; a sample at 0.95 already
+    # lists the process: it is no sign that the process was listed from its start
+    marks = {"start": 0.0, "context": 1.0, "alloc": 2.0, "free": 3.0, "release": 4.0,
+             "compute": 5.0, "exit": 6.0}  # fmt: skip
+    sent = {step: at - 0.1 for step, at in marks.items() if step != "start"}
+    listed = {0.95: 300, 1.5: 300, 2.5: 1300}
+    samples = [
+        GpuSample(t, (DeviceSample(0, "u", "g", 10_000, 0, 0.0, (GpuProcess(7, m),)),))
+        for t, m in listed.items()
+    ]
+    assert semantics.analyse(_Recorded(samples), 7, marks, sent)["process_listed_from"] == (
+        "context"
+    )
+    # without the asking times the race reads as listed from the start
+    assert semantics.analyse(_Recorded(samples), 7, marks)["process_listed_from"] == "start"
+
+
 def test_semantics_say_when_the_process_appeared_and_that_freed_memory_stays() -> None:
     marks = {"start": 0.0, "context": 1.0, "alloc": 2.0, "free": 3.0, "release": 4.0,
              "compute": 5.0, "exit": 6.0}  # fmt: skip
