@@ -243,35 +243,22 @@ def measure_scenes(tmp: Path, quick: bool) -> dict[str, Any]:
     try:
         stack.start()
         node = stack.nodes[0]
-        runs = scenes.run_scene(
-            node, stack.dir, "paper-b",
-            lambda name, managed: scenes.demo_specs(name, count, size, managed, node.time_scale),
-            f"{count} equal tasks (N={size}) + 1 unmanaged",
-        )  # fmt: skip
-        runs |= {
-            f"colocation-{name}": run
-            for name, run in scenes.run_scene(
-                node, stack.dir, "colocation",
-                lambda name, managed: scenes.colocation_specs(
-                    name, managed, node.time_scale, colocation_s
-                ),
-                "an inference server + a best-effort training job",
-            ).items()
-        }  # fmt: skip
+        first, second = scenes.run_scenes(node, stack.dir, count, size, colocation_s)
+        runs = [*first.values(), *second.values()]
         recent = requests.get(node.exporter_url + "/api/v1/state", timeout=5).json()["recent"]
         attached = "launch probe attached" in (node.base_dir / "exporter.log").read_text()
     finally:
         stack.stop()
     total = Agreement()
-    for run in runs.values():
+    for run in runs:
         found = agreement(run.result, run.seen or [])
         print(
             f"scene {run.result.name}: {found.judged} verdicts judged, {found.differ} differ, "
             f"{found.merged} requests merged (not judged), {found.unseen} unseen"
         )
         total += found
-    names = {n for run in runs.values() for n in (t.container for t in run.result.tasks)}
-    names |= {r.container for run in runs.values() for r in run.result.requests}
+    names = {t.container for run in runs for t in run.result.tasks}
+    names |= {r.container for run in runs for r in run.result.requests}
     ours = [t for t in recent if t.get("container") in names and t.get("met_deadline") is not None]
     return {
         "scenes_probe_attached": attached, "scenes_judged": total.judged,

@@ -83,22 +83,31 @@ class Run:
     seen: list[SeenTask] | None = None  # None: not asked
 
 
+def run_scenes(
+    node: Any, out_dir: Path, count: int, size: int, colocation_s: float = COLOCATION_S
+) -> tuple[dict[str, Run], dict[str, Run]]:
+    """Scene 1 (paper B's ``count`` equal tasks of side ``size``) and scene 2 (a server
+    beside a trainer for ``colocation_s``), each unmanaged then managed, on ``node``."""
+    first = run_scene(
+        node, out_dir, "paper-b",
+        lambda name, managed: demo_specs(name, count, size, managed, node.time_scale),
+        f"{count} equal tasks (N={size}) + 1 unmanaged (N={size // 2}, 2 s later)",
+    )  # fmt: skip
+    second = run_scene(
+        node, out_dir, "colocation",
+        lambda name, managed: colocation_specs(name, managed, node.time_scale, colocation_s),
+        "an inference server (deadline per request) + a best-effort training job",
+    )  # fmt: skip
+    return first, second
+
+
 def run_both(stack: Any, count: int, size: int) -> str:
     """Both scenes, each unmanaged then managed; the report text (timelines beside it)."""
     node = stack.nodes[0]
     lines = report_header()
-    first = run_scene(
-        node, stack.dir, "paper-b",
-        lambda name, managed: demo_specs(name, count, size, managed, node.time_scale),
-        f"{count} equal tasks (N={size}) + 1 unmanaged (N={size // 2}, 2 s later)",
-    )  # fmt: skip
+    first, second = run_scenes(node, stack.dir, count, size)
     lines += ["", "Scene 1: paper B, equal tasks with mixed deadlines", ""]
     lines += paper_b_report(first)
-    second = run_scene(
-        node, stack.dir, "colocation",
-        lambda name, managed: colocation_specs(name, managed, node.time_scale),
-        "an inference server (deadline per request) + a best-effort training job",
-    )  # fmt: skip
     lines += ["", "Scene 2: an inference server beside a training job", ""]
     lines += colocation_report(second)
     releases = [(r.result.name, r.result.released_at) for r in (*first.values(), *second.values())]
