@@ -281,13 +281,13 @@ def test_its_typical_run_shortens_the_wait() -> None:
         # it has run tasks before: what arrives as the freeze begins may be a whole request,
         # and a few short ones say nothing of a heavy tail: half its deadline is left it
         (0.1, 0.3, 0.5),
-        # ... or its longest recent run, where that is longer (not the mean: 0.1 s would
-        # leave 1.4 s, and on bench/traces.py's pair a freeze sized by the mean left a 1 s
-        # request 2.76 s against its 2.33 s deadline)
-        (0.1, 1.2, 0.3),
+        # ... or its longest recent run shared with the holder (twice as long), where that
+        # is longer (not the mean: 0.1 s would leave 1.4 s, and on bench/traces.py's pair a
+        # freeze sized by the mean left a 1 s request 2.76 s against its 2.33 s deadline)
+        (0.1, 0.6, 0.3),
     ],
 )
-def test_a_repeating_containers_freeze_leaves_it_its_longest_run_or_half_its_deadline(
+def test_a_repeating_containers_freeze_leaves_it_its_longest_run_shared_or_half_its_deadline(
     typical: float | None, longest: float | None, thawed_after: float
 ) -> None:
     cs, ts = oneshot_and_server()
@@ -308,6 +308,18 @@ def test_a_run_as_long_as_its_deadline_less_the_margin_leaves_it_unfrozen() -> N
     cs[1]["typical_run_s"], cs[1]["longest_run_s"] = 0.4, 1.5
     d = run(state(cs, ts, util=1.0))
     assert acts(d) == [] and reasons(d) == ["not_ranked"]  # it cannot afford a wait: shares
+
+
+@pytest.mark.parametrize("longest", [0.76, 1.2])
+def test_a_run_that_shared_would_outlast_its_deadline_leaves_it_unfrozen(longest: float) -> None:
+    # a 1.2 s request frozen 0.3 s (its longest run alone) then runs 2.4 s beside the
+    # one-shot: 2.7 s against its 2 s deadline, where sharing from the start meets it
+    cs, ts = oneshot_and_server()
+    cs[1]["typical_run_s"], cs[1]["longest_run_s"] = 0.1, longest
+    d = run(state(cs, ts, util=1.0))
+    assert acts(d) == [] and reasons(d) == ["not_ranked"]
+    cs[1]["longest_run_s"] = 0.74  # shared, 1.48 s: 0.02 s to wait
+    assert acts(run(state(cs, ts, util=1.0))) == [(PAUSE, "s")]
 
 
 def test_its_slo_target_is_its_deadline_without_gpuguard_deadline() -> None:

@@ -18,6 +18,9 @@ from gpuguard.contract import Phase, PriorityClass, SkipReason, StepReason, Task
 
 #: the share of its deadline a freeze leaves a container that repeats tasks (``spare_s``)
 REPEATER_RUN_SHARE = 0.5
+#: how much longer a task runs once thawed beside what held it (``spare_s``): two contexts
+#: time-slice the device, so a request that waited its slack then runs at half speed
+SHARED_SLOWDOWN = 2.0
 
 
 def servers(
@@ -65,17 +68,19 @@ def spare_s(container: Container | None, deadline: float, config: PolicyConfig) 
 
     A container that has finished a task before runs task after task (a repeater, or a
     server not yet known as one), and what arrives as its freeze begins may be a whole
-    request: its run is the longest of its last tasks, and at least half its deadline
+    request, which then runs beside the holder it waited for: its run is the longest of its
+    last tasks shared (``SHARED_SLOWDOWN``), and at least half its deadline
     (``REPEATER_RUN_SHARE``), since a few short tasks say nothing of a heavy tail. Sized by
     the mean run, a freeze on ``bench/traces.py``'s pair left a 1 s request 2.76 s against
-    its 2.33 s deadline. A container's first task (a one-shot) waits for its deadline less
-    its margin: it is the whole of its work, and a thaw before its holder ends would only
-    make both slower (paper B)."""
+    its 2.33 s deadline; sized by the longest run alone, the oneshot's server missed requests
+    that waited 0.5 s and then shared the device with the one-shot. A container's first task
+    (a one-shot) waits for its deadline less its margin: it is the whole of its work, and a
+    thaw before its holder ends would only make both slower (paper B)."""
     if container is None:
         return deadline - config.slack_margin_s
     run = max(container.typical_run_s or 0.0, container.longest_run_s or 0.0)
     if container.longest_run_s is not None:
-        run = max(run, REPEATER_RUN_SHARE * deadline)
+        run = max(SHARED_SLOWDOWN * run, REPEATER_RUN_SHARE * deadline)
     return deadline - run - config.slack_margin_s
 
 
