@@ -529,7 +529,10 @@ def judge_oneshot(plan: WindowPlan, seen: dict[Any, Seen]) -> dict[str, Any]:
         out[f"server_longest_freeze_s_{arm}"] = round(
             max((e - s for s, e in frozen), default=0.0), 2
         )
-        out[f"server_misses_from_freeze_{arm}"] = misses_from_freeze(managed.requests, frozen)
+        out[f"server_misses_from_freeze_{arm}"] = misses_from_freeze(
+            managed.requests, frozen, seen[w, "shared", server].requests
+        )
+        out[f"server_misses_while_frozen_{arm}"] = misses_from_freeze(managed.requests, frozen)
     return out
 
 
@@ -601,7 +604,9 @@ def window_table(kind: Kind, windows: Sequence[dict[str, Any]]) -> str:
                 f"    one-shot s {heading} {_arms([w[f'oneshot_s_{a}'] for a in ARMS])}; "
                 f"server misses {_arms([w[f'server_misses_{a}'] for a in ARMS])}, from a "
                 f"freeze {_arms([w[f'server_misses_from_freeze_{a}'] for a in MANAGED])} "
-                f"(frozen {_arms([w[f'server_frozen_s_{a}'] for a in MANAGED])} s, longest "
+                f"(met shared; missed while frozen "
+                f"{_arms([w.get(f'server_misses_while_frozen_{a}') for a in MANAGED])}; "
+                f"frozen {_arms([w[f'server_frozen_s_{a}'] for a in MANAGED])} s, longest "
                 f"{_arms([w[f'server_longest_freeze_s_{a}'] for a in MANAGED])} s)"
             )
     return "\n".join(lines)

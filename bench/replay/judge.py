@@ -29,6 +29,8 @@ class Answered(Protocol):
     def gpu_end(self) -> float | None: ...
     @property
     def met_deadline(self) -> bool | None: ...
+    @property
+    def id(self) -> int: ...
 
 
 Span = tuple[float, float]
@@ -85,10 +87,17 @@ def frozen_spans(audit: Iterable[dict[str, Any]], container: str, until: float) 
     return spans
 
 
-def misses_from_freeze(requests: Iterable[Answered], frozen: Sequence[Span]) -> int:
-    """Requests that missed their deadline while their server was frozen during them."""
+def misses_from_freeze(
+    requests: Iterable[Answered], frozen: Sequence[Span], shared: Iterable[Answered] | None = None
+) -> int:
+    """Requests that missed their deadline while their server was frozen during them; with
+    ``shared`` (the same schedule's requests, unmanaged), only those that met it there: a
+    request that misses shared as well is not the freeze's."""
+    met_shared = None if shared is None else {r.id for r in shared if r.met_deadline}
     return sum(
-        r.met_deadline is False and any(s < r.end and e > r.arrival for s, e in frozen)
+        r.met_deadline is False
+        and any(s < r.end and e > r.arrival for s, e in frozen)
+        and (met_shared is None or r.id in met_shared)
         for r in requests
     )
 

@@ -34,6 +34,7 @@ from gpuguard.actuator.engine.freezer import (
     process_state,
 )
 from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.execution.handover import HANDOVER_AFTER_S
 from gpuguard.actuator.safety.journal import JOURNAL_FILE, Journal, PausedEntry
 from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
@@ -158,6 +159,32 @@ def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
     assert executor.paused_states([tenant.id]) == {tenant.id: False}
     assert executor.execute(unpause(tenant), "fast").result == "already"
     assert executor.journal.paused == {}
+
+
+def test_a_short_freeze_is_never_told_to_docker_and_a_long_one_is(
+    dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
+) -> None:
+    # A freeze thawed within HANDOVER_AFTER_S (an edge's, a duty cycle's) is a cgroup
+    # write both ways: the thaw never waits for runc's unpause under the controller's lock.
+    tenant = tenants("short", MANAGED)
+    executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
+    assert executor.handovers is not None and executor.handovers.after_s == HANDOVER_AFTER_S
+    assert executor.execute(pause(tenant), "fast").result == "ok"
+    assert not advancing(tenant, 0.1) and not docker_paused(tenant)
+    assert executor.paused_states([tenant.id]) == {tenant.id: True}
+    outcome = executor.execute(unpause(tenant), "fast")
+    assert (outcome.result, outcome.detail) == ("ok", "")
+    assert outcome.finished - outcome.started < 0.05, "a cgroup write, not runc"
+    assert advancing(tenant) and cgroup_of(tenant).state() == THAWED
+    assert not docker_paused(tenant) and executor.journal.paused == {}
+    told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "runtime_pause"]
+    assert [r["result"] for r in told] == ["cancelled"]
+    # One that lasts is handed over on its own, and Docker's unpause thaws it.
+    assert executor.execute(pause(tenant), "fast").result == "ok"
+    wait_for(lambda: docker_paused(tenant), HANDOVER_AFTER_S + 10, "the hand-over to Docker")
+    assert not advancing(tenant, 0.1)
+    assert executor.execute(unpause(tenant), "fast").result == "ok"
+    assert advancing(tenant) and not docker_paused(tenant) and executor.journal.paused == {}
 
 
 def test_a_container_being_handed_to_docker_reads_as_paused(
@@ -293,6 +320,7 @@ import json, sys
 from pathlib import Path
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.execution.handover import HANDOVER_AFTER_S
 from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal
@@ -369,6 +397,7 @@ from pathlib import Path
 from gpuguard.actuator.safety import lease
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.execution.executor import PauseExecutor
+from gpuguard.actuator.execution.handover import HANDOVER_AFTER_S
 from gpuguard.actuator.engine.freezer import ContainerFreezer
 from gpuguard.actuator.engine.docker import DockerEngine
 from gpuguard.actuator.safety.journal import Journal

@@ -158,9 +158,9 @@ def test_the_alone_replay_and_the_deadline_it_gives() -> None:
 
 
 def request(arrival: float, end: float, gpu: tuple[float, float] | None, deadline: float,
-            container: str = "s") -> RequestResult:  # fmt: skip
+            container: str = "s", id: int = 0) -> RequestResult:  # fmt: skip
     g0, g1 = gpu if gpu is not None else (None, None)
-    return RequestResult(container, 0, arrival, arrival, end, g0, g1, deadline)
+    return RequestResult(container, id, arrival, arrival, end, g0, g1, deadline)
 
 
 def action(t: float, kind: str, container: str = "s", result: str = "ok",
@@ -193,10 +193,15 @@ def test_frozen_spans_come_from_the_actuators_pauses_and_unpauses() -> None:
     ]  # fmt: skip
     spans = judge.frozen_spans(audit, "s", until=9.0)
     assert spans == [(0.99, 2.0), (4.0, 6.0), (7.0, 9.0)]
-    late = [request(0.0, 1.5, None, 1.0), request(2.5, 3.9, None, 1.0),
-            request(5.0, 5.5, None, 1.0), request(5.5, 8.0, None, 1.0)]  # fmt: skip
+    late = [request(0.0, 1.5, None, 1.0, id=0), request(2.5, 3.9, None, 1.0, id=1),
+            request(5.0, 5.5, None, 1.0, id=2), request(5.5, 8.0, None, 1.0, id=3)]  # fmt: skip
     # missed while frozen, missed between freezes, met, missed while frozen
     assert judge.misses_from_freeze(late, spans) == 2
+    # the same schedule shared: the first missed there too (not the freeze's), the last met
+    shared = [request(0.0, 1.2, None, 1.0, id=0), request(2.5, 3.0, None, 1.0, id=1),
+              request(5.0, 5.5, None, 1.0, id=2), request(5.5, 6.0, None, 1.0, id=3)]  # fmt: skip
+    assert judge.misses_from_freeze(late, spans, shared) == 1
+    assert judge.misses_from_freeze(late, spans, shared[:3]) == 0  # never answered shared
 
 
 def test_spreads_take_the_median_and_the_worse_end() -> None:

@@ -172,8 +172,9 @@ class PauseExecutor:
         """
         # Whatever comes next for a container, its hand-over to the runtime comes first (an
         # unpause drops one not yet begun: thawing the cgroup is then all there is to do).
-        if self.handovers is not None:
-            self.handovers.settle(action.container_id, cancel=action.verb == UNPAUSE)
+        cgroup_only = self.handovers is not None and self.handovers.settle(
+            action.container_id, cancel=action.verb == UNPAUSE
+        )
         started = time.time() if frozen is None else frozen.asked_at
         if action.verb == PAUSE:
             try:
@@ -183,7 +184,7 @@ class PauseExecutor:
                     action, started, Result.SKIPPED, SkipReason.JOURNAL_UNWRITABLE, str(exc)
                 )
         elif action.verb == UNPAUSE:
-            outcome = self._unpause(action, started)
+            outcome = self._unpause(action, started, cgroup_only)
         else:  # pragma: no cover - the policy only makes these two
             raise ValueError(f"unknown action {action.verb!r}")
         self._audit(action, trigger, outcome)
@@ -286,12 +287,18 @@ class PauseExecutor:
         if failed or outcome.detail == _SOMEONE_ELSES:
             self.journal.released(action.container_id)
 
-    def _unpause(self, action: Step, started: float) -> Outcome:
-        """Act (``resume_container``), then settle the journal entry."""
+    def _unpause(self, action: Step, started: float, cgroup_only: bool = False) -> Outcome:
+        """Act (``resume_container``; for a freeze the runtime was never told of, a thaw of
+        its vetted cgroup where that works), then settle the journal entry."""
         cid = action.container_id
         if self.dry_run:
             return done(action, started, Result.DRY_RUN, None, "dry run: not unpaused")
-        resumed = self._attempt(functools.partial(resume_container, self.engine, self.freezer), cid)
+        thawed = self.vetting.thaw(cid, self.freezer) if cgroup_only else None
+        if thawed is not None:
+            resumed: Attempt[bool] = Attempt(Answer.DONE, thawed)
+        else:
+            resume = functools.partial(resume_container, self.engine, self.freezer)
+            resumed = self._attempt(resume, cid)
         if resumed.answer is Answer.DONE:
             outcome = done(action, started, *_resumed(bool(resumed.value)))
         elif resumed.now is not None and not resumed.now.paused:  # a conflict: unpaused now

@@ -1,18 +1,21 @@
 """Handing a container frozen through its cgroup to the runtime's own pause, in the background.
 
 ``docker pause`` or containerd's task pause (runc: 13-100 ms a container) then shows it paused
-and an operator's unpause resumes it. Anything that comes next for that container waits for
-its hand-over first (``settle``); an unpause drops one not yet begun. Each hand-over writes
-its own audit record (``runtime_pause``) and never raises.
+and an operator's unpause resumes it. A hand-over begins once the freeze has lasted
+``HANDOVER_AFTER_S``: a freeze thawed sooner (an edge's, a duty cycle's) is never told to the
+runtime, so its thaw is a cgroup write, not the runtime's unpause. Anything that comes next
+for that container waits for its hand-over first (``settle``); an unpause drops one not yet
+begun. Each hand-over writes its own audit record (``runtime_pause``) and never raises.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.decision import Step
@@ -29,6 +32,10 @@ CGROUP, RUNTIME_PAUSE = "cgroup", "runtime_pause"
 #: hand-overs to the runtime at once: each runs runc; more at once only share the same cores with
 #: the exporter and this actuator's next decision (the frozen containers wait either way)
 HANDOVER_WORKERS = 2
+#: how long a freeze lasts before the runtime is told: shorter ones are thawed through the
+#: cgroup alone (the runtime's unpause, 13-100 ms a container under the controller's lock,
+#: held a busy edge's freezes up behind a duty cycle's thaws)
+HANDOVER_AFTER_S = 0.5
 
 
 class Handovers:
@@ -45,55 +52,105 @@ class Handovers:
         audit: AuditLog,
         runtime_pause: Callable[[str], None],
         gone: Callable[[str], None],
+        after_s: float = HANDOVER_AFTER_S,
     ) -> None:
         self.engine_name = engine_name
         self.freezer = freezer
         self.audit = audit
         self._runtime_pause = runtime_pause
         self._gone = gone
+        self.after_s = after_s
         self._pending: dict[str, Future[None]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
+        #: hand-overs waiting for their freeze to last ``after_s``: (due, seq, future, ...)
+        self._due: list[tuple[float, int, Future[None], Step, Cgroup]] = []
+        self._seq = 0
+        self._scheduler: threading.Thread | None = None
 
     def begin(self, action: Step, cgroup: Cgroup) -> None:
-        """Hand the frozen container of ``action`` to the runtime, in the background."""
+        """Hand the frozen container of ``action`` to the runtime, in the background, once
+        its freeze has lasted ``after_s``."""
         cid = action.container_id
+        future: Future[None] = Future()
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=HANDOVER_WORKERS, thread_name_prefix="handover"
-                )
-            future = self._pool.submit(self._hand_over, action, cgroup)
             self._pending[cid] = future
+            self._seq += 1
+            heapq.heappush(
+                self._due, (time.monotonic() + self.after_s, self._seq, future, action, cgroup)
+            )
+            if self._scheduler is None:
+                self._scheduler = threading.Thread(
+                    target=self._schedule, name="handover-due", daemon=True
+                )
+                self._scheduler.start()
+            self._lock.notify()
         future.add_done_callback(lambda done: self._finished(cid, done))
+
+    def _schedule(self) -> None:
+        """Start each hand-over when due (one dropped meanwhile is cancelled: skipped)."""
+        while True:
+            with self._lock:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._lock.wait(wait)
+                _, _, future, action, cgroup = heapq.heappop(self._due)
+                if future.cancelled():
+                    continue
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max_workers=HANDOVER_WORKERS, thread_name_prefix="handover"
+                    )
+                self._pool.submit(self._run, future, action, cgroup)
+
+    def _run(self, future: Future[None], action: Step, cgroup: Cgroup) -> None:
+        if future.set_running_or_notify_cancel():
+            self._hand_over(action, cgroup)
+            future.set_result(None)
 
     def _finished(self, container_id: str, future: Future[None]) -> None:
         with self._lock:
             if self._pending.get(container_id) is future:
                 del self._pending[container_id]
 
-    def settle(self, container_id: str, cancel: bool) -> None:
-        """Wait for the container's hand-over to the runtime, or drop it if not begun."""
+    def settle(self, container_id: str, cancel: bool) -> bool:
+        """Wait for the container's hand-over to the runtime, or drop it if not begun: True
+        when one was dropped (the runtime was never told: its cgroup alone holds it)."""
         with self._lock:
             future = self._pending.get(container_id)
         if future is None:
-            return
+            return False
         if cancel and future.cancel():
             self.audit.write(
                 RUNTIME_PAUSE, engine=self.engine_name, container_id=container_id,
                 result="cancelled",
                 detail=f"resumed before {self.engine_name} was told: frozen in its cgroup only",
             )  # fmt: skip
-            return
-        future.result()  # it never raises: _hand_over audits its own failures
+            return True
+        if not cancel:
+            self._hurry({container_id})
+        _wait(future)  # it never raises: _hand_over audits its own failures
+        return False
 
     def settle_all(self) -> None:
-        """Wait for every hand-over begun so far."""
+        """Begin every hand-over now, and wait for them (tests, benchmarks, shutdown)."""
         with self._lock:
             pending = list(self._pending.values())
+        self._hurry(None)
         for future in pending:
-            if not future.cancelled():
-                future.result()
+            _wait(future)
+
+    def _hurry(self, container_ids: set[str] | None) -> None:
+        """Make these hand-overs (None: all) due now."""
+        with self._lock:
+            self._due = [
+                (0.0, seq, future, action, cgroup)
+                if container_ids is None or action.container_id in container_ids
+                else (due, seq, future, action, cgroup)
+                for due, seq, future, action, cgroup in self._due
+            ]
+            heapq.heapify(self._due)
+            self._lock.notify()
 
     def running(self) -> set[str]:
         """Containers being handed over now: the engine may show them running, yet they
@@ -128,3 +185,11 @@ class Handovers:
             started=began,
             finished=time.time(),
         )
+
+
+def _wait(future: Future[None]) -> None:
+    """Wait for a hand-over; one dropped meanwhile is done with."""
+    try:
+        future.result()
+    except CancelledError:
+        pass

@@ -188,6 +188,20 @@ class Vetting:
             frozen[cid] = Frozen(cgroup, asked_at, time.time(), took_ms)
         return frozen
 
+    def thaw(self, container_id: str, freezer: ContainerFreezer | None) -> bool | None:
+        """Thaw a vetted container frozen here that the runtime was never told of, through its
+        cgroup alone (``ensure_running``): whether anything was thawed; None where that
+        cannot be done from here (not vetted, restarted, or refused): ask the runtime."""
+        vetted = self._vetted.get(container_id)
+        if freezer is None or vetted is None:
+            return None
+        try:
+            if os.stat(vetted.cgroup.path).st_ino != vetted.inode:
+                return None
+            return freezer.ensure_running(vetted.cgroup)
+        except (OSError, FreezerError):
+            return None
+
     def held(self, container_id: str, freezer: ContainerFreezer | None) -> bool:
         """True when the container's cgroup is frozen, or a freeze left a process stopped."""
         if freezer is None:
