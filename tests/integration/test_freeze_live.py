@@ -161,15 +161,16 @@ def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
     assert executor.journal.paused == {}
 
 
-def test_a_short_freeze_is_never_told_to_docker_and_a_long_one_is(
+def test_a_brief_freeze_is_never_told_to_docker_and_a_long_one_is(
     dockerd: PrivateDockerd, tenants: Callable[..., Any], tmp_path: Path
 ) -> None:
-    # A freeze thawed within HANDOVER_AFTER_S (an edge's, a duty cycle's) is a cgroup
-    # write both ways: the thaw never waits for runc's unpause under the controller's lock.
-    tenant = tenants("short", MANAGED)
+    # A best-effort freeze for a busy edge thawed within HANDOVER_AFTER_S is a cgroup write
+    # both ways: the thaw never waits for runc's unpause under the controller's lock.
+    tenant = tenants("brief", MANAGED)
     executor = executor_on(tmp_path, dockerd.url, ContainerFreezer())
     assert executor.handovers is not None and executor.handovers.after_s == HANDOVER_AFTER_S
-    assert executor.execute(pause(tenant), "fast").result == "ok"
+    edge = Step(PAUSE, tenant.id, tenant.name, "best_effort", gpu=0)
+    assert executor.execute(edge, "fast").result == "ok"
     assert not advancing(tenant, 0.1) and not docker_paused(tenant)
     assert executor.paused_states([tenant.id]) == {tenant.id: True}
     outcome = executor.execute(unpause(tenant), "fast")
@@ -180,11 +181,20 @@ def test_a_short_freeze_is_never_told_to_docker_and_a_long_one_is(
     told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "runtime_pause"]
     assert [r["result"] for r in told] == ["cancelled"]
     # One that lasts is handed over on its own, and Docker's unpause thaws it.
-    assert executor.execute(pause(tenant), "fast").result == "ok"
+    asked = time.monotonic()
+    assert executor.execute(edge, "fast").result == "ok"
     wait_for(lambda: docker_paused(tenant), HANDOVER_AFTER_S + 10, "the hand-over to Docker")
+    assert time.monotonic() - asked >= HANDOVER_AFTER_S
     assert not advancing(tenant, 0.1)
     assert executor.execute(unpause(tenant), "fast").result == "ok"
     assert advancing(tenant) and not docker_paused(tenant) and executor.journal.paused == {}
+    # Any other pause (a task's turn, its slack) is told to Docker at once.
+    outcome = executor.execute(pause(tenant), "fast")
+    assert outcome.result == "ok" and outcome.frozen_at is not None
+    wait_for(lambda: docker_paused(tenant), 10, "the hand-over to Docker")
+    told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "runtime_pause"]
+    assert told[-1]["started"] - outcome.frozen_at < HANDOVER_AFTER_S / 2, "begun at once"
+    assert executor.execute(unpause(tenant), "fast").result == "ok"
 
 
 def test_a_container_being_handed_to_docker_reads_as_paused(

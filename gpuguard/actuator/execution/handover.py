@@ -1,9 +1,11 @@
 """Handing a container frozen through its cgroup to the runtime's own pause, in the background.
 
 ``docker pause`` or containerd's task pause (runc: 13-100 ms a container) then shows it paused
-and an operator's unpause resumes it. A hand-over begins once the freeze has lasted
-``HANDOVER_AFTER_S``: a freeze thawed sooner (an edge's, a duty cycle's) is never told to the
-runtime, so its thaw is a cgroup write, not the runtime's unpause. Anything that comes next
+and an operator's unpause resumes it. A best-effort container frozen for real-time work's
+busy edge or duty cycle (``BRIEF``) is handed over once the freeze has lasted
+``HANDOVER_AFTER_S``: thawed sooner, as most are, it is never told to the runtime, so its thaw
+is a cgroup write, not the runtime's unpause. Any other pause is handed over at once.
+Anything that comes next
 for that container waits for its hand-over first (``settle``); an unpause drops one not yet
 begun. Each hand-over writes its own audit record (``runtime_pause``) and never raises.
 """
@@ -21,7 +23,7 @@ from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.decision import Step
 from gpuguard.actuator.engine.freezer import Cgroup, CgroupGone, ContainerFreezer, FreezerError
 from gpuguard.actuator.errors import EngineError
-from gpuguard.contract import Result
+from gpuguard.contract import Result, StepReason
 
 log = logging.getLogger("gpuguard.actuator")
 
@@ -36,6 +38,9 @@ HANDOVER_WORKERS = 2
 #: cgroup alone (the runtime's unpause, 13-100 ms a container under the controller's lock,
 #: held a busy edge's freezes up behind a duty cycle's thaws)
 HANDOVER_AFTER_S = 0.5
+#: the pauses handed over after ``HANDOVER_AFTER_S``: a best-effort container's, for real-time
+#: work's busy edges and duty cycles, mostly thawed within a gap between requests
+BRIEF = frozenset({StepReason.BEST_EFFORT, StepReason.DUTY_CYCLE})
 
 
 class Handovers:
@@ -69,23 +74,33 @@ class Handovers:
         self._scheduler: threading.Thread | None = None
 
     def begin(self, action: Step, cgroup: Cgroup) -> None:
-        """Hand the frozen container of ``action`` to the runtime, in the background, once
-        its freeze has lasted ``after_s``."""
+        """Hand the frozen container of ``action`` to the runtime, in the background: at once,
+        or for a ``BRIEF`` pause once its freeze has lasted ``after_s``."""
         cid = action.container_id
         future: Future[None] = Future()
         with self._lock:
             self._pending[cid] = future
-            self._seq += 1
-            heapq.heappush(
-                self._due, (time.monotonic() + self.after_s, self._seq, future, action, cgroup)
-            )
-            if self._scheduler is None:
-                self._scheduler = threading.Thread(
-                    target=self._schedule, name="handover-due", daemon=True
-                )
-                self._scheduler.start()
-            self._lock.notify()
+            if action.reason not in BRIEF or self.after_s <= 0:
+                self._submit(future, action, cgroup)
+            else:
+                self._seq += 1
+                due = time.monotonic() + self.after_s
+                heapq.heappush(self._due, (due, self._seq, future, action, cgroup))
+                if self._scheduler is None:
+                    self._scheduler = threading.Thread(
+                        target=self._schedule, name="handover-due", daemon=True
+                    )
+                    self._scheduler.start()
+                self._lock.notify()
         future.add_done_callback(lambda done: self._finished(cid, done))
+
+    def _submit(self, future: Future[None], action: Step, cgroup: Cgroup) -> None:
+        """Start a hand-over now (the caller holds the lock)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=HANDOVER_WORKERS, thread_name_prefix="handover"
+            )
+        self._pool.submit(self._run, future, action, cgroup)
 
     def _schedule(self) -> None:
         """Start each hand-over when due (one dropped meanwhile is cancelled: skipped)."""
@@ -95,13 +110,8 @@ class Handovers:
                     wait = self._due[0][0] - time.monotonic() if self._due else None
                     self._lock.wait(wait)
                 _, _, future, action, cgroup = heapq.heappop(self._due)
-                if future.cancelled():
-                    continue
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(
-                        max_workers=HANDOVER_WORKERS, thread_name_prefix="handover"
-                    )
-                self._pool.submit(self._run, future, action, cgroup)
+                if not future.cancelled():
+                    self._submit(future, action, cgroup)
 
     def _run(self, future: Future[None], action: Step, cgroup: Cgroup) -> None:
         if future.set_running_or_notify_cancel():
