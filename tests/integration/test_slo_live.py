@@ -25,6 +25,7 @@ import requests
 
 from gpuguard import labels
 from gpuguard.actuator.audit import read_audit
+from gpuguard.actuator.engine.freezer import THAWED, ContainerFreezer
 from gpuguard.demo.stack.localstack import LocalStack, NodeStack
 from gpuguard.demo.stack.process import free_port
 from gpuguard.gpusim.workload.latency_metrics import E2E_LATENCY
@@ -54,7 +55,12 @@ def stack(short_tmp: Path) -> Iterator[LocalStack]:
 
 
 def _paused(client: Any, container: Any) -> bool:
-    return bool(client.api.inspect_container(container.id)["State"]["Paused"])
+    """Held: Docker shows it paused, or its cgroup is frozen (a best-effort freeze for a
+    duty cycle is told to Docker only once it has lasted ``HANDOVER_AFTER_S``)."""
+    info = client.api.inspect_container(container.id)["State"]
+    if info["Paused"]:
+        return True
+    return ContainerFreezer().cgroup(container.id, info["Pid"]).state() != THAWED
 
 
 def _paused_share(client: Any, container: Any, seconds: float) -> float:
