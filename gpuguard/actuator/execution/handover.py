@@ -5,9 +5,9 @@ and an operator's unpause resumes it. A best-effort container frozen for real-ti
 busy edge or duty cycle (``BRIEF``) is handed over once the freeze has lasted
 ``HANDOVER_AFTER_S``: thawed sooner, as most are, it is never told to the runtime, so its thaw
 is a cgroup write, not the runtime's unpause. Any other pause is handed over at once.
-Anything that comes next
-for that container waits for its hand-over first (``settle``); an unpause drops one not yet
-begun. Each hand-over writes its own audit record (``runtime_pause``) and never raises.
+Anything that comes next for that container waits for its hand-over first (``settle``); an
+unpause drops one not yet begun. Each hand-over writes its own audit record
+(``runtime_pause``) and never raises.
 """
 
 from __future__ import annotations
