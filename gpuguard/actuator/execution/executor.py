@@ -293,7 +293,7 @@ class PauseExecutor:
         cid = action.container_id
         if self.dry_run:
             return done(action, started, Result.DRY_RUN, None, "dry run: not unpaused")
-        thawed = self.vetting.thaw(cid, self.freezer) if cgroup_only else None
+        thawed = self.vetting.thaw(cid) if cgroup_only else None
         if thawed is not None:
             resumed: Attempt[bool] = Attempt(Answer.DONE, thawed)
         else:

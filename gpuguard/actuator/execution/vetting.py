@@ -134,17 +134,23 @@ class Vetting:
         """The vetted container's cgroup if it is the same one and thawed, else None."""
         if not self.freezing:
             return None
-        vetted = self._vetted.get(container_id)
-        if vetted is None:
-            return None
         try:
-            if os.stat(vetted.cgroup.path).st_ino != vetted.inode:
-                raise CgroupGone("restarted: a new cgroup")
-            if vetted.cgroup.state() != THAWED:
+            cgroup = self._same_cgroup(container_id)
+            if cgroup is None or cgroup.state() != THAWED:
                 return None  # frozen already: by someone else, or by us; inspect to tell
         except (OSError, FreezerError):
             self.forget(container_id)
             return None
+        return cgroup
+
+    def _same_cgroup(self, container_id: str) -> Cgroup | None:
+        """The vetted container's cgroup (None: not vetted); ``CgroupGone`` where its
+        directory is not the one vetted (restarted), ``OSError`` where it cannot be read."""
+        vetted = self._vetted.get(container_id)
+        if vetted is None:
+            return None
+        if os.stat(vetted.cgroup.path).st_ino != vetted.inode:
+            raise CgroupGone("restarted: a new cgroup")
         return vetted.cgroup
 
     def ready_many(self, container_ids: Sequence[str]) -> dict[str, Cgroup]:
@@ -188,17 +194,15 @@ class Vetting:
             frozen[cid] = Frozen(cgroup, asked_at, time.time(), took_ms)
         return frozen
 
-    def thaw(self, container_id: str, freezer: ContainerFreezer | None) -> bool | None:
+    def thaw(self, container_id: str) -> bool | None:
         """Thaw a vetted container frozen here that the runtime was never told of, through its
         cgroup alone (``ensure_running``): whether anything was thawed; None where that
         cannot be done from here (not vetted, restarted, or refused): ask the runtime."""
-        vetted = self._vetted.get(container_id)
-        if freezer is None or vetted is None:
+        if self.freezer is None:
             return None
         try:
-            if os.stat(vetted.cgroup.path).st_ino != vetted.inode:
-                return None
-            return freezer.ensure_running(vetted.cgroup)
+            cgroup = self._same_cgroup(container_id)
+            return None if cgroup is None else self.freezer.ensure_running(cgroup)
         except (OSError, FreezerError):
             return None
 
