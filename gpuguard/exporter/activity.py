@@ -62,6 +62,12 @@ class ContainerActivity:
     #: the running busy period began after copies issued since the last one ended (its
     #: own input: a request's, not a kernel after host work)
     copied_before: bool = False
+    #: next inputs its live processes began: a host-to-device copy after a device-to-host
+    #: copy that followed a launch (input, kernels, output, then the next task's input);
+    #: the newest one's first copy, and the last launch before it
+    next_inputs: int = 0
+    next_input: float | None = None
+    next_input_after: float | None = None
 
 
 def source_of(
@@ -238,6 +244,11 @@ class ActivityTracker:
         in_flight = any(
             p.last is not None and (p.wait_end is None or p.wait_end < p.last) for p in s.live
         )
+        newest = max(
+            (p for p in s.live if p.input_start is not None),
+            key=lambda p: p.input_start or 0.0,
+            default=None,
+        )
         return ContainerActivity(
             cid, now, totals.launches, totals.copies, totals.waits, totals.wait_s,
             s.busy_since is not None, s.busy_since, s.busy_s + running, s.tasks, s.last_task,
@@ -246,6 +257,9 @@ class ActivityTracker:
             copied_since_launch=s.copied_since_launch,
             merged=s.merged and s.busy_since is not None, last_merged=s.last_merged,
             copied_before=s.copied_before and s.busy_since is not None,
+            next_inputs=sum(p.inputs for p in s.live),
+            next_input=newest.input_start if newest is not None else None,
+            next_input_after=newest.input_after if newest is not None else None,
         )  # fmt: skip
 
     def _track_calls(self, s: _State) -> None:

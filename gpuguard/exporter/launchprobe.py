@@ -67,6 +67,12 @@ class ProcLaunches:
     wait_s: float
     waiting_since: float | None  # a wait in progress
     wait_end: float | None  # return of the last wait
+    #: next inputs: host-to-device copies that came after a device-to-host copy that
+    #: followed a launch (input, kernels, output, then the next task's input); 0 where the
+    #: copies have no direction (``cuMemcpyAsync``) or the probe is older
+    inputs: int = 0
+    input_start: float | None = None  # the newest next input's first copy
+    input_after: float | None = None  # the last launch before it
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,21 +103,23 @@ class ProbeStatus:
 def parse_proc(fields: list[str], offset: float) -> ProcLaunches:
     """A ``p`` record's fields (after the ``p``); ``offset`` turns monotonic ns into wall s.
 
-    Raises ``ValueError`` for a malformed record.
+    Ten fields (a probe without the next inputs) or thirteen; fields past the thirteenth
+    are skipped. Raises ``ValueError`` for a malformed record.
     """
-    if len(fields) != 10:
-        raise ValueError(f"a p record has 10 fields, got {len(fields)}")
-    n = [int(f) for f in fields]
+    if len(fields) != 10 and len(fields) < 13:
+        raise ValueError(f"a p record has 10 or 13 fields, got {len(fields)}")
+    n = [int(f) for f in fields[:13]]
     if min(n) < 0:
         raise ValueError("negative field in a p record")
 
     def at(ns: int) -> float | None:
         return ns / 1e9 + offset if ns else None
 
-    pid, launches, copies, first, last, period, waits, wait_ns, wait_start, wait_end = n
+    pid, launches, copies, first, last, period, waits, wait_ns, wait_start, wait_end = n[:10]
+    inputs, input_ns, input_after_ns = n[10:13] if len(n) == 13 else (0, 0, 0)
     return ProcLaunches(
         pid, launches, copies, at(first), at(last), at(period), waits, wait_ns / 1e9,
-        at(wait_start), at(wait_end),
+        at(wait_start), at(wait_end), inputs, at(input_ns), at(input_after_ns),
     )  # fmt: skip
 
 

@@ -37,6 +37,9 @@ PHASES = RUNNING_PHASES
 
 # A task computes alone when the rest of the device's SM share is below this.
 _ALONE_SLACK = 0.01
+#: two probe times closer than this are one call's (each probe tick converts them to wall
+#: time with its own clock offset)
+_SAME_CALL_S = 0.001
 DEMAND_EWMA_ALPHA = 0.3
 #: samples alone a running task needs before its share stands for its container's demand
 RUNNING_DEMAND_SAMPLES = 6
@@ -163,6 +166,7 @@ class _Task:
         "input_at",
         "input_broken",
         "input_seen",
+        "inputs_seen",
         "last_active",
         "memory",
         "merged",
@@ -226,6 +230,7 @@ class _Task:
         #: its container's launches and copies as the probe counted them when it began,
         #: then at the last poll (where the probe times it)
         self.calls = (0, 0)
+        self.inputs_seen = 0  # its container's next inputs when the probe began timing it
 
     @property
     def boundary(self) -> TaskBoundary:
@@ -522,6 +527,9 @@ class Tracker:
         if task is not None:
             self._refresh(task, seen)
             if task.probed and act is not None:
+                if self._next_input_began(task, act):
+                    self._start_next_input(record, task, seen, act, now)
+                    return
                 end_at = self._input_task_end(task, seen, act, now)
                 if end_at is None:
                     self._observe_probed(task, seen, act, now)
@@ -653,6 +661,7 @@ class Tracker:
         begin, end = period
         task.probed = task.computed = True
         task.calls = (act.launches, act.copies)
+        task.inputs_seen = act.next_inputs
         if task.input_seen:
             # its input (and any wait frozen in it) is part of it, as in the program's own
             # log, and its queue place is where it arrived: re-timed to its launch, a task
@@ -716,6 +725,7 @@ class Tracker:
             task.waited = True
         launched = act.launches > task.calls[0]
         task.calls = (act.launches, act.copies)
+        task.computed = task.computed or launched
         if task.paused:
             # frozen inside its wait, the process cannot return from it, so the probe keeps
             # its kernel in flight until the thaw; the device still finishes that kernel,
@@ -725,7 +735,7 @@ class Tracker:
             phase = _probed_phase(act, True)
         elif act.busy and act.in_flight:
             phase = Phase.COMPUTING
-        elif act.copied_since_launch:
+        elif act.copied_since_launch and task.computed:
             phase = Phase.DRAINING  # copies after its last launch: its output
         elif launched:
             phase = Phase.COMPUTING
@@ -749,10 +759,12 @@ class Tracker:
                 end = placed
             elif (
                 last is not None
-                and last[0] >= task.started_at
+                and last[1] >= task.started_at
                 and (not act.busy or (act.busy_since or 0.0) > placed)
             ):
-                end = last[1]  # over in the probe's view (a period begun since is another's)
+                # over in the probe's view (a period begun since is another's; one begun
+                # before it holds it when it began at a next input)
+                end = last[1]
             elif now - left > self.rules.idle_gap_s:
                 end = act.ending if act.ending is not None else placed
             else:
@@ -760,6 +772,43 @@ class Tracker:
                 continue
             self._end(task, end)
         self._leaving = keep
+
+    @staticmethod
+    def _next_input_began(task: _Task, act: ContainerActivity) -> bool:
+        """Whether a probed task begun with its input saw the next task's input begin: a
+        host-to-device copy after its output, which followed one of its own launches."""
+        at, after = act.next_input, act.next_input_after
+        return (
+            task.mode != TaskMode.PROCESS
+            and at is not None
+            and after is not None
+            and at > task.started_at + _SAME_CALL_S
+            and after >= task.started_at - _SAME_CALL_S
+        )
+
+    def _start_next_input(
+        self, record: _Process, task: _Task, seen: _Seen, act: ContainerActivity, now: float
+    ) -> None:
+        """End ``task`` where the next input began and start the next task there: begun
+        with its own input, timed by the probe, queued from that copy (before its launch,
+        so admission can hold it back). More than one next input since the task began: it
+        held several runs, not judged."""
+        at = act.next_input
+        assert at is not None
+        if act.next_inputs - task.inputs_seen > 1:
+            task.merged = True
+        self._end(task, at)
+        record.last_end = at
+        phase = Phase.COMPUTING if act.in_flight else Phase.INPUT
+        following = self._start(seen, task.mode, task.floor, at, phase=phase)
+        following.probed = following.in_probe = True
+        following.input_seen = following.copied = True
+        following.computed = act.in_flight
+        following.calls = (act.launches, act.copies)
+        following.inputs_seen = act.next_inputs
+        following.input_at = now
+        record.task = following
+        self._observe_probed(following, seen, act, now)
 
     def _input_task_end(
         self, task: _Task, seen: _Seen, act: ContainerActivity, now: float
@@ -780,8 +829,10 @@ class Tracker:
         end = max(end, task.started_at)
         if task.mode == TaskMode.BURST and task.phase == Phase.DRAINING and (not act.busy or newer):
             return end  # its output's busy period is over (a newer one is the next task's)
-        if task.mode == TaskMode.BURST and newer and act.copied_before:
-            return end  # a busy period begun with an input of its own: the next task's
+        if task.mode == TaskMode.BURST and newer and act.copied_before and task.computed:
+            # a busy period begun with an input of its own: the next task's (a task that has
+            # not launched yet, begun at a next input, takes it as its own)
+            return end
         if memory == 0 or (seen.grew and task.phase == Phase.DRAINING):
             return end  # freed all, or a new input after its output: a new task
         if task.mode == TaskMode.MEMORY:

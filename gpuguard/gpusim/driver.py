@@ -34,9 +34,10 @@ class CallKind(IntEnum):
     """What the stub tells its hook (``cudastub.c``'s enum)."""
 
     LAUNCH = 1
-    COPY = 2
+    COPY = 2  # host to device (an input)
     WAIT = 3
     QUERY = 4
+    COPY_OUT = 5  # device to host (an output)
 
 
 def stub_library() -> Path:
@@ -87,6 +88,9 @@ class DriverCalls:
             ),
             CallKind.COPY: lambda: self._lib.cuMemcpyHtoDAsync_v2(
                 ctypes.c_ulonglong(0), null, ctypes.c_size_t(0), null
+            ),
+            CallKind.COPY_OUT: lambda: self._lib.cuMemcpyDtoHAsync_v2(
+                null, ctypes.c_ulonglong(0), ctypes.c_size_t(0), null
             ),
             CallKind.WAIT: lambda: self._lib.cuStreamSynchronize(null),
             CallKind.QUERY: lambda: self._lib.cuStreamQuery(null),

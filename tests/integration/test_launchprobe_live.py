@@ -97,6 +97,35 @@ def test_probe_counts_every_call_and_times_the_task(
     assert 0 <= seen.first - events["kernel_start"]["t"] < SLACK_S
     assert 0 <= events["output_end"]["t"] - seen.wait_end < SLACK_S
     assert seen.wait_s >= 0.9 * 0.1, "the kernels' 0.1 s were spent in waits"
+    assert seen.inputs == 0, "one run: no input after an output"
+
+
+def test_probe_sees_the_next_runs_input_after_the_last_runs_output(
+    attachable: Path, gpusim_daemon: Callable[..., GpusimService]
+) -> None:
+    """Runs back to back: each run's first copy in after the run before copied out is a
+    next input, with the last launch before it."""
+    sim = gpusim_daemon(time_scale=0.1)
+    ticks = Ticks()
+    probe = LaunchProbe(lambda: attachable, sim.dir / LIBRARY_NAME, 0.01, ticks)
+    try:
+        assert probe.start().attached
+        log = oneshot_log(sim, "again.log", "--work-seconds", "0.5", "--kernels", "2",
+                          "--memory-bytes", "64MiB", "--repeat", "3")  # fmt: skip
+        pid = log[0]["pid"]
+        wait_for(lambda: ticks.last is not None and pid in ticks.last.procs, 5, "the process")
+        seen = ticks.last.procs[pid]  # type: ignore[union-attr]
+    finally:
+        probe.stop()
+    assert seen.inputs == 2, "runs 1 and 2 each began after an output"
+    inputs = [e["t"] for e in log if e["event"] == "input_start"]
+    kernels = [e["t"] for e in log if e["event"] == "kernel_start"]
+    outputs = [e["t"] for e in log if e["event"] == "output_start"]
+    assert seen.input_start is not None and seen.input_after is not None
+    # the newest: run 2's first copy in, logged just before it
+    assert 0 <= seen.input_start - inputs[2] < SLACK_S
+    # the last launch before it: run 1's second kernel, after run 1's kernel_start line
+    assert kernels[1] < seen.input_after < outputs[1]
 
 
 def test_a_probe_on_a_file_without_the_entry_points_says_so(
@@ -231,6 +260,50 @@ def test_exporter_judges_each_of_a_servers_requests_through_the_probe(
         "six hits on /metrics",
     )
     assert all(e["boundary"] != "merged" for e in ended())  # no busy time: all judged
+
+
+def test_exporter_times_each_run_back_to_back_from_its_own_input(
+    attachable: Path,
+    sim: GpusimService,
+    exporter: ExporterProcess,
+    run_python_container: Callable[..., Any],
+) -> None:
+    """A program that keeps its context and goes straight on (each run copies its input as
+    soon as the last one copied its output: one busy period for all of them): each run is
+    an exact task that starts at its own input, where its log's task starts, and ends where
+    the next began. Its input (~0.2 s) is longer than a poll, so the first run is seen in its
+    input, as a task that began with it (first seen with its kernel, a run would be taken
+    for a request, and requests back to back are busy time)."""
+    start = exporter.events()["next"]
+    args = ["--work-seconds", "6", "--kernels", "2", "--memory-bytes", "2GiB", "--repeat", "3",
+            "--keep-context"]  # fmt: skip
+    container = run_python_container(
+        workload(sim, "again.log", *args), labels={"gpuguard.deadline": "5s"},
+        extra_mounts=sim_mounts(sim), name="again",
+    )  # fmt: skip
+    assert container.wait(timeout=60)["StatusCode"] == 0
+    own = workload_log(sim, "again.log")
+    runs = [e["t"] for e in own if e["event"] == "task_start"]
+    ends = [e["t"] for e in own if e["event"] == "output_end"]
+    assert len(runs) == 3
+
+    def ended() -> list[dict[str, Any]]:
+        batch = exporter.events(start)["events"]
+        return [
+            e for e in batch if e["type"] == EventType.TASK_ENDED and e.get("container") == "again"
+        ]
+
+    wait_for(lambda: len(ended()) >= 3, 10, "three tasks ended")
+    tasks = ended()
+    assert [e["boundary"] for e in tasks] == ["exact"] * 3
+    began = [e["ts"] - e["run_s"] for e in tasks]
+    # the first starts where NVML first saw its memory (half-way between two polls); the
+    # next ones at their first copy in, just after their log's task_start
+    assert began[0] - runs[0] >= -0.05 and began[0] < runs[0] + SLACK_S
+    for own_start, task_start in zip(runs[1:], began[1:], strict=True):
+        assert 0 <= task_start - own_start < SLACK_S
+    for own_end, task in zip(ends, tasks, strict=True):
+        assert abs(task["ts"] - own_end) < SLACK_S
 
 
 def workload(sim: GpusimService, name: str, *args: str) -> list[str]:

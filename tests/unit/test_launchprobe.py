@@ -51,8 +51,25 @@ def test_parse_proc_turns_monotonic_ns_into_wall_seconds() -> None:
     assert p.wait_s == 0.005 and p.waiting_since is None
 
 
+def test_parse_proc_reads_the_next_inputs_and_skips_later_fields() -> None:
+    record = "42 3 5 1000000000 2000000000 1500000000 2 5000000 0 2500000000"
+    old = parse_proc(record.split(), 100)
+    assert (old.inputs, old.input_start, old.input_after) == (0, None, None)
+    new = parse_proc(f"{record} 2 2600000000 2000000000 7 8".split(), 100)
+    assert (new.inputs, new.input_start, new.input_after) == (2, 102.6, 102.0)
+    assert new.launches == old.launches and new.wait_end == old.wait_end
+
+
 @pytest.mark.parametrize(
-    "fields", ["1 2 3", "a 1 1 1 1 1 1 1 1 1", "1 1 1 1 1 1 1 1 1 -1", "1 1 1 1 1 1 1 1 1 1 1"]
+    "fields",
+    [
+        "1 2 3",
+        "a 1 1 1 1 1 1 1 1 1",
+        "1 1 1 1 1 1 1 1 1 -1",
+        "1 1 1 1 1 1 1 1 1 1 1",
+        "1 1 1 1 1 1 1 1 1 1 1 1",
+        "1 1 1 1 1 1 1 1 1 1 1 -1 1",
+    ],
 )
 def test_parse_proc_refuses_a_malformed_record(fields: str) -> None:
     with pytest.raises(ValueError):

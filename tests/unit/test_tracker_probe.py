@@ -24,31 +24,63 @@ TICK = 0.01
 
 class Driver:
     """A process's driver calls: busy spans (first launch, last wait's return; the wait is
-    in progress from the launch on), and its exit."""
+    in progress from the launch on), and its exit. ``copies_in`` and ``copies_out`` are
+    copies with a direction, each waited for: (issued, its wait's return)."""
 
     def __init__(
         self,
         *spans: tuple[float, float],
         exit_at: float | None = None,
         copies: tuple[float, ...] = (),
+        copies_in: tuple[tuple[float, float], ...] = (),
+        copies_out: tuple[tuple[float, float], ...] = (),
+        directed: bool = True,
     ) -> None:
         self.spans = list(spans)
         self.exit_at = exit_at
         self.copies = copies  # when it issued an asynchronous copy (counted, no task)
+        self.copies_in = copies_in
+        self.copies_out = copies_out
+        self.directed = directed  # False: through cuMemcpyAsync, which says no direction
 
     def record(self, pid: int, now: float) -> ProcLaunches | None:
         spans = [(a, b) for a, b in self.spans if a <= now]
         if not spans:
             return None
-        done = [b for _a, b in spans if b <= now]
+        copied = [(a, b) for a, b in (*self.copies_in, *self.copies_out) if a <= now]
+        waited = spans + copied
+        done = [b for _a, b in waited if b <= now]
         wait_end = max(done, default=None)
-        waiting = spans[-1][0] if spans[-1][1] > now else None
+        waiting = min((a for a, b in waited if b > now), default=None)
         later = [a for a, _b in spans if wait_end is None or a > wait_end]
-        copies = sum(1 for t in self.copies if t <= now)
+        copies = sum(1 for t in self.copies if t <= now) + len(copied)
+        inputs, input_ns, input_after = self._next_inputs(now)
         return ProcLaunches(
             pid, len(spans), copies, spans[0][0], spans[-1][0], min(later, default=spans[-1][0]),
-            len(done), sum(b - a for a, b in spans if b <= now), waiting, wait_end,
+            len(done), sum(b - a for a, b in waited if b <= now), waiting, wait_end,
+            inputs, input_ns, input_after,
         )  # fmt: skip
+
+    def _next_inputs(self, now: float) -> tuple[int, float | None, float | None]:
+        """As the probe's kernel side counts them: a copy in after a copy out after a launch."""
+        if not self.directed:
+            return 0, None, None
+        calls = sorted(
+            [(a, "launch") for a, _b in self.spans]
+            + [(a, "in") for a, _b in self.copies_in]
+            + [(a, "out") for a, _b in self.copies_out]
+        )
+        inputs, at, after, last, stage = 0, None, None, None, 0
+        for t, call in calls:
+            if t > now:
+                break
+            if call == "launch":
+                stage, last = 1, t
+            elif call == "out" and stage:
+                stage = 2
+            elif call == "in" and stage == 2:
+                inputs, at, after, stage = inputs + 1, t, last, 0
+        return inputs, at, after
 
 
 class Probed:
@@ -514,3 +546,102 @@ def test_requests_served_back_to_back_in_one_busy_period_are_busy_time_not_a_mis
     ]
     stats = h.tracker.stats[cid(1)]
     assert (stats.finished, stats.hits, stats.misses, stats.busy_periods) == (1, 1, 0, 1)
+
+
+# --- runs back to back: the next input after an output starts the next task ---------------
+
+
+def _repeater(runs: int, kernel: float = 0.3, copy: float = 0.04, directed: bool = True) -> Driver:
+    """A program that copies its input (two copies of ``copy`` s), computes, copies its
+    output and goes straight on, from 0.1 s; each copy is waited for, so one busy period
+    holds every run."""
+    spans, ins, outs = [], [], []
+    t = 0.1
+    for _ in range(runs):
+        ins += [(round(t, 3), round(t + copy, 3)), (round(t + copy, 3), round(t + 2 * copy, 3))]
+        t += 2 * copy
+        spans.append((round(t, 3), round(t + kernel, 3)))
+        t += kernel
+        outs.append((round(t, 3), round(t + copy + 0.01, 3)))
+        t += copy + 0.01
+    return Driver(*spans, copies_in=tuple(ins), copies_out=tuple(outs), directed=directed)
+
+
+@pytest.mark.parametrize("mode", [BURST, MEMORY])
+def test_runs_back_to_back_are_each_a_task_from_their_own_input(mode: TaskMode) -> None:
+    # input 0.1-0.18, kernel 0.18-0.48, output 0.48-0.53; then 0.53-0.61, 0.61-0.91,
+    # 0.91-0.96; then 0.96-1.04, 1.04-1.34, 1.34-1.39: one busy period, three tasks
+    h = Probed(container(1, deadline_s=0.5, task_mode=mode))
+    h.own(100, 1, 5000)
+    h.calls(100, _repeater(3))
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX + GIB})  # its memory: the first task, before any copy
+    phases = []
+    t = 0.2
+    while t <= 1.6:
+        h.poll(round(t, 3), {100: CTX + GIB})
+        phases.append([(v.started_at, v.phase) for v in h.tracker.running()])
+        t += 0.1
+    h.poll(1.7, {})  # exited
+    got = [(v.started_at, v.ended_at, v.boundary, v.met_deadline) for v in h.ended()]
+    # each ends where the next input began, the last at its output's wait's return
+    assert got == [
+        (pytest.approx(0.05), pytest.approx(0.53), TaskBoundary.EXACT, True),
+        (pytest.approx(0.53), pytest.approx(0.96), TaskBoundary.EXACT, True),
+        (pytest.approx(0.96), pytest.approx(1.39), TaskBoundary.EXACT, True),
+    ]
+    # the second task is seen in its input (0.6) before its launch (0.61): admission can
+    # hold it back there
+    assert phases[4] == [(pytest.approx(0.53), Phase.INPUT)]
+    assert phases[5] == [(pytest.approx(0.53), Phase.COMPUTING)]
+    assert all(v.timed_by == "launch" for v in h.ended())
+    starts = h.of(EventType.TASK_STARTED)
+    assert [e["ts"] for e in starts] == [
+        pytest.approx(0.05),
+        pytest.approx(0.53),
+        pytest.approx(0.96),
+    ]
+
+
+def test_several_runs_between_two_polls_are_one_task_not_judged() -> None:
+    # short runs (40 ms each) back to back: a 100 ms poll sees two next inputs at once, so
+    # the task it ends held more than one run and is busy time, never a verdict
+    h = Probed(container(1, deadline_s=0.05))
+    h.own(100, 1, 5000)
+    h.calls(100, _repeater(12, kernel=0.01, copy=0.01))
+    h.poll(0.0, {})
+    h.poll(0.1, {100: CTX + GIB})
+    polls(h, 0.2, 1.2, {100: CTX + GIB})
+    ended = h.ended()
+    assert len(ended) >= 2
+    assert any(v.boundary is TaskBoundary.MERGED for v in ended)
+    judged = [v for v in ended if v.boundary is TaskBoundary.EXACT]
+    assert all(v.run_s is not None and v.run_s < 0.2 for v in judged)
+
+
+def test_copies_without_a_direction_keep_runs_back_to_back_in_one_task() -> None:
+    # the same program through cuMemcpyAsync (no direction): no next input is seen, so its
+    # runs stay one task as before, ended once its output's busy period is over
+    h = Probed(container(1, deadline_s=0.5))
+    h.own(100, 1, 5000)
+    h.calls(100, _repeater(2, directed=False))
+    h.poll(0.0, {})
+    polls(h, 0.1, 1.3, {100: CTX + GIB})
+    assert [(v.started_at, v.ended_at) for v in h.ended()] == [
+        (pytest.approx(0.05), pytest.approx(0.96))
+    ]
+
+
+def test_a_servers_requests_are_not_split_at_their_inputs() -> None:
+    # a server's start-up, idle, then requests back to back: its tasks began with a launch,
+    # not with an input of their own, so one busy period of requests stays merged
+    h = Probed(container(1, deadline_s=0.11))
+    h.own(100, 1, 5000)
+    spans = [(1.0, 1.1), (1.115, 1.2), (1.215, 1.3)]
+    ins = ((0.99, 0.995), (1.105, 1.11), (1.205, 1.21))
+    outs = ((1.1, 1.102), (1.2, 1.202), (1.3, 1.302))
+    h.calls(100, Driver(*spans, copies=(0.02,), copies_in=ins, copies_out=outs))
+    h.poll(0.0, {})
+    polls(h, 0.1, 1.6, {100: CTX + GIB})
+    got = [(v.started_at, v.ended_at, v.boundary) for v in h.ended()]
+    assert got[-1] == (pytest.approx(1.0), pytest.approx(1.302), TaskBoundary.MERGED)

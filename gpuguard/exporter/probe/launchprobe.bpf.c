@@ -1,5 +1,7 @@
 /* The launch probe's kernel side: per process (tgid), counts of kernel launches and async
  * copies, first and last of their times, and the waits (a wait in progress, time waited).
+ * Copies with a direction also mark the next input: a host-to-device copy after a
+ * device-to-host one that followed a launch (input, kernels, output: the next task's input).
  * A launch after wake_gap_ns without a launch or a wait's return (a possible busy edge) is
  * also sent at once through the wakes ring buffer. It reads the time and the calling
  * process's tgid, never a call's arguments or memory. */
@@ -18,6 +20,10 @@ struct proc_stats {
     __u64 wait_start_ns;/* start of the wait in progress, 0 when none */
     __u64 wait_end_ns;  /* return of the last wait */
     __s64 depth;        /* threads in a wait now */
+    __u64 inputs;       /* next inputs: a host-to-device copy after an output after a launch */
+    __u64 input_ns;     /* the newest next input's first host-to-device copy */
+    __u64 input_after_ns; /* the last launch before it */
+    __u64 stage;        /* 1 launched since the last next input, 2 and copied out since */
 };
 
 struct {
@@ -60,16 +66,27 @@ static __always_inline void wake(__u32 tgid, __u64 now) {
     bpf_ringbuf_submit(w, 0);
 }
 
-static __always_inline int work(int copy, int push) {
+enum { LAUNCH, COPY, COPY_IN, COPY_OUT };
+
+static __always_inline int work(int call, int push) {
     __u64 now = bpf_ktime_get_ns();
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc_stats *s = stats_of(tgid);
     if (!s)
         return 0;  /* the map is full: this process goes uncounted */
-    if (copy) {
+    if (call != LAUNCH) {
         __sync_fetch_and_add(&s->copies, 1);
+        if (call == COPY_OUT && s->stage)
+            s->stage = 2;
+        if (call == COPY_IN && s->stage == 2) {
+            s->input_ns = now;
+            s->input_after_ns = s->last_ns;
+            s->stage = 0;
+            __sync_fetch_and_add(&s->inputs, 1);
+        }
         return 0;
     }
+    s->stage = 1;
     __sync_fetch_and_add(&s->launches, 1);
     if (!s->first_ns)
         s->first_ns = now;
@@ -84,13 +101,20 @@ static __always_inline int work(int copy, int push) {
 
 /* on_launch_pushed where wakes are sent (the ring buffer needs Linux 5.8), else on_launch */
 SEC("uprobe")
-int on_launch(void *ctx) { return work(0, 0); }
+int on_launch(void *ctx) { return work(LAUNCH, 0); }
 
 SEC("uprobe")
-int on_launch_pushed(void *ctx) { return work(0, 1); }
+int on_launch_pushed(void *ctx) { return work(LAUNCH, 1); }
+
+/* a copy whose direction the entry point does not say (cuMemcpyAsync) */
+SEC("uprobe")
+int on_copy(void *ctx) { return work(COPY, 0); }
 
 SEC("uprobe")
-int on_copy(void *ctx) { return work(1, 0); }
+int on_copy_in(void *ctx) { return work(COPY_IN, 0); }
+
+SEC("uprobe")
+int on_copy_out(void *ctx) { return work(COPY_OUT, 0); }
 
 SEC("uprobe")
 int on_wait(void *ctx) {

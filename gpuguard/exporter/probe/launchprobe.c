@@ -8,7 +8,8 @@
  *   ready <launch symbols> <copy symbols> <wait symbols> <wakes|->   once, when attached
  *   t <now_ns>                                             a tick (CLOCK_MONOTONIC)
  *   p <tgid> <launches> <copies> <first_ns> <last_ns> <period_ns> <waits> <wait_ns>
- *     <wait_start_ns> <wait_end_ns>                        a process that changed
+ *     <wait_start_ns> <wait_end_ns> <inputs> <input_ns> <input_after_ns>
+ *                                                          a process that changed
  *   x <tgid>                                               a process that is gone
  *   .                                                      end of the tick
  *   w <tgid> <launch_ns>                                   a wake, between ticks
@@ -32,15 +33,16 @@ struct proc_stats {
     unsigned long long launches, copies, first_ns, last_ns, period_ns, waits, wait_ns,
         wait_start_ns, wait_end_ns;
     long long depth;
+    unsigned long long inputs, input_ns, input_after_ns, stage;
 };
 
 static const char *launch_syms[] = {
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch",
     "cuGraphLaunch_ptsz", NULL};
-static const char *copy_syms[] = {
-    "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync", "cuMemcpyAsync_ptsz", NULL};
+static const char *copy_in_syms[] = {"cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", NULL};
+static const char *copy_out_syms[] = {"cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz", NULL};
+static const char *copy_syms[] = {"cuMemcpyAsync", "cuMemcpyAsync_ptsz", NULL};
 static const char *wait_syms[] = {
     "cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize",
     "cuCtxSynchronize", "cuStreamQuery", "cuStreamQuery_ptsz", "cuEventQuery", NULL};
@@ -173,6 +175,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "no launch entry point of the CUDA driver API in %s\n", lib);
         return 4;
     }
+    attach(skel->progs.on_copy_in, lib, copy_in_syms, 0, copies, sizeof copies);
+    attach(skel->progs.on_copy_out, lib, copy_out_syms, 0, copies, sizeof copies);
     attach(skel->progs.on_copy, lib, copy_syms, 0, copies, sizeof copies);
     attach(skel->progs.on_wait, lib, wait_syms, 0, waits, sizeof waits);
     attach(skel->progs.on_wait_return, lib, wait_syms, 1, ignored, sizeof ignored);
@@ -197,9 +201,10 @@ int main(int argc, char **argv) {
             if (!seen[i].tgid || memcmp(&seen[i].s, &s, sizeof s) != 0) {
                 seen[i].tgid = key;
                 seen[i].s = s;
-                printf("p %u %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", key, s.launches,
-                       s.copies, s.first_ns, s.last_ns, s.period_ns, s.waits, s.wait_ns,
-                       s.wait_start_ns, s.wait_end_ns);
+                printf("p %u %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", key,
+                       s.launches, s.copies, s.first_ns, s.last_ns, s.period_ns, s.waits,
+                       s.wait_ns, s.wait_start_ns, s.wait_end_ns, s.inputs, s.input_ns,
+                       s.input_after_ns);
             }
             if (n % 100 == 0 && ngone < 256 && kill((pid_t)key, 0) != 0 && errno == ESRCH)
                 gone[ngone++] = key;

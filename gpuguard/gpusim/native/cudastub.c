@@ -14,7 +14,7 @@ typedef unsigned long long CUdeviceptr;
 typedef struct CUlaunchConfig_st CUlaunchConfig;
 
 /* what the hook is told; gpusim's driver.py mirrors these numbers */
-enum { GS_LAUNCH = 1, GS_COPY = 2, GS_WAIT = 3, GS_QUERY = 4 };
+enum { GS_LAUNCH = 1, GS_COPY = 2, GS_WAIT = 3, GS_QUERY = 4, GS_COPY_OUT = 5 };
 
 typedef int (*gpusim_hook_fn)(int kind);
 static gpusim_hook_fn hook;
@@ -49,10 +49,10 @@ CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstr
     return call(GS_COPY);
 }
 CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) {
-    return call(GS_COPY);
+    return call(GS_COPY_OUT);
 }
 CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) {
-    return call(GS_COPY);
+    return call(GS_COPY_OUT);
 }
 CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s_, size_t n, CUstream s) {
     return call(GS_COPY);

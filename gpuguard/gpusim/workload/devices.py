@@ -99,16 +99,16 @@ class SimDevices:
         for allocator in self._allocators:
             allocator.empty_cache()
 
-    def _copy(self, op: str, nbytes: int) -> None:
+    def _copy(self, kind: CallKind, op: str, nbytes: int) -> None:
         # an asynchronous copy, then the wait for it: as cudaMemcpy does on a stream
-        self._in_driver(CallKind.COPY, lambda: self._send(op, bytes=nbytes))
+        self._in_driver(kind, lambda: self._send(op, bytes=nbytes))
         self._in_driver(CallKind.WAIT, self._receive)
 
     def copy_in(self, nbytes: int) -> None:
-        self._copy("copy_in", nbytes)
+        self._copy(CallKind.COPY, "copy_in", nbytes)
 
     def copy_out(self, nbytes: int) -> None:
-        self._copy("copy_out", nbytes)
+        self._copy(CallKind.COPY_OUT, "copy_out", nbytes)
 
     def _send(self, op: str, **args: Any) -> None:
         for client in self._clients:
