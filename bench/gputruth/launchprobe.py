@@ -92,6 +92,9 @@ def measure(rig: Rig, workdir: Path, args: list[str]) -> dict[str, Any]:
         "runs": len(starts), "tasks_seen": len(spans),
         "launches_seen": seen.launches if seen else 0, "kernels_logged": kernels,
         "copies_seen": seen.copies if seen else 0, "waits_seen": seen.waits if seen else 0,
+        # runs - 1 where the copies go through the directional entry points (the next
+        # input of each run after the first); 0 where they go through cuMemcpyAsync
+        "next_inputs_seen": seen.inputs if seen else 0,
         "start_err_ms_mean": _round(mean(start_err)), "end_err_ms_mean": _round(mean(end_err)),
         "first_launch_before_device_start_ms_mean": _round(mean(device)),
     })  # fmt: skip

@@ -383,6 +383,8 @@ class Tracker:
             key = (proc.gpu, proc.pid, proc.start_ticks)
             seen.add(key)
             record = self._processes.get(key)
+            if record is None:
+                record = self._returned(key)
             appeared = record is None
             if record is None:
                 record = self._processes[key] = _Process()
@@ -745,6 +747,18 @@ class Tracker:
         if phase != task.phase:
             task.phase = phase
             self._emit(EventType.TASK_PHASE, task, now, phase=phase)
+
+    def _returned(self, key: DeviceKey) -> _Process | None:
+        """A process back on the device while its probed task is still leaving (missing
+        from one poll: a program that re-creates its context between runs): the task goes
+        on, as its busy period did."""
+        for i, (task, _placed, _left) in enumerate(self._leaving):
+            if task.probed and (task.gpu, task.pid, task.start_ticks) == key:
+                del self._leaving[i]
+                record = self._processes[key] = _Process()
+                record.task, record.memory = task, task.memory
+                return record
+        return None
 
     def _settle_leaving(self, activity: Mapping[str, ContainerActivity], now: float) -> None:
         """End the tasks whose process left the device: at the samples' placement (half-way

@@ -645,3 +645,21 @@ def test_a_servers_requests_are_not_split_at_their_inputs() -> None:
     polls(h, 0.1, 1.6, {100: CTX + GIB})
     got = [(v.started_at, v.ended_at, v.boundary) for v in h.ended()]
     assert got[-1] == (pytest.approx(1.0), pytest.approx(1.302), TaskBoundary.MERGED)
+
+
+def test_a_process_missing_from_one_poll_between_runs_keeps_its_task() -> None:
+    # a program that re-creates its context between runs: NVML's list misses it at one
+    # poll (0.5, as its first run drains), but its busy period goes on, and so does its task
+    h = Probed(container(1, deadline_s=0.5))
+    h.own(100, 1, 5000)
+    h.calls(100, _repeater(2))
+    h.poll(0.0, {})
+    for t in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1):
+        h.poll(t, {} if t == 0.5 else {100: CTX + GIB})
+    h.poll(1.2, {})
+    got = [(v.started_at, v.ended_at, v.boundary) for v in h.ended()]
+    assert got == [
+        (pytest.approx(0.05), pytest.approx(0.53), TaskBoundary.EXACT),
+        (pytest.approx(0.53), pytest.approx(0.96), TaskBoundary.EXACT),
+    ]
+    assert len(h.of(EventType.TASK_STARTED)) == 2
