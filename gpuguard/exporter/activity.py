@@ -68,6 +68,8 @@ class ContainerActivity:
     next_inputs: int = 0
     next_input: float | None = None
     next_input_after: float | None = None
+    #: its live processes' last launch
+    last_launch: float | None = None
 
 
 def source_of(
@@ -260,6 +262,7 @@ class ActivityTracker:
             next_inputs=sum(p.inputs for p in s.live),
             next_input=newest.input_start if newest is not None else None,
             next_input_after=newest.input_after if newest is not None else None,
+            last_launch=max((p.last for p in s.live if p.last is not None), default=None),
         )  # fmt: skip
 
     def _track_calls(self, s: _State) -> None:

@@ -647,6 +647,11 @@ class Tracker:
         phase = _probed_phase(act, period[1] is None)
         task = self._start(seen, mode, floor, period[0], phase=phase)
         task.in_probe = True
+        if seen.grew and act.copied_before and period[1] is None:
+            # its memory and its first launch seen at one poll, with copies before that
+            # launch: it began with its own input (shorter than a poll), so its program's
+            # next input starts the next task
+            task.input_seen = task.copied = True
         self._adopt(record, task, seen, act, now, period)
 
     def _adopt(
@@ -813,11 +818,19 @@ class Tracker:
             task.merged = True
         self._end(task, at)
         record.last_end = at
-        phase = Phase.COMPUTING if act.in_flight else Phase.INPUT
+        # launched since (the poll came after its launch): computing, or its output if it
+        # copied since its last launch
+        launched = act.last_launch is not None and act.last_launch > at
+        if act.in_flight:
+            phase = Phase.COMPUTING
+        elif launched:
+            phase = Phase.DRAINING if act.copied_since_launch else Phase.COMPUTING
+        else:
+            phase = Phase.INPUT
         following = self._start(seen, task.mode, task.floor, at, phase=phase)
         following.probed = following.in_probe = True
         following.input_seen = following.copied = True
-        following.computed = act.in_flight
+        following.computed = act.in_flight or launched
         following.calls = (act.launches, act.copies)
         following.inputs_seen = act.next_inputs
         following.input_at = now

@@ -663,3 +663,21 @@ def test_a_process_missing_from_one_poll_between_runs_keeps_its_task() -> None:
         (pytest.approx(0.53), pytest.approx(0.96), TaskBoundary.EXACT),
     ]
     assert len(h.of(EventType.TASK_STARTED)) == 2
+
+
+def test_runs_whose_first_input_is_shorter_than_a_poll_are_each_a_task_too() -> None:
+    # the first poll that sees its memory also sees its first launch (its input took 20 ms):
+    # still begun with its input, so the next input starts the next task
+    h = Probed(container(1, deadline_s=0.5))
+    h.own(100, 1, 5000)
+    h.calls(100, _repeater(3, copy=0.01))
+    h.poll(0.0, {})
+    polls(h, 0.2, 1.4, {100: CTX + GIB})  # nothing seen at 0.1: memory and launch at 0.2
+    h.poll(1.5, {})
+    got = [(v.started_at, v.ended_at, v.boundary) for v in h.ended()]
+    # the polls come after each run's launch (0.46, 0.80): its kernel still counts
+    assert got == [
+        (pytest.approx(0.12), pytest.approx(0.44), TaskBoundary.EXACT),
+        (pytest.approx(0.44), pytest.approx(0.78), TaskBoundary.EXACT),
+        (pytest.approx(0.78), pytest.approx(1.12), TaskBoundary.EXACT),
+    ]
