@@ -28,7 +28,7 @@ from gpuguard.exporter.model import ContainerInfo, ProcessOwner
 
 #: two call times closer than this are one call's, read at two ticks (each tick turns the
 #: probe's monotonic times into wall time with its own clock offset)
-_SAME_CALL_S = 0.001
+SAME_CALL_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +293,7 @@ class ActivityTracker:
             return
         period = max((p.period for p in s.live if p.period is not None), default=None)
         # a record printed again is converted to wall time with that tick's clock offset
-        if period is not None and period > s.sub[0] + _SAME_CALL_S:
+        if period is not None and period > s.sub[0] + SAME_CALL_S:
             s.merged = s.merged or copies > s.sub[1]
             s.sub = (period, copies)
 

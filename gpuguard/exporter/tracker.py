@@ -28,7 +28,7 @@ from gpuguard.contract import (
     TaskBoundary,
     TaskMode,
 )
-from gpuguard.exporter.activity import ContainerActivity
+from gpuguard.exporter.activity import SAME_CALL_S, ContainerActivity
 from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import AttributedProcess, ContainerInfo, Joined
 from gpuguard.exporter.samples import BUSY_SHARE
@@ -37,9 +37,6 @@ PHASES = RUNNING_PHASES
 
 # A task computes alone when the rest of the device's SM share is below this.
 _ALONE_SLACK = 0.01
-#: two probe times closer than this are one call's (each probe tick converts them to wall
-#: time with its own clock offset)
-_SAME_CALL_S = 0.001
 DEMAND_EWMA_ALPHA = 0.3
 #: samples alone a running task needs before its share stands for its container's demand
 RUNNING_DEMAND_SAMPLES = 6
@@ -801,8 +798,8 @@ class Tracker:
             task.mode != TaskMode.PROCESS
             and at is not None
             and after is not None
-            and at > task.started_at + _SAME_CALL_S
-            and after >= task.started_at - _SAME_CALL_S
+            and at > task.started_at + SAME_CALL_S
+            and after >= task.started_at - SAME_CALL_S
         )
 
     def _start_next_input(
