@@ -74,7 +74,11 @@ def test_idle_long_lived_server_runs_no_task_unless_process_mode(
 
     for server in servers.values():
         assert server.wait(timeout=60)["StatusCode"] == 0, server.logs().decode()[-2000:]
-    time.sleep(1.0)  # the last burst ends after the idle gap, or the exit, is seen
+    # the last burst ends after the idle gap, or the exit, is seen
+    wait_for(
+        lambda: not any(tasks_of(exporter.state(), f"server-{m}", "tasks") for m in servers),
+        timeout=10, what="both servers' tasks ended", interval=0.05,
+    )  # fmt: skip
     state = exporter.state()
     bursts = [t for t in tasks_of(state, "server-burst", "recent") if t["ended_at"] > first]
     requests = [e for e in workload_log(sim, "server-burst.log") if e["event"] == "request"]
@@ -304,6 +308,12 @@ def test_busy_server_is_busy_time_not_misses_and_a_late_one_shot_is_a_miss(
     wait_for(
         lambda: exporter.metric("gpuguard_container_deadline_misses_total", **late_labels) == 1,
         timeout=10, what="the one-shot's miss", interval=0.05,
+    )  # fmt: skip
+    # the overrun counts its miss while the task runs; the task ends once the probe's view of
+    # its exit reaches a poll, which may come after the container has stopped
+    wait_for(
+        lambda: tasks_of(exporter.state(), "late", "recent"), timeout=10,
+        what="the one-shot's task ended", interval=0.05,
     )  # fmt: skip
     state = exporter.state()
     (task,) = tasks_of(state, "late", "recent")
