@@ -18,9 +18,8 @@ request and trainer, from the clocks of the parts themselves:
 ``edge_freeze_p95_ms_1`` and ``edge_freeze_p95_ms_10``: launch -> frozen, p95 (targets 5 ms
 and 15 ms); ``*_split_p50_ms``: the median of each part; ``edge_freeze_first_ms_*``: the
 first request (the server's first work since its start-up) to its last trainer frozen (null
-when its trainers were all frozen already: the duty cycle of the server's start-up). A
-trainer already frozen when a request starts (its thaw still waiting out the gap) gives no
-sample; they are counted.
+when its trainers were all frozen already). A trainer already frozen when a request starts
+(its thaw still waiting out the gap) gives no sample; they are counted.
 ``--exporter-flag`` passes a flag to the exporter (``--probe.interval=1s``: a busy edge
 does not wait for the probe's read). ``--quick``: 12 s per size, ``--smoke`` (CI) 6 s, else
 40 s. The last line printed is one JSON object.

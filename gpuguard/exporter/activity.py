@@ -75,10 +75,11 @@ class ContainerActivity:
 def source_of(
     activity: ContainerActivity | None, probe: ProbeStatus | None, gauge_read: bool = False
 ) -> tuple[ActivitySource, ProbeReason | None]:
-    """How a container is seen: ``launch`` once the probe saw it call the driver, else
-    ``gauge`` where its own in-flight gauge was read, else ``nvml``; with why not
-    ``launch`` (the probe's reason, or ``no_calls``)."""
-    if activity is not None and activity.launches:
+    """How a container is seen: ``launch`` once the probe saw it call the driver (a launch
+    or a copy: its calls are seen, so no kernel in flight means none runs), else ``gauge``
+    where its own in-flight gauge was read, else ``nvml``; with why not ``launch`` (the
+    probe's reason, or ``no_calls``)."""
+    if activity is not None and (activity.launches or activity.copies):
         return ActivitySource.LAUNCH, None
     reason = probe.reason if probe is not None and probe.reason else ProbeReason.NO_CALLS
     return (ActivitySource.GAUGE if gauge_read else ActivitySource.NVML), reason

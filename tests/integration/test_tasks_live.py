@@ -170,9 +170,9 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs(
     assert not started_during, f"best-effort steps launched beside {rt_kernel}: {started_during}"
     actions = [r for r in actuator.audit() if r["event"] == "action" and r["result"] == "ok"]
     by_trainer = [(r["action"], r["reason"]) for r in actions if r["container"] == "trainer"]
-    # frozen as the real-time task appears (its input, before any launch: seen through NVML,
-    # a duty cycle's frozen part) or at its first launch (the probe's edge), and thawed only
-    # once its kernel's wait returned
+    # frozen at its first launch (the probe's edge; or, before the probe saw any call of its,
+    # as NVML sees its input: a duty cycle's frozen part), and thawed only once its kernel's
+    # wait returned
     pauses = {reason for action, reason in by_trainer if action == "pause"}
     assert pauses and pauses <= {"best_effort", "duty_cycle"}, by_trainer
     assert ("unpause", "realtime_idle") in by_trainer

@@ -424,6 +424,27 @@ def test_state_says_how_each_container_is_seen(tmp_path: Path) -> None:
     assert activity["rt-2"]["busy"] is None
 
 
+def test_a_container_that_only_copied_is_seen_by_the_probe_with_no_kernel_in_flight(
+    tmp_path: Path,
+) -> None:
+    # a server's start-up (its model copied in, no kernel yet): its calls are seen, so no
+    # kernel in flight is a fact, and its best-effort neighbours are not duty-cycled for it
+    from gpuguard.exporter.state import state_json
+
+    _, _, poller = three_container_poller(tmp_path / "proc")
+    t, events = tracked()
+    loading = ProcLaunches(7, 0, 2, None, None, None, 1, 0.2, None, 1.0)
+    t.update(1.0, {cid(1): [loading]}, [])
+    poller.activity = t.view
+    poller.probe = lambda: ProbeStatus(True, None, "attached")
+    activity = {c["name"]: c["activity"] for c in state_json(poller.poll_once())["containers"]}
+    assert activity["rt-1"]["source"] == "launch" and activity["rt-1"]["reason"] is None
+    assert activity["rt-1"]["in_flight"] is False and activity["rt-1"]["busy"] is False
+    assert activity["rt-1"]["launches"] == 0
+    assert activity["rt-2"]["source"] == "nvml"  # no call seen: NVML's samples still decide
+    assert edges(events) == []  # a copy is no busy edge
+
+
 def test_feed_keeps_an_exited_process_in_its_container_until_it_is_gone(tmp_path: Path) -> None:
     procfs = FakeProcfs(tmp_path)
     procfs.add(100, cid(1), 500)
