@@ -108,6 +108,7 @@ class ActivityField(_Fields):
     INFLIGHT: Final = "inflight"  # the server's own in-flight gauge, last read, or null
     INFLIGHT_ERROR: Final = "inflight_error"  # why its last read failed, or null
     IN_FLIGHT: Final = "in_flight"  # a kernel launched and not yet waited for, or null
+    LAST_STEP: Final = "last_step"  # [a burst's first launch, its wait's return] or null
 
 
 class DeviceField(_Fields):
@@ -190,6 +191,9 @@ class Activity:
     last_task: tuple[float, float] | None = None
     #: a kernel launched and not yet waited for (``launch``; ``gauge``: as ``busy``)
     in_flight: bool = False
+    #: its newest step seen whole (first launch of a burst, the wait's return that ended
+    #: it), frozen time included if it was frozen inside; None: none seen
+    last_step: tuple[float, float] | None = None
 
     @property
     def exact(self) -> bool:
@@ -440,16 +444,23 @@ def _activity(container: dict[str, Any], where: str) -> Activity | None:
         busy = inflight is not None and inflight > 0
     if in_flight is None or source == ActivitySource.GAUGE:
         in_flight = busy  # an exporter that does not say, or a gauge: busy is all it knows
-    last = _opt(obj, k.LAST_TASK, list, at)
-    if last is not None and (len(last) != 2 or not all(_is_number(t) for t in last)):
-        raise StateError(f"{at}.{k.LAST_TASK} must be [start, end]")
     return Activity(
         source=source,
         busy=bool(busy),
         busy_since=_opt_float(obj, k.BUSY_SINCE, at),
-        last_task=(float(last[0]), float(last[1])) if last is not None else None,
+        last_task=_interval(obj, k.LAST_TASK, at),
         in_flight=bool(in_flight),
+        last_step=_interval(obj, k.LAST_STEP, at),
     )
+
+
+def _interval(obj: dict[str, Any], key: str, at: str) -> tuple[float, float] | None:
+    found = _opt(obj, key, list, at)
+    if found is None:
+        return None
+    if len(found) != 2 or not all(_is_number(t) for t in found):
+        raise StateError(f"{at}.{key} must be [start, end]")
+    return (float(found[0]), float(found[1]))
 
 
 def _is_number(value: Any) -> bool:

@@ -153,6 +153,8 @@ class Recent:
     ``REPEAT_GAP_S`` of a drain with no input phase between: they yield as they drain.
     ``duty_cycles``, ``run_fractions``: the rate controller's state.
     ``freeze_s``: the executor's measured freeze (a moving average of its recent ones).
+    ``steps``: container -> the longest of its last steps seen whole while it ran unfrozen
+    (``Activity.last_step``): the work it has in flight when frozen.
     """
 
     #: containers seen serving: a new task computing at once after a drain (twice)
@@ -166,6 +168,8 @@ class Recent:
     run_fractions: Mapping[DeviceKey, float] = field(default_factory=dict)
     #: a freeze's cost as measured lately (asked -> every process frozen), in seconds
     freeze_s: float = FREEZE_S
+    #: container -> its steps' length, learnt while it ran unfrozen
+    steps: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

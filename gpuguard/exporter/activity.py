@@ -70,6 +70,10 @@ class ContainerActivity:
     next_input_after: float | None = None
     #: its live processes' last launch
     last_launch: float | None = None
+    #: its newest step seen whole: a burst of launches to the wait that returned after it
+    #: (``(first launch, wait's return)``; a training step), from two ticks of one process
+    #: between which exactly that wait returned; None until one is
+    last_step: tuple[float, float] | None = None
 
 
 def source_of(
@@ -130,6 +134,8 @@ class _State:
     sub: tuple[float, int] | None = None
     copies_at_end: int = 0  # copies when the last period ended
     copied_before: bool = False  # the running period's (``ContainerActivity``)
+    before: dict[int, ProcLaunches] = field(default_factory=dict)  # last tick's, by pid
+    last_step: tuple[float, float] | None = None
 
 
 class ActivityTracker:
@@ -170,6 +176,7 @@ class ActivityTracker:
         for cid, state in self._states.items():
             self._step(cid, state, now)
             self._track_calls(state)
+            _track_steps(state)
         view = {cid: self._activity(cid, s, now) for cid, s in self._states.items()}
         with self._lock:
             self._view = MappingProxyType(view)
@@ -264,6 +271,7 @@ class ActivityTracker:
             next_input=newest.input_start if newest is not None else None,
             next_input_after=newest.input_after if newest is not None else None,
             last_launch=max((p.last for p in s.live if p.last is not None), default=None),
+            last_step=s.last_step,
         )  # fmt: skip
 
     def _track_calls(self, s: _State) -> None:
@@ -364,3 +372,32 @@ class ActivityFeed:
         if refresh:
             self._proc.retain(set(self._owners))
             self.tracker.forget(self._containers())
+
+
+def step_between(before: ProcLaunches, now: ProcLaunches) -> tuple[float, float] | None:
+    """The step one process finished between two ticks, where exactly one wait returned in
+    between: from the first launch of the burst that wait ended to its return. The burst
+    began at ``now.period`` if nothing was launched since the return, else at the burst
+    ``before`` saw running (None if it began and ended unseen)."""
+    end = now.wait_end
+    if now.waits != before.waits + 1 or end is None or now.period is None:
+        return None
+    if before.wait_end is not None and end <= before.wait_end:
+        return None
+    if now.period <= end:
+        start: float | None = now.period
+    elif before.period is not None and (before.wait_end is None or before.period > before.wait_end):
+        start = before.period
+    else:
+        start = None
+    return (start, end) if start is not None and start <= end else None
+
+
+def _track_steps(s: _State) -> None:
+    """Per tick: the newest step seen whole among the container's live processes."""
+    for proc in s.live:
+        before = s.before.get(proc.pid)
+        found = step_between(before, proc) if before is not None else None
+        if found is not None and (s.last_step is None or found[1] > s.last_step[1]):
+            s.last_step = found
+    s.before = {p.pid: p for p in s.live}

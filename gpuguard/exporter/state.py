@@ -102,6 +102,7 @@ def activity_json(container_id: str, snap: PollSnapshot) -> dict[str, Any]:
         ActivityField.TASKS: seen.tasks if seen is not None else None,
         ActivityField.LAST_TASK: list(seen.last_task) if seen and seen.last_task else None,
         ActivityField.IN_FLIGHT: seen.in_flight if seen is not None else None,
+        ActivityField.LAST_STEP: list(seen.last_step) if seen and seen.last_step else None,
     }
 
 

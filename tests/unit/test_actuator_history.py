@@ -227,3 +227,38 @@ def test_a_step_waits_for_a_reading_taken_after_the_last_change_has_settled() ->
     assert (step.step, step.run_fraction) == (RateStep.UP, pytest.approx(0.6))
     [step] = history.rates.control(later, frozenset({GPU0}), 106.0)
     assert step.step == RateStep.SETTLING  # the step up is the new last change
+
+
+def trainer_step(start: float, end: float) -> ExporterState:
+    """A best-effort trainer whose newest step seen whole ran from ``start`` to ``end``."""
+    from gpuguard.actuator.state import Activity
+    from gpuguard.contract import PriorityClass
+
+    trainer = Container(
+        "tr", "tr", False, True, None, None, priority_class=PriorityClass.BEST_EFFORT,
+        activity=Activity("launch", busy=True, last_step=(start, end)),
+    )  # fmt: skip
+    return ExporterState("n", 1, 0.0, {}, (), (trainer,), ())
+
+
+def test_a_best_effort_step_counts_only_if_it_ran_unfrozen() -> None:
+    from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
+    from gpuguard.contract import Result, StepReason
+
+    history = RecentHistory(CONFIG)
+    freeze = Step(PAUSE, "tr", "tr", StepReason.BEST_EFFORT)
+    thaw = Step(UNPAUSE, "tr", "tr", StepReason.REALTIME_IDLE)
+    history.saw(trainer_step(10.00, 10.04), 10.05)
+    assert history.snapshot(10.05).steps == {"tr": pytest.approx(0.04)}
+    history.observe(Decision(), [(freeze, Result.OK)], 10.10)  # frozen inside its next step
+    history.observe(Decision(), [(thaw, Result.OK)], 10.60)
+    history.saw(trainer_step(10.08, 10.61), 10.62)  # that step: the freeze inside it
+    assert history.snapshot(10.62).steps == {"tr": pytest.approx(0.04)}  # not learnt
+    history.saw(trainer_step(10.61, 10.66), 10.70)  # begun after the thaw, run unfrozen
+    history.saw(trainer_step(10.61, 10.66), 10.75)  # the same step read again: once
+    assert history.snapshot(10.75).steps == {"tr": pytest.approx(0.05)}  # the longest kept
+    history.observe(Decision(), [(freeze, Result.SKIPPED)], 10.80)  # not frozen: no freeze
+    history.saw(trainer_step(10.76, 10.82), 10.83)
+    assert history.snapshot(10.83).steps == {"tr": pytest.approx(0.06)}
+    history.forget(set())
+    assert history.snapshot(11.0).steps == {}

@@ -432,3 +432,44 @@ def test_a_task_the_samples_time_with_no_kernel_in_flight_is_draining(
     assert st.tasks[0].timed_by == "nvml"
     assert edge_phase(st.tasks[0], st.container(cid("a"))).phase == "draining"
     assert acts(run(st, Ledger(paused={cid("b"): NOW - 1}))) == [(UNPAUSE, "b")]
+
+
+def test_a_trainers_steps_learnt_unfrozen_are_its_work_in_flight() -> None:
+    # back-to-back steps make one long busy period (its last task: 0.5 s of steps); the
+    # steps it ran unfrozen say 40 ms are in flight when it is frozen
+    st = with_slack(0.5, 0.45, idle_for=0.05)  # 50 ms of slack, 50 ms into the gap
+    t = st.container(cid("t"))
+    assert thaw_after_s(t, 0.002, 0.05, step_s=0.04) == pytest.approx(0.004 + 0.04)
+    assert thaw_after_s(t, 0.002, 0.05, step_s=1.0) == pytest.approx(0.004 + NVML_SAMPLE_S)
+    assert thaw_after_s(t, 0.002, 0.2, step_s=0.04) == pytest.approx(0.004)  # slack covers it
+    long_period = replace_last_task(st, "t", (NOW - 1.5, NOW - 1.0))
+    assert acts(run(long_period, ours("t"), Recent(freeze_s=0.002))) == []  # 1/6 s assumed
+    learnt = Recent(freeze_s=0.002, steps={cid("t"): 0.04})
+    d = run(long_period, ours("t"), learnt)
+    assert acts(d) == [(UNPAUSE, "t")] and d.steps[0].reason == "realtime_idle"
+
+
+def replace_last_task(st: Any, name: str, last: tuple[float, float]) -> Any:
+    from dataclasses import replace
+
+    containers = []
+    for c in st.containers:
+        if c.id == cid(name):
+            c = replace(c, activity=replace(c.activity, last_task=last))
+        containers.append(c)
+    return replace(st, containers=tuple(containers))
+
+
+@pytest.mark.parametrize("step", [[1.0], ["a", "b"], 3])
+def test_a_malformed_last_step_is_one_clear_error(step: Any) -> None:
+    raw: dict[str, Any] = {
+        "node": "n", "seq": 1, "timestamp": NOW, "sources": {}, "gpus": [], "tasks": [],
+        "recent": [], "containers": [seen(container("t", klass=BE))],
+    }  # fmt: skip
+    raw["containers"][0]["activity"]["last_step"] = [NOW - 1.04, NOW - 1]
+    parsed = parse_state(raw).container(cid("t"))
+    assert parsed is not None and parsed.activity is not None
+    assert parsed.activity.last_step == (NOW - 1.04, NOW - 1)
+    raw["containers"][0]["activity"]["last_step"] = step
+    with pytest.raises(StateError, match="last_step"):
+        parse_state(raw)

@@ -254,6 +254,34 @@ def test_a_kernel_is_in_flight_from_its_launch_to_its_wait_not_through_the_copie
     assert t.view()["c"].in_flight  # the next kernel, launched after the last wait
 
 
+def stepping(period: float, waits: int, wait_end: float | None, waiting: float | None = None):
+    return ProcLaunches(7, waits + 1, 0, 0.0, period, period, waits, 0.0, waiting, wait_end)
+
+
+def test_a_step_is_seen_whole_between_two_reads_with_exactly_its_wait_between() -> None:
+    from gpuguard.exporter.activity import step_between
+
+    mid = stepping(10.00, 3, 9.99, waiting=10.001)  # a step launched at 10.00, in its wait
+    # back to back: its wait returned at 10.04 and the next step launched at once
+    assert step_between(mid, stepping(10.0401, 4, 10.04, waiting=10.041)) == (10.00, 10.04)
+    # nothing launched since the return: the step is the burst the read shows
+    assert step_between(mid, stepping(10.00, 4, 10.04)) == (10.00, 10.04)
+    assert step_between(mid, stepping(10.09, 5, 10.08)) is None  # two waits: two steps
+    assert step_between(mid, stepping(10.00, 3, 9.99, waiting=10.001)) is None  # still in it
+    idle = stepping(9.90, 3, 9.99)  # between steps at the first read: its next burst unseen
+    assert step_between(idle, stepping(10.05, 4, 10.04, waiting=10.05)) is None
+
+
+def test_the_tracker_publishes_the_newest_step_seen_whole() -> None:
+    t, _ = tracked()
+    t.update(10.01, {"c": [stepping(10.00, 3, 9.99, waiting=10.001)]}, [])
+    assert t.view()["c"].last_step is None
+    t.update(10.05, {"c": [stepping(10.0401, 4, 10.04, waiting=10.041)]}, [])
+    assert t.view()["c"].last_step == (10.00, 10.04)
+    t.update(10.12, {"c": [stepping(10.11, 6, 10.10, waiting=10.111)]}, [])  # two steps
+    assert t.view()["c"].last_step == (10.00, 10.04)  # kept: the newest seen whole
+
+
 def test_an_edge_is_published_only_once_the_view_shows_it() -> None:
     t, events = tracked()
     seen: list[bool] = []
@@ -418,7 +446,7 @@ def test_state_says_how_each_container_is_seen(tmp_path: Path) -> None:
     assert activity["rt-1"] == {
         "source": "launch", "reason": None, "busy": True, "busy_since": 0.9,
         "launches": 2, "tasks": 0, "last_task": None, "inflight": None, "inflight_error": None,
-        "in_flight": True,
+        "in_flight": True, "last_step": None,
     }  # fmt: skip
     assert activity["rt-2"]["source"] == "nvml" and activity["rt-2"]["reason"] == "no_calls"
     assert activity["rt-2"]["busy"] is None

@@ -12,6 +12,7 @@ which only makes a hold start afresh and a run fraction start again at
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +25,9 @@ from gpuguard.actuator.admission.ratecontrol import (
 )
 from gpuguard.actuator.decision import (
     FREEZE_S,
+    PAUSE,
     REPEAT_GAP_S,
+    UNPAUSE,
     Decision,
     DutyCycle,
     PolicyConfig,
@@ -33,7 +36,7 @@ from gpuguard.actuator.decision import (
     Step,
 )
 from gpuguard.actuator.state import DeviceKey, ExporterState
-from gpuguard.contract import PRE_KERNEL, Phase, Result
+from gpuguard.contract import PRE_KERNEL, Phase, PriorityClass, Result
 
 _DONE = (Result.OK, Result.ALREADY)
 #: what a container or image was seen to do is remembered this long
@@ -43,6 +46,9 @@ REPEATER_MEMORY_S = 600.0
 SERVES = 2
 #: each measured freeze moves ``Recent.freeze_s`` this far towards it
 FREEZE_WEIGHT = 0.2
+#: a best-effort container's steps seen whole while it ran unfrozen, kept for
+#: ``Recent.steps`` (the longest of them)
+STEP_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,12 @@ class RecentHistory:
         #: rate control's state
         self.rates = RateHistory(config.rate)
         self._freeze_s = FREEZE_S
+        #: best-effort containers: when our freeze of each frozen one was done, when each
+        #: was last thawed, and its last steps seen whole while it ran (``Recent.steps``)
+        self._frozen_at: dict[str, float] = {}
+        self._thawed_at: dict[str, float] = {}
+        self._steps: dict[str, deque[float]] = {}
+        self._step_end: dict[str, float] = {}
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -168,6 +180,7 @@ class RecentHistory:
         the last one that showed it, until it shows otherwise itself (a tenant's image only
         ever speaks for the tenant's own containers).
         """
+        self._learn_steps(state)
         images = {c.id: f"image:{c.image}" for c in state.containers if c.image}
         running = {c.id for c in state.containers if c.state in ("running", "paused")}
         for task in state.tasks:
@@ -210,6 +223,22 @@ class RecentHistory:
             c.id for c in state.containers if self._goes_straight_on(c.id, c.image)
         )
 
+    def _learn_steps(self, state: ExporterState) -> None:
+        """A best-effort container's newest step seen whole counts if it ran unfrozen: it
+        began after our last thaw and ended before our freeze, if one holds it (a step a
+        freeze fell into lasts as long as the freeze)."""
+        for c in state.containers:
+            step = c.activity.last_step if c.activity is not None else None
+            if c.priority_class != PriorityClass.BEST_EFFORT or step is None:
+                continue
+            start, end = step
+            if self._step_end.get(c.id) == end:
+                continue  # seen at an earlier read
+            self._step_end[c.id] = end
+            frozen = self._frozen_at.get(c.id)
+            if start >= self._thawed_at.get(c.id, -math.inf) and (frozen is None or end <= frozen):
+                self._steps.setdefault(c.id, deque(maxlen=STEP_SAMPLES)).append(end - start)
+
     def _learn(self, cid: str, straight_on: bool, now: float, left: bool = False) -> None:
         """Going straight on, once seen, sticks to a container (a program that re-allocates
         across a poll now and then still launches at once the rest of the time). Its image
@@ -236,6 +265,7 @@ class RecentHistory:
             duty_cycles=self.rates.cycles(),
             run_fractions=self.rates.fractions(),
             freeze_s=self._freeze_s,
+            steps={cid: max(steps) for cid, steps in self._steps.items()},
         )
 
     def observe(
@@ -249,6 +279,14 @@ class RecentHistory:
         for took in freezes_s:
             if took is not None:
                 self._freeze_s += FREEZE_WEIGHT * (took - self._freeze_s)
+        for step, result in done:
+            if result not in _DONE:
+                continue
+            if step.verb == PAUSE:
+                self._frozen_at.setdefault(step.container_id, now)
+            elif step.verb == UNPAUSE:
+                self._frozen_at.pop(step.container_id, None)
+                self._thawed_at[step.container_id] = now
         for device in decision.realtime_devices:
             self._realtime_seen[device] = now
         self.rates.ran(decision.duty_cycles)
@@ -259,6 +297,10 @@ class RecentHistory:
             self._drained_at,
             self._drained_task,
             self._serving,
+            self._frozen_at,
+            self._thawed_at,
+            self._steps,
+            self._step_end,
         ):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]

@@ -122,7 +122,8 @@ def _edge_freeze(
         return False
     slack = [edges.slack_s.get(d) for d in devices if d in edges.idle_since]
     least = None if None in slack else min(slack, default=None)  # type: ignore[type-var]
-    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s, least)
+    step = recent.steps.get(v.cid) if v.cid is not None else None
+    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s, least, step)
     if now < thaw_at:
         plan.due.append(thaw_at)
         return True

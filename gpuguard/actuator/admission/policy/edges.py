@@ -138,18 +138,27 @@ def edges_of(state: ExporterState) -> Edges:
 
 
 def thaw_after_s(
-    container: Container | None, freeze_s: float, slack_s: float | None = None
+    container: Container | None,
+    freeze_s: float,
+    slack_s: float | None = None,
+    step_s: float | None = None,
 ) -> float:
     """How long exact real-time work must have been idle before a best-effort container is
     thawed into the gap. A thaw risks the measured freeze and thaw (``freeze_s`` each) and
-    the best-effort work in flight when it is frozen again (its last task's length where
-    seen exactly, else one NVML sample), which the next real-time task waits out. Where the
-    real-time side's least slack (``slack_s``: deadline less its longest run) covers twice
-    that work, the gap is thawed at once (the freeze and thaw only); otherwise a gap
-    shorter than the work in flight is left to the real-time side."""
+    the best-effort work in flight when it is frozen again, which the next real-time task
+    waits out: its steps' length where learnt unfrozen (``step_s``, ``Recent.steps``), else
+    its last task's where seen exactly, else one NVML sample (the most, in every case).
+    Where the real-time side's least slack (``slack_s``: deadline less its longest run)
+    covers twice that work, the gap is thawed at once (the freeze and thaw only); otherwise
+    a gap shorter than the work in flight is left to the real-time side."""
     activity = exact_activity(container)
     last = activity.last_task if activity is not None else None
-    in_flight = min(NVML_SAMPLE_S, last[1] - last[0]) if last is not None else NVML_SAMPLE_S
+    if step_s is not None and activity is not None:
+        in_flight = min(NVML_SAMPLE_S, step_s)
+    elif last is not None:
+        in_flight = min(NVML_SAMPLE_S, last[1] - last[0])
+    else:
+        in_flight = NVML_SAMPLE_S
     in_flight = max(0.0, in_flight)
     if slack_s is not None and slack_s >= 2 * in_flight:
         return 2 * freeze_s
