@@ -14,6 +14,7 @@ starts its busy period (and its ``gpu_busy``) then, not at the next tick.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -378,19 +379,21 @@ def step_between(before: ProcLaunches, now: ProcLaunches) -> tuple[float, float]
     """The step one process finished between two ticks, where exactly one wait returned in
     between: from the first launch of the burst that wait ended to its return. The burst
     began at ``now.period`` if nothing was launched since the return, else at the burst
-    ``before`` saw running (None if it began and ended unseen)."""
+    ``before`` saw running (None if it began and ended unseen, or if that wait followed no
+    launch since the wait before it)."""
     end = now.wait_end
     if now.waits != before.waits + 1 or end is None or now.period is None:
         return None
-    if before.wait_end is not None and end <= before.wait_end:
+    returned = before.wait_end if before.wait_end is not None else -math.inf
+    if end <= returned:
         return None
     if now.period <= end:
-        start: float | None = now.period
-    elif before.period is not None and (before.wait_end is None or before.period > before.wait_end):
+        start: float | None = now.period if now.period > returned else None
+    elif before.period is not None and before.period > returned:
         start = before.period
     else:
         start = None
-    return (start, end) if start is not None and start <= end else None
+    return (start, end) if start is not None else None
 
 
 def _track_steps(s: _State) -> None:

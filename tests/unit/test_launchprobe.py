@@ -270,6 +270,8 @@ def test_a_step_is_seen_whole_between_two_reads_with_exactly_its_wait_between() 
     assert step_between(mid, stepping(10.00, 3, 9.99, waiting=10.001)) is None  # still in it
     idle = stepping(9.90, 3, 9.99)  # between steps at the first read: its next burst unseen
     assert step_between(idle, stepping(10.05, 4, 10.04, waiting=10.05)) is None
+    assert step_between(idle, stepping(10.00, 4, 10.04)) == (10.00, 10.04)  # seen: its own
+    assert step_between(idle, stepping(9.90, 4, 10.04)) is None  # a wait with no launch
 
 
 def test_the_tracker_publishes_the_newest_step_seen_whole() -> None:
