@@ -384,16 +384,11 @@ def step_between(before: ProcLaunches, now: ProcLaunches) -> tuple[float, float]
     end = now.wait_end
     if now.waits != before.waits + 1 or end is None or now.period is None:
         return None
+    start = now.period if now.period <= end else before.period
     returned = before.wait_end if before.wait_end is not None else -math.inf
-    if end <= returned:
+    if start is None or start <= returned or end <= returned:
         return None
-    if now.period <= end:
-        start: float | None = now.period if now.period > returned else None
-    elif before.period is not None and before.period > returned:
-        start = before.period
-    else:
-        start = None
-    return (start, end) if start is not None else None
+    return (start, end)
 
 
 def _track_steps(s: _State) -> None:
