@@ -111,9 +111,10 @@ COMPRESS, DENSE_COMPRESS = 6.0, 1.0
 DECODE_COST = 10.0
 #: a training step (wall seconds of kernels; four kernels, synced every step)
 STEP_S = 0.04
-#: kernels per request (the work split evenly), bytes copied each way (tokens in and out are
-#: a few KiB: nothing the copy engine would notice)
-REQUEST_KERNELS, IO_BYTES = 2, 0
+#: kernels per request (the work split evenly), bytes copied each way: token ids in and out,
+#: a few KiB (nothing the copy engine would notice), each copy waited for before the first
+#: launch and after the last, as a server's ``tensor.to("cuda")`` and ``.cpu()`` are
+REQUEST_KERNELS, IO_BYTES = 2, 4096
 #: containers started at a time, and what each such start adds to the lead-in (s)
 STARTING, START_S = 4, 1.2
 #: a container whose first log line comes this long after its release began late (s)

@@ -407,21 +407,25 @@ class BusyFollower:
 
 
 @pytest.mark.parametrize("exporter_flags", [("--poll.interval=50ms", "--probe.interval=1s")])
+@pytest.mark.parametrize("io_bytes", ["0", "4KiB"], ids=["kernels-only", "copies-its-input"])
 def test_a_busy_edge_is_published_at_the_launch_not_at_the_next_read(
     attachable: Path,
     sim: GpusimService,
     exporter: ExporterProcess,
     run_python_container: Callable[..., Any],
     exporter_flags: tuple[str, ...],
+    io_bytes: str,
 ) -> None:
     """With the probe read once a second, each request's ``gpu_busy`` still comes within a
     fraction of that: the probe sends an idle process's launch at once. Requests 1.3 s
     apart meet the read at three phases 0.3 s or more apart, so read-timed edges could not
-    all come within 0.2 s."""
+    all come within 0.2 s. A server that copies its input in and waits for the copy before
+    its first launch (as ``tensor.to("cuda")`` does) is idle all the same: that wait ends
+    no busy period."""
     assert exporter.metric("gpuguard_exporter_launch_probe_up", reason="") == 1
     follower = BusyFollower(exporter, exporter.events()["next"])
     args = ["server", "--arrivals", "fixed", "--rate", "0.769", "--requests", "3",
-            "--request-work", "0.05", "--kernels", "1", "--io-bytes", "0",
+            "--request-work", "0.05", "--kernels", "1", "--io-bytes", io_bytes,
             "--memory-bytes", "64MiB", "--start-at", f"{time.time() + 3:.3f}"]  # fmt: skip
     try:
         container = run_python_container(

@@ -285,7 +285,9 @@ def test_the_server_replays_its_schedule_with_its_deadline(tmp_path: Path) -> No
     assert spec.deadline == "420ms" and spec.managed and spec.kind_args[-2:] == ("--device", "2")
     path = Path(spec.kind_args[spec.kind_args.index("--trace") + 1])
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines == [{"t": 0.5, "work": 2.0, "bytes": 0}, {"t": 1.0, "work": 0.5, "bytes": 0}]
+    # each request copies its token ids in and out: calls the probe sees, as a server's are
+    assert lines == [{"t": 0.5, "work": 2.0, "bytes": 4096}, {"t": 1.0, "work": 0.5, "bytes": 4096}]
+    assert spec.kind_args[spec.kind_args.index("--io-bytes") + 1] == "4096"
     shot = replay(tmp_path, "run").oneshot("a-alone-w0-oneshot", 6.4, "1", managed=False)
     assert shot.work_seconds == 64.0 and shot.deadline == "12800ms"
     assert shot.delay_s == 0.25 * 16 and shot.kind_args[:2] == ("--kernels", "64")

@@ -2,8 +2,9 @@
  * copies, first and last of their times, and the waits (a wait in progress, time waited).
  * Copies with a direction also mark the next input: a host-to-device copy after a
  * device-to-host one that followed a launch (input, kernels, output: the next task's input).
- * A launch after wake_gap_ns without a launch or a wait's return (a possible busy edge) is
- * also sent at once through the wakes ring buffer. It reads the time and the calling
+ * A launch after wake_gap_ns without a launch or the return of a wait that followed one (a
+ * possible busy edge) is also sent at once through the wakes ring buffer: a wait for a copy
+ * alone (an input copied in and waited for before the launch) ends no busy period. It reads the time and the calling
  * process's tgid, never a call's arguments or memory. */
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -24,6 +25,7 @@ struct proc_stats {
     __u64 input_ns;     /* the newest next input's first host-to-device copy */
     __u64 input_after_ns; /* the last launch before it */
     __u64 stage;        /* 1 launched since the last next input, 2 and copied out since */
+    __u64 burst_end_ns; /* return of the last wait with a launch since the wait before it */
 };
 
 struct {
@@ -92,7 +94,7 @@ static __always_inline int work(int call, int push) {
         s->first_ns = now;
     if (s->period_ns <= s->wait_end_ns)
         s->period_ns = now;
-    __u64 quiet_since = s->last_ns > s->wait_end_ns ? s->last_ns : s->wait_end_ns;
+    __u64 quiet_since = s->last_ns > s->burst_end_ns ? s->last_ns : s->burst_end_ns;
     s->last_ns = now;
     if (push && wake_gap_ns && now - quiet_since >= wake_gap_ns)
         wake(tgid, now);
@@ -144,6 +146,8 @@ int on_wait_return(void *ctx) {
         if (start && now > start)
             __sync_fetch_and_add(&s->wait_ns, now - start);
         s->wait_start_ns = 0;
+        if (s->last_ns > s->wait_end_ns)
+            s->burst_end_ns = now;
         s->wait_end_ns = now;
     }
     __sync_fetch_and_add(&s->waits, 1);

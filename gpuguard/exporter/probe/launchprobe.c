@@ -33,7 +33,7 @@ struct proc_stats {
     unsigned long long launches, copies, first_ns, last_ns, period_ns, waits, wait_ns,
         wait_start_ns, wait_end_ns;
     long long depth;
-    unsigned long long inputs, input_ns, input_after_ns, stage;
+    unsigned long long inputs, input_ns, input_after_ns, stage, burst_end_ns;
 };
 
 static const char *launch_syms[] = {
