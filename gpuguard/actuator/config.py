@@ -105,6 +105,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("besteffort.period", "1s", "rate control: the duty cycle's period", "duration"),
     Flag("besteffort.floor", 0.1,
          "rate control: least share of each period best-effort work runs", "ratio"),
+    Flag("besteffort.floor-window", None,
+         "on busy/idle edges the floor is held over this window instead of each period: a "
+         "best-effort container that ran its share of it is not thawed into busy real-time "
+         "work (default: ten periods; at least one; one: each period)", "duration"),
     Flag("besteffort.initial", 0.1,
          "rate control: the run fraction without an SLO signal, and where control starts",
          "ratio"),
@@ -218,6 +222,12 @@ def _best_effort_warnings(
             "--max-pause is shorter than a best-effort container's frozen part of "
             "--besteffort.period: it will be released for good before its run"
         )
+    elif (1 - policy.rate.floor) * policy.rate.floor_window_s >= max_pause_s:
+        warnings.append(
+            "--max-pause is shorter than a best-effort container's longest freeze on busy "
+            "edges ((1 - --besteffort.floor) x --besteffort.floor-window): it may be released "
+            "for good before its floor is due"
+        )
     return warnings
 
 
@@ -325,9 +335,17 @@ def rate_law(values: Mapping[str, Any]) -> RateLaw:
     initial = flags.ratio(values, "besteffort.initial")
     if initial < floor:
         raise ConfigError("--besteffort.initial must be at least --besteffort.floor")
+    given = values.get("besteffort.floor-window") is not None
+    window = flags.duration(values, "besteffort.floor-window") if given else 10 * period
+    if window < period:
+        raise ConfigError(
+            f"--besteffort.floor-window {values['besteffort.floor-window']!r}: must be at "
+            "least --besteffort.period"
+        )
     return RateLaw(
         period_s=period,
         floor=floor,
+        floor_window_s=window,
         initial=initial,
         gain=flags.positive(values, "besteffort.gain", 10.0),
         gain_up=flags.positive(values, "besteffort.gain-up", 10.0),

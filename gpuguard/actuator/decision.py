@@ -30,6 +30,9 @@ class RateLaw:
     period_s: float = 1.0
     #: least run fraction of a best-effort container beside active real-time work
     floor: float = 0.1
+    #: on busy/idle edges the floor is held over this window, not each period: a container
+    #: that ran its share of the last window is not thawed into busy real-time work
+    floor_window_s: float = 10.0  # ten periods
     #: run fraction without any real-time signal (open loop), and where control starts
     initial: float = 0.1
     #: run-fraction change per unit of normalised error, backing off ...
@@ -51,6 +54,8 @@ class RateLaw:
             raise ValueError("need 0 <= floor <= initial <= 1")
         if self.period_s <= 0 or self.stale_after_s <= 0:
             raise ValueError("period and staleness must be positive")
+        if self.floor_window_s < self.period_s:
+            raise ValueError("the floor's window must be at least a period")
         if self.settle_s < 0:
             raise ValueError("settling time must not be negative")
         if min(self.gain, self.gain_up, self.deadband, self.max_step) < 0:
@@ -155,6 +160,8 @@ class Recent:
     ``freeze_s``: the executor's measured freeze (a moving average of its recent ones).
     ``steps``: container -> the longest of its last steps seen whole while it ran unfrozen
     (``Activity.last_step``): the work it has in flight when frozen.
+    ``runs``: container -> when it ran unfrozen by us lately (oldest first, each span
+    ``(thawed, frozen)``; time before the actuator first saw it is not among them).
     """
 
     #: containers seen serving: a new task computing at once after a drain (twice)
@@ -170,6 +177,9 @@ class Recent:
     freeze_s: float = FREEZE_S
     #: container -> its steps' length, learnt while it ran unfrozen
     steps: Mapping[str, float] = field(default_factory=dict)
+    #: container -> its spans run unfrozen lately, up to its current freeze (the floor's
+    #: window on edges)
+    runs: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ def test_a_best_effort_period_longer_than_max_pause_warns(files: dict[str, str])
     rate = load_config(parse([*base(files), "--besteffort.period=3m"])).warnings
     assert any("--besteffort.period: it will be released" in w for w in rate), rate
     assert not [w for w in load_config(parse(base(files))).warnings if "max-pause" in w]
+    edges = load_config(parse([*base(files), "--max-pause=5s"])).warnings
+    assert any("longest freeze on busy edges" in w for w in edges), edges
 
 
 @pytest.mark.parametrize(
@@ -365,6 +367,9 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
     )  # fmt: skip
     assert (law.deadband, law.max_step, law.settle_s, law.stale_after_s) == (0.2, 0.5, 6.0, 20.0)
     assert law.max_slowdown == 1.2
+    assert law.floor_window_s == 5.0  # ten periods unless given
+    window = [*base(files), "--besteffort.floor-window=30s"]
+    assert load_config(parse(window)).policy.rate.floor_window_s == 30.0
     off = load_config(parse([*base(files), "--besteffort.max-slowdown=0"])).policy.rate
     assert off.max_slowdown == 0  # open loop at --besteffort.initial
     assert config.prometheus_url == "http://127.0.0.1:9090"
@@ -386,6 +391,10 @@ def test_rate_control_flags(files: dict[str, str]) -> None:
         (["--besteffort.initial=0"], "--besteffort.initial '0': must be in (0, 1]"),
         (["--besteffort.floor=0.3", "--besteffort.initial=0.2"],
          "--besteffort.initial must be at least --besteffort.floor"),
+        (["--besteffort.floor-window=500ms"],
+         "--besteffort.floor-window '500ms': must be at least --besteffort.period"),
+        (["--besteffort.floor-window=often"],
+         "--besteffort.floor-window: invalid duration 'often'"),
         (["--besteffort.gain=-1"], "--besteffort.gain '-1': must be in (0, 10]"),
         (["--besteffort.gain-up=lots"], "--besteffort.gain-up 'lots': must be a number"),
         (["--besteffort.deadband=1"], "--besteffort.deadband '1': must be in [0, 1)"),

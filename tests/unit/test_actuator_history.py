@@ -262,3 +262,23 @@ def test_a_best_effort_step_counts_only_if_it_ran_unfrozen() -> None:
     assert history.snapshot(10.83).steps == {"tr": pytest.approx(0.06)}
     history.forget(set())
     assert history.snapshot(11.0).steps == {}
+
+
+def test_a_best_effort_containers_runs_are_kept_from_its_first_sighting() -> None:
+    from gpuguard.actuator.decision import PAUSE, UNPAUSE, Step
+    from gpuguard.contract import Result, StepReason
+
+    history = RecentHistory(CONFIG)  # the floor's window: ten 1 s periods
+    freeze = Step(PAUSE, "tr", "tr", StepReason.BEST_EFFORT)
+    thaw = Step(UNPAUSE, "tr", "tr", StepReason.REALTIME_IDLE)
+    realtime = Step(PAUSE, "rt", "rt", StepReason.NEWCOMER)
+    history.saw(trainer_step(0.0, 0.04), 1.0)  # first seen: it runs from here
+    history.observe(Decision(), [(freeze, Result.OK), (realtime, Result.OK)], 3.0)
+    history.observe(Decision(), [(freeze, Result.ALREADY)], 3.5)  # frozen already: no run
+    history.observe(Decision(), [(thaw, Result.OK)], 4.0)
+    history.observe(Decision(), [(freeze, Result.SKIPPED)], 4.5)  # not frozen: runs on
+    history.observe(Decision(), [(freeze, Result.OK)], 6.0)
+    assert history.snapshot(6.0).runs == {"tr": ((1.0, 3.0), (4.0, 6.0))}  # no real-time runs
+    assert history.snapshot(13.5).runs == {"tr": ((4.0, 6.0),)}  # ended before the window
+    history.forget(set())
+    assert history.snapshot(14.0).runs == {}

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpuguard.actuator.admission.policy.besteffort import floor_due_at
 from gpuguard.actuator.admission.policy.decide import decide
 from gpuguard.actuator.admission.policy.edges import (
     NVML_SAMPLE_S,
@@ -124,6 +125,42 @@ def test_busy_real_time_leaves_best_effort_its_floor_of_every_period(
     assert acts(d) == ([(UNPAUSE, "t")] if thawed else [])
     if thawed:
         assert d.steps[0].reason == "duty_cycle"  # an admission: it runs its floor's share
+
+
+@pytest.mark.parametrize(
+    ("runs", "due"),
+    [
+        ((), NOW - 0.1),  # nothing known run: the floor's run part after 0.9 s, as each period
+        (((NOW - 5.0, NOW - 4.5),), NOW - 0.1),  # ran 0.5 s of the last 10 s: under 1 s
+        (((NOW - 12.0, NOW - 1.0),), NOW - 1.0 - 1.0 + 10.0),  # ran 11 s: due as 1 s is left
+        (((NOW - 9.5, NOW - 9.0), (NOW - 3.0, NOW - 1.0)), NOW - 3.0 + 1.0 + 10.0),
+        (((NOW - 9.5, NOW - 9.0), (NOW - 8.0, NOW - 7.4)), NOW - 9.5 + 0.1 + 10.0),
+    ],
+)
+def test_on_edges_the_floor_is_held_over_its_window_not_each_period(
+    runs: tuple[tuple[float, float], ...], due: float
+) -> None:
+    # frozen at NOW - 1 (ours): the floor's run part falls due once it has been frozen 0.9 s
+    # and has run under 10% of the last 10 s (ten periods), so a trainer that ran its share
+    # before is not thawed into a long real-time request
+    runs_of = {cid("t"): runs} if runs else {}
+    later = due > NOW
+    d = run(beside(rt_busy=True), ours("t", at=NOW - 1.0), Recent(runs=runs_of))
+    assert acts(d) == ([] if later else [(UNPAUSE, "t")])
+    if later:
+        assert d.next_due == pytest.approx(due)
+    else:
+        assert d.steps[0].reason == "duty_cycle"
+    assert floor_due_at(runs, NOW - 1.0, LAW) == pytest.approx(due)
+
+
+def test_a_floor_window_of_one_period_thaws_as_each_period_did() -> None:
+    law = RateLaw(period_s=1.0, floor=0.1, initial=0.3, floor_window_s=1.0)
+    ran_long = ((NOW - 30.0, NOW - 1.0),)
+    assert floor_due_at(ran_long, NOW - 1.0, law) == pytest.approx(NOW - 0.1)
+    assert floor_due_at(ran_long, NOW - 1.0, RateLaw(floor=0.0, initial=0.3)) is None
+    with pytest.raises(ValueError, match="window"):
+        RateLaw(period_s=2.0, floor_window_s=1.0)
 
 
 @pytest.mark.parametrize(("admitted_ago", "frozen"), [(0.05, False), (0.1, True), (5.0, True)])

@@ -49,6 +49,9 @@ FREEZE_WEIGHT = 0.2
 #: a best-effort container's steps seen whole while it ran unfrozen, kept for
 #: ``Recent.steps`` (the longest of them)
 STEP_SAMPLES = 8
+#: a best-effort container's spans run unfrozen, kept for ``Recent.runs`` (those within
+#: the floor's window go out)
+RUN_SPANS = 256
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,10 @@ class RecentHistory:
         self._thawed_at: dict[str, float] = {}
         self._steps: dict[str, deque[float]] = {}
         self._step_end: dict[str, float] = {}
+        #: best-effort containers: when first seen, and the spans each ran unfrozen since
+        #: (``Recent.runs``: the floor's window on edges)
+        self._first_seen: dict[str, float] = {}
+        self._runs: dict[str, deque[tuple[float, float]]] = {}
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -181,6 +188,9 @@ class RecentHistory:
         ever speaks for the tenant's own containers).
         """
         self._learn_steps(state)
+        for c in state.containers:
+            if c.priority_class == PriorityClass.BEST_EFFORT:
+                self._first_seen.setdefault(c.id, now)
         images = {c.id: f"image:{c.image}" for c in state.containers if c.image}
         running = {c.id for c in state.containers if c.state in ("running", "paused")}
         for task in state.tasks:
@@ -266,7 +276,15 @@ class RecentHistory:
             run_fractions=self.rates.fractions(),
             freeze_s=self._freeze_s,
             steps={cid: max(steps) for cid, steps in self._steps.items()},
-        )
+            runs={cid: self._runs_since(cid, now - self.config.rate.floor_window_s)
+                  for cid in self._runs},
+        )  # fmt: skip
+
+    def _runs_since(self, cid: str, since: float) -> tuple[tuple[float, float], ...]:
+        runs = self._runs[cid]
+        while runs and runs[0][1] <= since:
+            runs.popleft()
+        return tuple(runs)
 
     def observe(
         self,
@@ -283,6 +301,8 @@ class RecentHistory:
             if result not in _DONE:
                 continue
             if step.verb == PAUSE:
+                if step.container_id not in self._frozen_at:
+                    self._ran_until(step.container_id, now)
                 self._frozen_at.setdefault(step.container_id, now)
             elif step.verb == UNPAUSE:
                 self._frozen_at.pop(step.container_id, None)
@@ -290,6 +310,15 @@ class RecentHistory:
         for device in decision.realtime_devices:
             self._realtime_seen[device] = now
         self.rates.ran(decision.duty_cycles)
+
+    def _ran_until(self, cid: str, frozen: float) -> None:
+        """A best-effort container ran from its last thaw (or its first sighting) until
+        our freeze at ``frozen``."""
+        if cid not in self._first_seen:
+            return  # not best-effort: no floor
+        start = self._thawed_at.get(cid, self._first_seen[cid])
+        if start is not None and frozen > start:
+            self._runs.setdefault(cid, deque(maxlen=RUN_SPANS)).append((start, frozen))
 
     def forget(self, alive: set[str]) -> None:
         """Drop containers that are gone."""
@@ -301,6 +330,8 @@ class RecentHistory:
             self._thawed_at,
             self._steps,
             self._step_end,
+            self._first_seen,
+            self._runs,
         ):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]

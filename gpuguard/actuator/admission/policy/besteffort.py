@@ -104,15 +104,17 @@ def _edge_freeze(
     law: RateLaw,
 ) -> bool:
     """Exact real-time work on its devices: frozen while it is busy, held until a gap worth
-    a thaw, and run for the floor's share of a period once frozen for the rest of one; True
-    when that settles the container (the NVML law has nothing to add)."""
+    a thaw, and run for the floor's share of a period once its floor is due
+    (``floor_due_at``); True when that settles the container (the NVML law has nothing to
+    add)."""
     if devices & edges.busy:
         if v.blocker:
             if not v.paused:
                 plan.skips.append(skip_for(v, v.blocker, "best-effort, but cannot be paused"))
         elif v.paused:
-            floor_s = (1 - law.floor) * law.period_s if law.floor > 0 else 0.0
-            if v.ours and _floor_due(v.paused_at, floor_s, now, plan):
+            runs = recent.runs.get(v.cid, ()) if v.cid is not None else ()
+            due = floor_due_at(runs, v.paused_at, law)
+            if v.ours and due is not None and _due(due, now, plan):
                 plan.steps.append(step_for(UNPAUSE, v, StepReason.DUTY_CYCLE))
         elif not _floor_runs(v, law, now, plan):
             plan.steps.append(step_for(PAUSE, v, StepReason.BEST_EFFORT))
@@ -130,14 +132,35 @@ def _edge_freeze(
     return False
 
 
-def _floor_due(paused_at: float | None, frozen_s: float, now: float, plan: BestEffortPlan) -> bool:
-    """Whether a container frozen at ``paused_at`` has been frozen ``frozen_s`` (the floor's
-    run part is then due); else the time it will be is due."""
-    if paused_at is None or frozen_s <= 0:
-        return False
-    if now >= paused_at + frozen_s:
+def floor_due_at(
+    runs: Sequence[tuple[float, float]], paused_at: float | None, law: RateLaw
+) -> float | None:
+    """When the floor's run part falls due for a container frozen on busy edges since
+    ``paused_at``: once it has been frozen ``(1 - floor) x period`` and has run less than
+    the floor's share of the last ``floor_window_s`` (``runs``: its spans run unfrozen
+    before, ``Recent.runs``; time not among them counts as frozen). None: no floor."""
+    if law.floor <= 0 or paused_at is None:
+        return None
+    first = paused_at + (1 - law.floor) * law.period_s
+    window, share = law.floor_window_s, law.floor * law.floor_window_s
+    start = first - window
+    spans = sorted((max(s, start), min(e, paused_at)) for s, e in runs)
+    spans = [(s, e) for s, e in spans if e > s]
+    ran = sum(e - s for s, e in spans)
+    if ran <= share:
+        return first
+    for s, e in spans:  # the window's start slides over what it ran, oldest first
+        if ran - (e - s) <= share:
+            return s + (ran - share) + window
+        ran -= e - s
+    return first  # not reached: the last span leaves nothing
+
+
+def _due(at: float, now: float, plan: BestEffortPlan) -> bool:
+    """Whether ``at`` has come; else it is due."""
+    if now >= at:
         return True
-    plan.due.append(paused_at + frozen_s)
+    plan.due.append(at)
     return False
 
 
