@@ -184,6 +184,50 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs(
     assert ends["trainer"][-1] > ends["realtime"][0]  # thawed: it trains on afterwards
 
 
+@pytest.mark.parametrize("window", ["10s", "1s"], ids=["ran-its-share", "each-period"])
+def test_a_trainer_that_ran_its_share_is_not_thawed_into_a_long_real_time_task(
+    sim: GpusimService,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+    window: str,
+) -> None:
+    # the trainer runs 3 s alone, then a real-time one-shot's 2.5 s kernel freezes it on its
+    # busy edge: the floor (10% of each 1 s period) is held over the floor's window, so a
+    # trainer that ran 3 s of the last 10 stays frozen through the kernel; held each
+    # period (a 1 s window) the floor thaws it 0.9 s into the freeze, beside the kernel
+    if os.geteuid() != 0:
+        unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
+    actuator = actuator_factory("--mode=fast", f"--besteffort.floor-window={window}")
+    start_at = time.time() + 3.0
+    trainer = run_python_container(  # 0.2 s tasks back to back, for 8 s
+        workload_args(sim, "trainer.log", "--work-seconds", "2", "--memory-bytes", "1500MiB",
+                      "--repeat", "40", "--sleep-between", "0", "--start-at", f"{start_at:.3f}"),
+        labels={**MANAGED, "gpuguard.class": "best-effort"}, extra_mounts=sim_mounts(sim),
+        name="trainer",
+    )  # fmt: skip
+    realtime = run_python_container(
+        workload_args(sim, "realtime.log", "--work-seconds", "25", "--memory-bytes", "600MiB",
+                      "--start-at", f"{start_at + 3.0:.3f}"),
+        labels={**MANAGED, "gpuguard.deadline": "10s"}, extra_mounts=sim_mounts(sim),
+        name="realtime",
+    )  # fmt: skip
+    for container in (realtime, trainer):
+        assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
+    (rt_kernel,) = kernel_intervals(sim, ["realtime"])["realtime"]
+    trainer_kernels = kernel_intervals(sim, ["trainer"])["trainer"]
+    started_during = [k for k in trainer_kernels if rt_kernel[0] < k[0] < rt_kernel[1]]
+    thaws = [
+        r["started"] for r in actuator.audit()
+        if r["event"] == "action" and r["result"] == "ok" and r["container"] == "trainer"
+        and r["action"] == "unpause" and r["reason"] == "duty_cycle"
+    ]  # fmt: skip
+    floor_thaws = [t for t in thaws if rt_kernel[0] < t < rt_kernel[1]]
+    if window == "10s":
+        assert not floor_thaws and not started_during, (rt_kernel, thaws, started_during)
+    else:
+        assert floor_thaws and started_during, (rt_kernel, thaws, started_during)
+
+
 @pytest.mark.parametrize(
     "exporter_flags", [("--poll.interval=20ms", "--trust.all", "--history.size=1")]
 )

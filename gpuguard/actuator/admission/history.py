@@ -317,7 +317,7 @@ class RecentHistory:
         if cid not in self._first_seen:
             return  # not best-effort: no floor
         start = self._thawed_at.get(cid, self._first_seen[cid])
-        if start is not None and frozen > start:
+        if frozen > start:
             self._runs.setdefault(cid, deque(maxlen=RUN_SPANS)).append((start, frozen))
 
     def forget(self, alive: set[str]) -> None:
