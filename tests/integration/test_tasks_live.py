@@ -137,6 +137,38 @@ def test_looping_tenants_do_not_overtake_a_waiting_container(
         assert b[0] >= a[1] - 1e-3, f"two managed kernels overlapped: {a} {b}"
 
 
+def trainer_beside_real_time(
+    sim: GpusimService,
+    run_python_container: Callable[..., Any],
+    steps: int,
+    rt_work_s: float,
+    rt_delay_s: float,
+) -> tuple[tuple[float, float], list[tuple[float, float]]]:
+    """A managed best-effort training loop (``steps`` tasks of 0.2 s, back to back) and a
+    real-time one-shot (one kernel of ``rt_work_s`` device seconds) ``rt_delay_s`` into it,
+    both run to the end: the one-shot's kernel and the trainer's, as gpusim ran them."""
+    if os.geteuid() != 0:
+        unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
+    start_at = time.time() + 3.0
+    trainer = run_python_container(
+        workload_args(sim, "trainer.log", "--work-seconds", "2", "--memory-bytes", "1500MiB",
+                      "--repeat", str(steps), "--sleep-between", "0",
+                      "--start-at", f"{start_at:.3f}"),
+        labels={**MANAGED, "gpuguard.class": "best-effort"}, extra_mounts=sim_mounts(sim),
+        name="trainer",
+    )  # fmt: skip
+    realtime = run_python_container(
+        workload_args(sim, "realtime.log", "--work-seconds", f"{rt_work_s:g}",
+                      "--memory-bytes", "600MiB", "--start-at", f"{start_at + rt_delay_s:.3f}"),
+        labels={**MANAGED, "gpuguard.deadline": "10s"}, extra_mounts=sim_mounts(sim),
+        name="realtime",
+    )  # fmt: skip
+    for container in (realtime, trainer):
+        assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
+    (rt_kernel,) = kernel_intervals(sim, ["realtime"])["realtime"]
+    return rt_kernel, kernel_intervals(sim, ["trainer"])["trainer"]
+
+
 def test_best_effort_is_frozen_while_a_real_time_task_runs(
     sim: GpusimService,
     run_python_container: Callable[..., Any],
@@ -145,26 +177,8 @@ def test_best_effort_is_frozen_while_a_real_time_task_runs(
     # the launch probe sees the real-time task's kernel from launch to wait: the trainer is
     # frozen on that edge for all of it (a 0.5 s kernel, inside the 0.9 s a freeze may last
     # before the floor's share of the period is due)
-    if os.geteuid() != 0:
-        unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
     actuator = actuator_factory("--mode=fast")
-    start_at = time.time() + 3.0
-    trainer = run_python_container(  # a training loop: many short steps
-        workload_args(sim, "trainer.log", "--work-seconds", "2", "--memory-bytes", "1500MiB",
-                      "--repeat", "25", "--sleep-between", "0", "--start-at", f"{start_at:.3f}"),
-        labels={**MANAGED, "gpuguard.class": "best-effort"}, extra_mounts=sim_mounts(sim),
-        name="trainer",
-    )  # fmt: skip
-    realtime = run_python_container(
-        workload_args(sim, "realtime.log", "--work-seconds", "5", "--memory-bytes", "600MiB",
-                      "--start-at", f"{start_at + 1.5:.3f}"),
-        labels={**MANAGED, "gpuguard.deadline": "10s"}, extra_mounts=sim_mounts(sim),
-        name="realtime",
-    )  # fmt: skip
-    for container in (realtime, trainer):
-        assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
-    (rt_kernel,) = kernel_intervals(sim, ["realtime"])["realtime"]
-    trainer_kernels = kernel_intervals(sim, ["trainer"])["trainer"]
+    rt_kernel, trainer_kernels = trainer_beside_real_time(sim, run_python_container, 25, 5, 1.5)
     assert len(trainer_kernels) == 25
     started_during = [k for k in trainer_kernels if rt_kernel[0] < k[0] < rt_kernel[1]]
     assert not started_during, f"best-effort steps launched beside {rt_kernel}: {started_during}"
@@ -195,26 +209,9 @@ def test_a_trainer_that_ran_its_share_is_not_thawed_into_a_long_real_time_task(
     # busy edge: the floor (10% of each 1 s period) is held over the floor's window, so a
     # trainer that ran 3 s of the last 10 stays frozen through the kernel; held each
     # period (a 1 s window) the floor thaws it 0.9 s into the freeze, beside the kernel
-    if os.geteuid() != 0:
-        unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
     actuator = actuator_factory("--mode=fast", f"--besteffort.floor-window={window}")
-    start_at = time.time() + 3.0
-    trainer = run_python_container(  # 0.2 s tasks back to back, for 8 s
-        workload_args(sim, "trainer.log", "--work-seconds", "2", "--memory-bytes", "1500MiB",
-                      "--repeat", "40", "--sleep-between", "0", "--start-at", f"{start_at:.3f}"),
-        labels={**MANAGED, "gpuguard.class": "best-effort"}, extra_mounts=sim_mounts(sim),
-        name="trainer",
-    )  # fmt: skip
-    realtime = run_python_container(
-        workload_args(sim, "realtime.log", "--work-seconds", "25", "--memory-bytes", "600MiB",
-                      "--start-at", f"{start_at + 3.0:.3f}"),
-        labels={**MANAGED, "gpuguard.deadline": "10s"}, extra_mounts=sim_mounts(sim),
-        name="realtime",
-    )  # fmt: skip
-    for container in (realtime, trainer):
-        assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()[-2000:]
-    (rt_kernel,) = kernel_intervals(sim, ["realtime"])["realtime"]
-    trainer_kernels = kernel_intervals(sim, ["trainer"])["trainer"]
+    # 0.2 s tasks back to back for 8 s; the real-time kernel 3 s in
+    rt_kernel, trainer_kernels = trainer_beside_real_time(sim, run_python_container, 40, 25, 3.0)
     started_during = [k for k in trainer_kernels if rt_kernel[0] < k[0] < rt_kernel[1]]
     thaws = [
         r["started"] for r in actuator.audit()
