@@ -90,18 +90,10 @@ def thaws(actuator: ActuatorProcess, name: str) -> list[str]:
 
 def phases(exporter: ExporterProcess, name: str) -> list[tuple[float, str]]:
     """The container's tasks' phases as the exporter published them: (when, phase)."""
-    found: list[tuple[float, str]] = []
-    since = 0
-    for _ in range(100):  # bounded: the exporter keeps a bounded log of events
-        batch = exporter.events(since)
-        found += [
-            (e["ts"], e["phase"]) for e in batch["events"]
-            if e["type"] == "task_phase" and e.get("container") == name
-        ]  # fmt: skip
-        if not batch["events"] or batch["next"] == since:
-            break
-        since = batch["next"]
-    return found
+    return [
+        (e["ts"], e["phase"]) for e in exporter.events()["events"]
+        if e["type"] == "task_phase" and e.get("container") == name
+    ]  # fmt: skip
 
 
 def finish(*containers: Any) -> None:

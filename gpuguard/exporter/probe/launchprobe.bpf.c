@@ -4,8 +4,8 @@
  * device-to-host one that followed a launch (input, kernels, output: the next task's input).
  * A launch after wake_gap_ns without a launch or the return of a wait that followed one (a
  * possible busy edge) is also sent at once through the wakes ring buffer: a wait for a copy
- * alone (an input copied in and waited for before the launch) ends no busy period. It reads the time and the calling
- * process's tgid, never a call's arguments or memory. */
+ * alone (an input copied in and waited for before the launch) ends no busy period. It
+ * reads the time and the calling process's tgid, never a call's arguments or memory. */
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
