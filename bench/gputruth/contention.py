@@ -12,6 +12,7 @@ and a profile is fitted to this device so gpusim can simulate it (``gpusim serve
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from pathlib import Path
@@ -28,11 +29,25 @@ MEMORY = "96MiB"
 OVERLAP = 0.8  # a kernel ran "with" another when they overlapped this much of its time
 
 
-def measure(rig: Rig, workdir: Path, counts: list[int], size: int, lead_s: float) -> dict[str, Any]:
+def runs_for(n: int, alone_s: float | None, span_s: float) -> int:
+    """Runs per process at concurrency ``n``: enough that the n processes overlap for about
+    ``span_s`` (alone_s: one kernel's time alone), so a few seconds' skew in their start
+    (each imports its CUDA library after ``--start-at``) still leaves kernels run beside all
+    the others; at least ``RUNS``, at most 200."""
+    if not alone_s or span_s <= 0:
+        return RUNS
+    return max(RUNS, min(200, math.ceil(span_s / (n * alone_s))))
+
+
+def measure(
+    rig: Rig, workdir: Path, counts: list[int], size: int, lead_s: float, span_s: float = 0.0
+) -> dict[str, Any]:
     kernel_s: dict[int, float] = {}
+    alone: dict[int, float] = {}  # n -> median kernel time as measured (unscaled)
     used: dict[int, int] = {}
     copies: list[tuple[int, float, float]] = []
     for n in counts:
+        runs = runs_for(n, alone.get(1), span_s)
         start_at = time.time() + lead_s
         logs = [workdir / f"contention-{n}-{i}.jsonl" for i in range(n)]
         children = [
@@ -42,7 +57,7 @@ def measure(rig: Rig, workdir: Path, counts: list[int], size: int, lead_s: float
                     "--size",
                     str(size),
                     "--repeat",
-                    str(RUNS),
+                    str(runs),
                     "--keep-context",
                     "--memory-bytes",
                     MEMORY,
@@ -70,6 +85,7 @@ def measure(rig: Rig, workdir: Path, counts: list[int], size: int, lead_s: float
         times = [end - start for _, start, end in at_concurrency(kernels, n)]
         used[n] = len(times)
         if times:
+            alone[n] = statistics.median(times)
             # back to paper B's size and to the device's real time (gpusim's time scale)
             kernel_s[n] = statistics.median(times) * (PAPER_B_SIZE / size) ** 3 / rig.time_scale
     result = compare(kernel_s, copies)
@@ -125,16 +141,21 @@ def fit_profile(
     name: str, gpu_name: str, result: dict[str, Any], sample_period_s: float | None,
     memory_bytes: int, context_memory_bytes: int | None,
 ) -> DeviceProfile:  # fmt: skip
-    """A gpusim profile for this device; what was not measured keeps paper B's value."""
+    """A gpusim profile for this device; what was not measured keeps paper B's value, and
+    a concurrency level between two measured ones is interpolated (the description says
+    which)."""
     base = default_profile()
     measured = result["kernel_s"]
-    curve = [measured[n] for n in sorted(measured)]
-    if sorted(measured) != list(range(1, len(curve) + 1)):
-        raise ValueError("a profile needs kernel times for n = 1, 2, ... without gaps")
+    if 1 not in measured:
+        raise ValueError("a profile needs the kernel time alone (n = 1)")
+    curve, filled = interpolated(measured)
     doc = base.to_json()
+    described = f"fitted by bench/gpu_truth.py on {gpu_name}"
+    if filled:
+        described += f"; n = {', '.join(map(str, filled))} interpolated"
     doc.update(
         name=name,
-        description=f"fitted by bench/gpu_truth.py on {gpu_name}",
+        description=described,
         reference_matmul_size=PAPER_B_SIZE,
         concurrent_kernel_s=curve,
         copy_in_bytes_per_s=result["copy_in_bytes_per_s"] or base.copy_in_bytes_per_s,
@@ -144,6 +165,22 @@ def fit_profile(
         context_memory=context_memory_bytes or base.context_memory_bytes,
     )
     return parse_profile(doc)
+
+
+def interpolated(measured: dict[int, float]) -> tuple[list[float], list[int]]:
+    """Kernel times for n = 1 .. the largest measured, straight lines across the levels
+    not measured; and those levels."""
+    known = sorted(measured)
+    curve, filled = [], []
+    for n in range(1, known[-1] + 1):
+        if n in measured:
+            curve.append(measured[n])
+            continue
+        lo = max(k for k in known if k < n)
+        hi = min(k for k in known if k > n)
+        curve.append(measured[lo] + (measured[hi] - measured[lo]) * (n - lo) / (hi - lo))
+        filled.append(n)
+    return curve, filled
 
 
 def _copy_rates(events: list[dict[str, Any]]) -> list[tuple[int, float, float]]:

@@ -84,12 +84,14 @@ def measure(rig: Rig, workdir: Path, args: list[str]) -> dict[str, Any]:
     ends = [e for e in events if e["event"] == "kernel_end"]
     outs = [e["t"] for e in events if e["event"] == "output_end"]
     spans = tracker.tasks(pid)
-    start_err = [(s - k["t"]) * 1000 for (s, _), k in zip(spans, starts, strict=False)]
-    end_err = [(e - o) * 1000 for (_, e), o in zip(spans, outs, strict=False)]
-    device = [(s - k["device_started"]) * 1000 for (s, _), k in zip(spans, ends, strict=False)
-              if k.get("device_started") is not None]  # fmt: skip
+    runs = [(k["t"], o) for k, o in zip(starts, outs, strict=False)]
+    paired = pair_runs(runs, spans)
+    start_err = [(spans[i][0] - runs[r][0]) * 1000 for r, i in paired.items()]
+    end_err = [(spans[i][1] - runs[r][1]) * 1000 for r, i in paired.items()]
+    device = [(spans[i][0] - ends[r]["device_started"]) * 1000 for r, i in paired.items()
+              if r < len(ends) and ends[r].get("device_started") is not None]  # fmt: skip
     result.update({
-        "runs": len(starts), "tasks_seen": len(spans),
+        "runs": len(starts), "tasks_seen": len(spans), "runs_matched": len(paired),
         "launches_seen": seen.launches if seen else 0, "kernels_logged": kernels,
         "copies_seen": seen.copies if seen else 0, "waits_seen": seen.waits if seen else 0,
         # runs - 1 where the copies go through the directional entry points (the next
@@ -99,6 +101,23 @@ def measure(rig: Rig, workdir: Path, args: list[str]) -> dict[str, Any]:
         "first_launch_before_device_start_ms_mean": _round(mean(device)),
     })  # fmt: skip
     return result
+
+
+def pair_runs(runs: list[tuple[float, float]], spans: list[tuple[float, float]]) -> dict[int, int]:
+    """Each run (its first kernel's launch to its output's end) with the busy span that
+    overlaps it most, one to one. Spans that match no run are the program's own set-up (on
+    a GPU: the context's first kernel and the workload's calibration matmuls)."""
+    paired: dict[int, int] = {}
+    for r, (start, end) in enumerate(runs):
+        overlaps = [
+            (min(end, e) - max(start, s), i)
+            for i, (s, e) in enumerate(spans)
+            if i not in paired.values()
+        ]
+        best = max(overlaps, default=(0.0, -1))
+        if best[0] > 0:
+            paired[r] = best[1]
+    return paired
 
 
 def _round(value: float | None) -> float | None:

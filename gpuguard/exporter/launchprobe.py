@@ -33,6 +33,7 @@ DRIVER_PATHS = (
     "/usr/lib64/libcuda.so.1",
     "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
     "/usr/lib/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1",  # GKE's driver installer; some CUDA images
 )
 #: capability bits (linux/capability.h)
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from gputruth import contention, detection, freeze, semantics
+from gputruth import contention, detection, freeze, launchprobe, semantics
 from gputruth.rig import Sampler
 
 from gpuguard.contract import Phase, TaskMode
@@ -34,6 +34,8 @@ def test_truth_of_oneshot_runs_and_server_requests() -> None:
         {"event": "task_start", "run": 1, "t": 3.0},  # never ended: not a task
     ]
     assert detection.truth_intervals(oneshot, "oneshot") == [detection.Interval(1.0, 2.0)]
+    oneshot.insert(1, {"event": "context_created", "run": 0, "t": 1.4})  # torch imported
+    assert detection.truth_intervals(oneshot, "oneshot")[0].context == 1.4
     server = [{"event": "request", "gpu_start": 5.0, "gpu_end": 5.2, "t": 5.3}]
     assert detection.truth_intervals(server, "server") == [detection.Interval(5.0, 5.2)]
 
@@ -66,8 +68,28 @@ def test_fitted_profile_is_a_valid_gpusim_profile() -> None:
     profile = contention.fit_profile("h100", "NVIDIA H100", measured, 0.16, 80 * 2**30, 5 * 2**20)
     assert profile.concurrent_kernel_s == (2.0, 4.5, 7.0)
     assert profile.copy_in_bytes_per_s == 5e9 and profile.sample_period_s == 0.16
-    with pytest.raises(ValueError, match="without gaps"):
-        contention.fit_profile("x", "x", contention.compare({1: 2.0, 3: 7.0}, []), None, 1, None)
+    gap = contention.fit_profile("x", "x", contention.compare({1: 2.0, 4: 8.0}, []), None, 1, None)
+    assert gap.concurrent_kernel_s == (2.0, 4.0, 6.0, 8.0)
+    assert gap.description.endswith("n = 2, 3 interpolated")
+    with pytest.raises(ValueError, match="alone"):
+        contention.fit_profile("x", "x", contention.compare({2: 2.0, 3: 7.0}, []), None, 1, None)
+
+
+def test_each_level_runs_long_enough_to_overlap_despite_a_skewed_start() -> None:
+    assert contention.runs_for(3, None, 8.0) == contention.RUNS  # nothing alone yet
+    assert contention.runs_for(1, 0.1, 8.0) == 80
+    assert contention.runs_for(10, 0.1, 8.0) == 8
+    assert contention.runs_for(10, 1.0, 8.0) == contention.RUNS
+    assert contention.runs_for(1, 1e-6, 8.0) == 200
+    assert contention.runs_for(2, 0.1, 0.0) == contention.RUNS  # gpusim: a fixed count
+
+
+def test_each_logged_run_takes_the_busy_span_it_overlaps_most() -> None:
+    """On a GPU the context's first kernel and the calibration are a span before run 0."""
+    runs = [(1.0, 1.1), (1.7, 1.8)]
+    spans = [(0.4, 0.45), (1.0, 1.11), (1.7, 1.81)]
+    assert launchprobe.pair_runs(runs, spans) == {0: 1, 1: 2}
+    assert launchprobe.pair_runs(runs, [(1.0, 1.9)]) == {0: 0}  # one span, one run
 
 
 class _Recorded(Sampler):

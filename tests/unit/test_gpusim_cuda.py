@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +12,8 @@ from gpuguard.gpusim.errors import OutOfMemory
 from gpuguard.gpusim.workload.cuda import (
     MAX_SIDE,
     CudaDevices,
+    DeviceClock,
     cuda_index,
-    mark_walls,
     matmul_side,
     operand_views,
     split_flops,
@@ -32,7 +33,6 @@ def test_addresses_marks_and_operands() -> None:
     assert cuda_index("1") == 1
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES=MIG-"):
         cuda_index("0:1")
-    assert mark_walls(100.0, {1: 250.0, 2: 0.0}) == {1: 99.75, 2: 100.0}
     four = 4 * 64 * 64
     assert operand_views([four, 10, four, four, four], 64) == [0, 2, 3]
     assert operand_views([four, four], 64) is None
@@ -54,6 +54,7 @@ class FakeOps:
     used: int = 0
     matmuls: list[tuple[int, int, tuple[int, ...]]] = field(default_factory=list)
     out_of_memory: type[BaseException] = MemoryError
+    sync_delay_s: float = 0.0  # the host frozen in its next sync this long
 
     def create_context(self, index: int) -> None:
         pass
@@ -85,7 +86,8 @@ class FakeOps:
         return (end - start) * 1000.0
 
     def synchronize(self, index: int) -> None:
-        pass
+        time.sleep(self.sync_delay_s)
+        self.sync_delay_s = 0.0
 
     def empty_cache(self, index: int) -> None:
         pass
@@ -125,6 +127,31 @@ def test_marks_are_the_wall_times_the_device_reached() -> None:
     reached = devices.synchronize()
     assert reached[second] - reached[first] == pytest.approx(1.0, rel=0.01)
     assert devices.synchronize() == {}
+
+
+def test_the_device_clock_takes_the_earliest_recent_sync() -> None:
+    clock = DeviceClock(keep=3)
+    clock.observe(100.0, 0.0)
+    clock.observe(100.5, 250.0)  # a sync seen 0.25 s late (a frozen host)
+    assert clock.wall(250.0) == pytest.approx(100.25)
+    for at in (200.0, 300.0, 400.0):  # the first two bounds age out: the clocks drift
+        clock.observe(at + 0.001, (at - 100.0) * 1000.0 - 1.0)
+    assert clock.wall(1000.0) == pytest.approx(101.002)
+
+
+def test_a_host_frozen_in_a_sync_does_not_move_the_marks() -> None:
+    """``docker pause`` during a sync: the device was done long before the host saw it."""
+    ops = FakeOps(rate=2e12)
+    devices = CudaDevices(["0"], ops)
+    devices.open()
+    devices.launch(flops=2e10)  # 10 ms on the fake clock
+    before = devices.mark()
+    reached = devices.synchronize()
+    devices.launch(flops=2e10)
+    after = devices.mark()
+    ops.sync_delay_s = 0.3
+    reached |= devices.synchronize()
+    assert reached[after] - reached[before] == pytest.approx(0.01, abs=0.05)
 
 
 def test_library_out_of_memory_becomes_gpusims() -> None:

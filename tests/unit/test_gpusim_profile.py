@@ -27,6 +27,16 @@ def test_paper_b_profile_is_paper_b_table() -> None:
     assert parse_profile(json.loads(json.dumps(profile.to_json()))) == profile
 
 
+def test_the_h200_profile_is_the_one_the_truth_kit_fitted_on_the_device() -> None:
+    """Shipped as measured (bench/results/): a kernel alone, the sample period, the copies."""
+    profile = load_profile("nvidia-h200")
+    fitted = Path(__file__).resolve().parents[2] / "bench/results/profile-nvidia-h200.json"
+    assert profile == parse_profile(json.loads(fitted.read_text()))
+    assert profile.concurrent_kernel_s[0] == pytest.approx(0.0928)
+    assert profile.sample_period_s == pytest.approx(0.2, abs=0.001)
+    assert profile.copy_in_bytes_per_s > profile.copy_out_bytes_per_s > 4e10
+
+
 def test_a_profile_file_is_loaded_by_path(tmp_path: Path) -> None:
     doc = default_profile().to_json() | {
         "name": "h100",
@@ -60,7 +70,7 @@ def test_bad_profiles_are_refused(change: dict[str, Any], message: str) -> None:
 
 
 def test_unknown_profile_names_the_shipped_ones(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="shipped: paper-b"):
+    with pytest.raises(ValueError, match="shipped: nvidia-h200, paper-b"):
         load_profile("h900")
     with pytest.raises(ValueError, match="cannot read"):
         load_profile(str(tmp_path / "none.json"))

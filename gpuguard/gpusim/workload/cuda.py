@@ -7,7 +7,8 @@ matmul sized from the device's throughput, measured once when the device opens; 
 of ``flops`` is the matmul of that many flops (2 N^3). Its operands are views of three live
 allocations when they are large enough (the oneshot task's A, B and C), else scratch
 matrices kept for the process's life. Marks are CUDA events; their wall times come from
-the time ``synchronize`` returned minus each event's distance to a final event.
+each event's distance to an anchor event recorded when the device opened, put on the host's
+clock by ``DeviceClock``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,9 +54,25 @@ def cuda_index(address: str) -> int:
     return int(address)
 
 
-def mark_walls(sync_wall: float, ms_to_final: dict[int, float]) -> dict[int, float]:
-    """Wall times of marks from when the device was done and each one's distance to that."""
-    return {mark: sync_wall - ms / 1000.0 for mark, ms in ms_to_final.items()}
+class DeviceClock:
+    """The device's event times (ms since an anchor event) on the host's wall clock.
+
+    Each sync bounds the offset between the clocks from above: the sync's final event was
+    done by the time the host saw it return. A host that was frozen (``docker pause``) or
+    descheduled in the sync sees it late, so the offset is the least of the recent bounds,
+    not the last one; only the recent ``keep``, so the clocks' drift does not build up.
+    """
+
+    def __init__(self, keep: int = 32) -> None:
+        self._bounds: deque[float] = deque(maxlen=keep)
+
+    def observe(self, sync_wall: float, final_ms: float) -> None:
+        """A sync returned at ``sync_wall`` with its final event at ``final_ms``."""
+        self._bounds.append(sync_wall - final_ms / 1000.0)
+
+    def wall(self, ms: float) -> float:
+        """The wall time of a device time ``ms``; needs one ``observe`` first."""
+        return min(self._bounds) + ms / 1000.0
 
 
 def operand_views(sizes: Sequence[int], side: int) -> list[int] | None:
@@ -178,6 +196,8 @@ class _Device:
     scratch: dict[int, list[Any]] = field(default_factory=dict)  # side -> A, B, C
     staging: Any = None  # device buffer copies land in
     marks: dict[int, Any] = field(default_factory=dict)
+    anchor: Any = None  # the event device times are measured from
+    clock: DeviceClock = field(default_factory=DeviceClock)
 
 
 class CudaDevices:
@@ -210,6 +230,9 @@ class CudaDevices:
         with self._translated():
             for device in self._devices:
                 self.ops.create_context(device.index)
+                device.anchor = self.ops.record(device.index)
+                self.ops.synchronize(device.index)
+                device.clock.observe(time.time(), 0.0)
                 device.flops_per_s = self._calibrate(device)
 
     def _calibrate(self, device: _Device) -> float:
@@ -294,9 +317,9 @@ class CudaDevices:
         for device in self._devices:
             final = self.ops.record(device.index)
             self.ops.synchronize(device.index)
-            done = time.time()
-            ms = {m: self.ops.elapsed_ms(e, final) for m, e in device.marks.items()}
-            for mark, wall in mark_walls(done, ms).items():
+            device.clock.observe(time.time(), self.ops.elapsed_ms(device.anchor, final))
+            for mark, event in device.marks.items():
+                wall = device.clock.wall(self.ops.elapsed_ms(device.anchor, event))
                 times[mark] = max(times.get(mark, wall), wall)
             device.marks.clear()
         return times
