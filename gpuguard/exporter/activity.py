@@ -9,7 +9,10 @@ a wait); two periods less than ``task_gap`` apart are one task (a one-shot's ker
 synchronized). Each start and end goes on the event stream at once, timed by the probe
 (``gpu_busy``, ``gpu_idle``); ``view`` is the frozen state the poll snapshot carries.
 ``ActivityFeed.on_wake`` takes the probe's wakes between ticks: an idle container's launch
-starts its busy period (and its ``gpu_busy``) then, not at the next tick.
+starts its busy period (and its ``gpu_busy``) then, not at the next tick. A busy period's
+end is asked for the same way: at each wait's return after a launch (``on_quiet``), and
+after each tick where one is settled, the feed asks the probe for a read when the task gap
+after it is over, so its ``gpu_idle`` comes then.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from gpuguard.exporter.model import ContainerInfo, ProcessOwner
 #: two call times closer than this are one call's, read at two ticks (each tick turns the
 #: probe's monotonic times into wall time with its own clock offset)
 SAME_CALL_S = 0.001
+#: a tick asked for at a busy period's end comes this much later, so its clock is past it
+TICK_MARGIN_S = 0.0005
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +187,16 @@ class ActivityTracker:
         with self._lock:
             self._view = MappingProxyType(view)
         self._publish()
+
+    def idle_due(self) -> float | None:
+        """When the earliest running busy period ends if no launch comes before: its last
+        wait's return plus the task gap (None where none is settled)."""
+        dues = [
+            s.ending + self.task_gap_s
+            for s in self._states.values()
+            if s.busy_since is not None and s.ending is not None
+        ]
+        return min(dues, default=None)
 
     def _publish(self) -> None:
         # edges go out once the view shows them: a state read after an edge reflects it
@@ -346,6 +361,8 @@ class ActivityFeed:
         self._owners: dict[int, ProcessOwner | None] = {}
         self._last: dict[int, ProcLaunches] = {}
         self._ticks = 0
+        #: asks the probe for a tick at a wall time (``LaunchProbe.tick_at``), if it can
+        self.ask_tick: Callable[[float], None] | None = None
 
     def on_wake(self, wake: Wake) -> None:
         """A wake from the probe (its thread, between ticks)."""
@@ -354,6 +371,12 @@ class ActivityFeed:
         owner = self._owners[wake.pid]
         if owner is not None and owner.container_id is not None:
             self.tracker.wake(owner.container_id, wake.at)
+
+    def on_quiet(self, quiet: Wake) -> None:
+        """A wait's return after a launch (the probe's thread, between ticks): a busy period
+        may end there, so a read is asked for when the task gap after it is over."""
+        if self.ask_tick is not None:
+            self.ask_tick(quiet.at + self.tracker.task_gap_s + TICK_MARGIN_S)
 
     def on_tick(self, sample: LaunchSample) -> None:
         self._ticks += 1
@@ -370,6 +393,10 @@ class ActivityFeed:
             self._owners.pop(pid, None)
         self._last = dict(sample.procs)
         self.tracker.update(sample.timestamp, group(sample.procs.values(), self._owners), exited)
+        due = self.tracker.idle_due()
+        if due is not None and self.ask_tick is not None:
+            # the idle edge at the task gap's end, not at the interval's next read
+            self.ask_tick(due + TICK_MARGIN_S)
         if refresh:
             self._proc.retain(set(self._owners))
             self.tracker.forget(self._containers())

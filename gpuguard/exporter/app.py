@@ -92,8 +92,10 @@ def make_launch_probe(
     # shorter quiet cannot be a busy edge (under 1 ms, the edges wait for the ticks)
     wake_gap_s = max(probe_config.task_gap_s, 0.001)
     probe = LaunchProbe(
-        binary, library, probe_config.interval_s, feed.on_tick, feed.on_wake, wake_gap_s
-    )
+        binary, library, probe_config.interval_s, feed.on_tick, feed.on_wake, wake_gap_s,
+        on_quiet=feed.on_quiet,
+    )  # fmt: skip
+    feed.ask_tick = probe.tick_at
     return probe, tracker, probe.status
 
 

@@ -4,16 +4,19 @@
 never raises: where the probe cannot run, ``status`` says why (a ``ProbeReason``) and the
 exporter goes on with NVML's samples alone. Once attached, a reader thread turns each tick
 of the probe's output (docs/interfaces.md §2) into a frozen ``LaunchSample`` and hands it to
-``on_tick``, every ``--probe.interval``; between ticks, each ``Wake`` (a launch after
-``wake_gap_s`` without a launch or a wait's return: a possible busy edge) goes to ``on_wake``
-as soon as the kernel sends it.
+``on_tick``, every ``--probe.interval`` and at each time asked for with ``tick_at``; between
+ticks, each ``Wake`` (a launch after ``wake_gap_s`` without a launch or a wait's return: a
+possible busy edge) goes to ``on_wake`` as soon as the kernel sends it, and each return of
+a wait that followed a launch (a possible idle edge) to ``on_quiet``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -87,7 +90,8 @@ class LaunchSample:
 
 @dataclass(frozen=True, slots=True)
 class Wake:
-    """A process's launch after a quiet gap, sent by the probe at once; wall-clock seconds."""
+    """A process's launch after a quiet gap (``w``), or the return of its wait that followed
+    a launch (``q``), sent by the probe at once; wall-clock seconds."""
 
     pid: int
     at: float
@@ -165,18 +169,24 @@ class LaunchProbe:
         on_tick: Callable[[LaunchSample], None],
         on_wake: Callable[[Wake], None] | None = None,
         wake_gap_s: float = 0.0,
+        on_quiet: Callable[[Wake], None] | None = None,
     ) -> None:
         self._binary = binary
         self.library = library
         self.interval_s = interval_s
         self._on_tick = on_tick
         self._on_wake = on_wake
+        self._on_quiet = on_quiet
         #: 0, or no ``on_wake``: the probe sends no wakes (edges come with the ticks)
         self.wake_gap_s = wake_gap_s if on_wake is not None else 0.0
         self._process: subprocess.Popen[str] | None = None
         self._thread: threading.Thread | None = None
         self.status = ProbeStatus(False, ProbeReason.FAILED, "not started")
         self._warned: set[str] = set()
+        #: the probe ticks on SIGUSR1 (its ready line says "usr1")
+        self.asks_ticks = False
+        self._asked_lock = threading.Lock()
+        self._asked: tuple[float, threading.Timer] | None = None
 
     def start(self) -> ProbeStatus:
         """Attach; on any obstacle leave ``status`` saying why (logged once)."""
@@ -229,11 +239,14 @@ class LaunchProbe:
             target=self._read, args=(process,), name="launch-probe", daemon=True
         )
         self._thread.start()
-        launch, copy, wait, wakes = [*ready.split(), "-", "-", "-", "-"][1:5]
+        launch, copy, wait, wakes, ticks = [*ready.split(), "-", "-", "-", "-", "-"][1:6]
+        self.asks_ticks = ticks == "usr1"
         detail = f"launches {launch}; copies {copy}; waits {wait}"
         if self.wake_gap_s > 0:
             pushed = "pushed" if wakes == "wakes" else "read (no BPF ring buffer: Linux 5.8)"
             detail += f"; busy edges {pushed}"
+        if self.asks_ticks:
+            detail += "; idle edges timed"
         return ProbeStatus(True, None, detail, str(self.library))
 
     def _read(self, process: subprocess.Popen[str]) -> None:
@@ -253,6 +266,9 @@ class LaunchProbe:
                 elif kind == "w":
                     if self._on_wake is not None:
                         self._on_wake(parse_wake(rest.split(), offset))
+                elif kind == "q":
+                    if self._on_quiet is not None:
+                        self._on_quiet(parse_wake(rest.split(), offset))
                 elif kind == "x":
                     pid = int(rest)
                     procs.pop(pid, None)
@@ -276,6 +292,31 @@ class LaunchProbe:
         )
         log.warning("launch probe stopped: %s", self.status.detail)
 
+    def tick_at(self, at: float) -> None:
+        """Have the probe read its table at wall time ``at`` as well as every interval (a
+        busy period's end is due then). One request waits at a time, the earliest: each
+        tick's reader asks again for the next one. A probe that cannot is read at its
+        interval only."""
+        if not self.asks_ticks:
+            return
+        with self._asked_lock:
+            if self._asked is not None:
+                if self._asked[0] <= at:
+                    return
+                self._asked[1].cancel()
+            timer = threading.Timer(max(0.0, at - time.time()), self._ask_tick)
+            timer.daemon = True
+            self._asked = (at, timer)
+            timer.start()
+
+    def _ask_tick(self) -> None:
+        with self._asked_lock:
+            self._asked = None
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGUSR1)
+
     def _warn_once(self, message: str, exc_info: bool = False) -> None:
         """Log a message the first time only: the reader runs every 10 ms."""
         if message not in self._warned and len(self._warned) < 100:
@@ -289,6 +330,10 @@ class LaunchProbe:
         time (seconds for the ~30 of them), and the reader ends on its own at end of output.
         """
         process, self._process = self._process, None
+        with self._asked_lock:
+            if self._asked is not None:
+                self._asked[1].cancel()
+                self._asked = None
         if process is not None and process.poll() is None:
             process.terminate()
 

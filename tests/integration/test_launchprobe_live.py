@@ -384,11 +384,13 @@ def check_gauged(sim: GpusimService, exporter: ExporterProcess, container: Any, 
     assert first["start"] - 0.05 <= found[0]["ts"] <= first["end"] + 0.3
 
 
-class BusyFollower:
-    """Long-polls the exporter's events in a thread: each ``gpu_busy`` with when it came."""
+class EdgeFollower:
+    """Long-polls the exporter's events in a thread: each ``gpu_busy`` and ``gpu_idle`` with
+    when it came."""
 
     def __init__(self, exporter: ExporterProcess, since: int) -> None:
         self.busy: list[tuple[dict[str, Any], float]] = []
+        self.idle: list[tuple[dict[str, Any], float]] = []
         self._exporter, self._since = exporter, since
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True)
@@ -400,6 +402,7 @@ class BusyFollower:
             got = time.time()
             self._since = batch["next"]
             self.busy += [(e, got) for e in batch["events"] if e["type"] == EventType.GPU_BUSY]
+            self.idle += [(e, got) for e in batch["events"] if e["type"] == EventType.GPU_IDLE]
 
     def stop(self) -> None:
         self._stop.set()
@@ -408,7 +411,7 @@ class BusyFollower:
 
 @pytest.mark.parametrize("exporter_flags", [("--poll.interval=50ms", "--probe.interval=1s")])
 @pytest.mark.parametrize("io_bytes", ["0", "4KiB"], ids=["kernels-only", "copies-its-input"])
-def test_a_busy_edge_is_published_at_the_launch_not_at_the_next_read(
+def test_edges_are_published_at_the_launch_and_the_task_gap_not_at_the_next_read(
     attachable: Path,
     sim: GpusimService,
     exporter: ExporterProcess,
@@ -421,9 +424,10 @@ def test_a_busy_edge_is_published_at_the_launch_not_at_the_next_read(
     apart meet the read at three phases 0.3 s or more apart, so read-timed edges could not
     all come within 0.2 s. A server that copies its input in and waits for the copy before
     its first launch (as ``tensor.to("cuda")`` does) is idle all the same: that wait ends
-    no busy period."""
+    no busy period. Each ``gpu_idle`` comes as soon after the request's end: the exporter
+    asks the probe for a read when the task gap after the request's last wait is over."""
     assert exporter.metric("gpuguard_exporter_launch_probe_up", reason="") == 1
-    follower = BusyFollower(exporter, exporter.events()["next"])
+    follower = EdgeFollower(exporter, exporter.events()["next"])
     args = ["server", "--arrivals", "fixed", "--rate", "0.769", "--requests", "3",
             "--request-work", "0.05", "--kernels", "1", "--io-bytes", io_bytes,
             "--memory-bytes", "64MiB", "--start-at", f"{time.time() + 3:.3f}"]  # fmt: skip
@@ -441,3 +445,9 @@ def test_a_busy_edge_is_published_at_the_launch_not_at_the_next_read(
     for start, (ts, got) in zip(starts, busy, strict=True):
         assert 0 <= ts - start < SLACK_S, "timed at the request's first launch"
         assert got - start < 0.2, f"published {1000 * (got - start):.0f} ms after the launch"
+    ends = [e["end"] for e in workload_log(sim, "woken.log") if e["event"] == "request"]
+    idle = [(e["ts"], got) for e, got in follower.idle if e.get("container") == "woken"]
+    assert len(idle) == 3, (ends, idle)
+    for end, (ts, got) in zip(ends, idle, strict=True):
+        assert abs(ts - end) < SLACK_S, "timed at the request's last wait"
+        assert got - end < 0.2, f"published {1000 * (got - end):.0f} ms after the request"

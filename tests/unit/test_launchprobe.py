@@ -4,6 +4,7 @@ and the activity tracker's busy periods (edges on the event stream, tasks, count
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,94 @@ def test_a_probe_says_whether_it_pushes_busy_edges(tmp_path: Path, last: str, sa
         return
     assert status.attached and says in status.detail
     assert (tmp_path / "argv").read_text().split() == [str(library), "10", "20000"]
+
+
+def test_a_probe_that_ticks_on_usr1_is_read_when_a_tick_is_asked_for(tmp_path: Path) -> None:
+    """``tick_at`` signals the probe at the asked time (the earliest of those pending); a
+    probe whose ready line does not say ``usr1`` is never signalled (SIGUSR1 would end it)."""
+    fake = tmp_path / "probe"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"trap 'date +%s.%N >> {tmp_path}/asked; echo t 1; echo .' USR1\n"
+        'echo "ready cuLaunchKernel - - wakes usr1"\n'
+        "while :; do sleep 0.01; done\n"
+    )
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    ticks: list[float] = []
+    probe = LaunchProbe(lambda: fake, library, 1.0, lambda s: ticks.append(time.time()))
+    try:
+        status = probe.start()
+        if missing_capability(Path("/proc/self/status").read_text()):
+            assert status.reason is ProbeReason.NO_PERMISSION
+            return
+        assert status.attached and "idle edges timed" in status.detail and probe.asks_ticks
+        asked = time.time() + 0.3
+        probe.tick_at(asked + 0.5)
+        probe.tick_at(asked)  # earlier: replaces the one pending
+        probe.tick_at(asked + 0.2)  # later: waits for the pending one's tick to ask again
+        deadline = time.time() + 5
+        while not ticks and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.8)
+    finally:
+        probe.stop()
+    signalled = [float(t) for t in (tmp_path / "asked").read_text().split()]
+    assert len(signalled) == 1 and asked - 0.01 <= signalled[0] < asked + 0.2
+    assert len(ticks) == 1
+
+
+def test_a_quiet_record_goes_to_on_quiet_between_ticks(tmp_path: Path) -> None:
+    fake = tmp_path / "probe"
+    fake.write_text(
+        '#!/bin/sh\necho "ready cuLaunchKernel - - wakes usr1"\necho "q 7 2000000000"\n'
+        "exec sleep 30\n"
+    )
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    quiet: list[Wake] = []
+    probe = LaunchProbe(lambda: fake, library, 1.0, lambda _s: None, on_quiet=quiet.append)
+    try:
+        status = probe.start()
+        deadline = time.time() + 5
+        while status.attached and not quiet and time.time() < deadline:
+            time.sleep(0.01)
+    finally:
+        probe.stop()
+    if status.attached:
+        offset = time.time() - time.monotonic()
+        assert [q.pid for q in quiet] == [7]
+        assert quiet[0].at == pytest.approx(2.0 + offset, abs=0.5)
+
+
+def test_feed_asks_for_a_tick_a_task_gap_after_a_wait_returned(tmp_path: Path) -> None:
+    t, _events = tracked(gap=0.02)
+    feed = ActivityFeed(ProcReader(tmp_path), dict, t)
+    asked: list[float] = []
+    feed.on_quiet(Wake(7, 5.0))  # no probe that can tick: nothing asked
+    feed.ask_tick = asked.append
+    feed.on_quiet(Wake(7, 5.0))
+    assert asked == [pytest.approx(5.02, abs=0.001)]
+
+
+def test_a_probe_that_cannot_tick_on_usr1_is_never_signalled(tmp_path: Path) -> None:
+    fake = tmp_path / "probe"
+    fake.write_text('#!/bin/sh\necho "ready cuLaunchKernel - - wakes"\nexec sleep 30\n')
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    probe = LaunchProbe(lambda: fake, library, 1.0, lambda _s: None)
+    try:
+        status = probe.start()
+        probe.tick_at(time.time())
+        time.sleep(0.2)
+        if status.attached:
+            assert not probe.asks_ticks and "idle edges" not in status.detail
+            assert probe.status.attached  # not ended by a signal it does not handle
+    finally:
+        probe.stop()
 
 
 def test_a_probe_that_never_gets_ready_is_failed_not_fatal(
@@ -321,6 +410,34 @@ def test_requests_further_apart_than_the_gap_are_separate_tasks() -> None:
         (EventType.GPU_BUSY, 1.19), (EventType.GPU_IDLE, 1.25),
     ]  # fmt: skip
     assert t.view()["s"].tasks == 2
+
+
+def test_a_settled_busy_period_is_due_to_end_at_the_task_gap() -> None:
+    """The feed asks the probe for a tick then, so the idle edge is not left to the next read."""
+    t, _events = tracked()
+    assert t.idle_due() is None
+    t.update(1.00, {"s": [proc(launches=2, last=1.0, period=0.99, waiting=1.0)]}, [])
+    assert t.idle_due() is None  # a wait in progress
+    settled = {"s": [proc(launches=2, last=1.0, period=0.99, wait_end=1.05)]}
+    t.update(1.06, settled, [])
+    assert t.idle_due() == pytest.approx(1.05 + t.task_gap_s)
+    t.update(1.05 + t.task_gap_s, settled, [])
+    assert t.idle_due() is None and not t.view()["s"].busy
+
+
+def test_feed_asks_for_a_tick_when_a_busy_period_is_due_to_end(tmp_path: Path) -> None:
+    procfs = FakeProcfs(tmp_path)
+    procfs.add(100, cid(1), 500)
+    t, _events = tracked()
+    feed = ActivityFeed(ProcReader(procfs.root), dict, t)
+    asked: list[float] = []
+    feed.ask_tick = asked.append
+    busy = proc(pid=100, launches=1, last=1.0, period=1.0, waiting=1.0)
+    feed.on_tick(LaunchSample(1.0, {100: busy}, frozenset()))
+    assert asked == []
+    done = proc(pid=100, launches=1, last=1.0, period=1.0, wait_end=1.01)
+    feed.on_tick(LaunchSample(1.011, {100: done}, frozenset()))
+    assert asked == [pytest.approx(1.01 + t.task_gap_s, abs=0.001)]
 
 
 def test_launches_without_a_wait_end_after_the_idle_timeout() -> None:

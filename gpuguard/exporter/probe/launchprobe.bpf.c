@@ -4,8 +4,10 @@
  * device-to-host one that followed a launch (input, kernels, output: the next task's input).
  * A launch after wake_gap_ns without a launch or the return of a wait that followed one (a
  * possible busy edge) is also sent at once through the wakes ring buffer: a wait for a copy
- * alone (an input copied in and waited for before the launch) ends no busy period. It
- * reads the time and the calling process's tgid, never a call's arguments or memory. */
+ * alone (an input copied in and waited for before the launch) ends no busy period. Where
+ * wakes are sent, so is the return of a wait that followed a launch (a busy period's
+ * possible end: the reader times its idle edge from it), at most one a wake gap. It reads the time and the calling
+ * process's tgid, never a call's arguments or memory. */
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
@@ -26,6 +28,7 @@ struct proc_stats {
     __u64 input_after_ns; /* the last launch before it */
     __u64 stage;        /* 1 launched since the last next input, 2 and copied out since */
     __u64 burst_end_ns; /* return of the last wait with a launch since the wait before it */
+    __u64 quiet_ns;     /* the last such return pushed (at most one a wake_gap_ns) */
 };
 
 struct {
@@ -37,9 +40,11 @@ struct {
 
 struct wake {
     __u32 tgid;
-    __u32 pad;
-    __u64 ns;  /* the launch (CLOCK_MONOTONIC) */
+    __u32 kind; /* WAKE: a launch after a quiet; QUIET: a wait's return after a launch */
+    __u64 ns;   /* its time (CLOCK_MONOTONIC) */
 };
+
+enum { WAKE, QUIET };
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -58,12 +63,12 @@ static __always_inline struct proc_stats *stats_of(__u32 tgid) {
     return bpf_map_lookup_elem(&procs, &tgid);
 }
 
-static __always_inline void wake(__u32 tgid, __u64 now) {
+static __always_inline void wake(__u32 tgid, __u32 kind, __u64 now) {
     struct wake *w = bpf_ringbuf_reserve(&wakes, sizeof *w, 0);
     if (!w)
-        return;  /* full: the next tick shows the launch */
+        return;  /* full: the next tick shows the call */
     w->tgid = tgid;
-    w->pad = 0;
+    w->kind = kind;
     w->ns = now;
     bpf_ringbuf_submit(w, 0);
 }
@@ -97,7 +102,7 @@ static __always_inline int work(int call, int push) {
     __u64 quiet_since = s->last_ns > s->burst_end_ns ? s->last_ns : s->burst_end_ns;
     s->last_ns = now;
     if (push && wake_gap_ns && now - quiet_since >= wake_gap_ns)
-        wake(tgid, now);
+        wake(tgid, WAKE, now);
     return 0;
 }
 
@@ -129,8 +134,7 @@ int on_wait(void *ctx) {
     return 0;
 }
 
-SEC("uretprobe")
-int on_wait_return(void *ctx) {
+static __always_inline int wait_returned(int push) {
     __u64 now = bpf_ktime_get_ns();
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc_stats *s = bpf_map_lookup_elem(&procs, &tgid);
@@ -146,12 +150,26 @@ int on_wait_return(void *ctx) {
         if (start && now > start)
             __sync_fetch_and_add(&s->wait_ns, now - start);
         s->wait_start_ns = 0;
-        if (s->last_ns > s->wait_end_ns)
+        if (s->last_ns > s->wait_end_ns) {
             s->burst_end_ns = now;
+            /* at most one a gap: a read asked for after the first finds the period
+             * settled and asks again itself, or the next return is a gap later */
+            if (push && wake_gap_ns && now - s->quiet_ns >= wake_gap_ns) {
+                s->quiet_ns = now;
+                wake(tgid, QUIET, now);
+            }
+        }
         s->wait_end_ns = now;
     }
     __sync_fetch_and_add(&s->waits, 1);
     return 0;
 }
+
+/* on_wait_return_pushed where wakes are sent, else on_wait_return */
+SEC("uretprobe")
+int on_wait_return(void *ctx) { return wait_returned(0); }
+
+SEC("uretprobe")
+int on_wait_return_pushed(void *ctx) { return wait_returned(1); }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

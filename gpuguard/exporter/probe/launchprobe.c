@@ -5,7 +5,7 @@
  *
  * usage: gpuguard-launchprobe LIBRARY [INTERVAL_MS [WAKE_GAP_US]]
  * stdout, one record a line (docs/interfaces.md, "launch probe"):
- *   ready <launch symbols> <copy symbols> <wait symbols> <wakes|->   once, when attached
+ *   ready <launch symbols> <copy symbols> <wait symbols> <wakes|-> usr1   once, when attached
  *   t <now_ns>                                             a tick (CLOCK_MONOTONIC)
  *   p <tgid> <launches> <copies> <first_ns> <last_ns> <period_ns> <waits> <wait_ns>
  *     <wait_start_ns> <wait_end_ns> <inputs> <input_ns> <input_after_ns>
@@ -13,8 +13,11 @@
  *   x <tgid>                                               a process that is gone
  *   .                                                      end of the tick
  *   w <tgid> <launch_ns>                                   a wake, between ticks
+ *   q <tgid> <return_ns>                                   a wait's return after a launch,
+ *                                                          between ticks (where wakes are)
  * WAKE_GAP_US 0 (the default) sends no wakes, nor does a kernel without the BPF ring buffer
- * (before Linux 5.8): ready's last field says whether wakes are sent.
+ * (before Linux 5.8): ready's fifth field says whether wakes are sent. SIGUSR1 asks for a
+ * tick now (the reader times a busy period's end); ready's sixth field, "usr1", says so.
  * Exit status: 2 usage, 3 the BPF programs cannot be loaded (no CAP_BPF/CAP_PERFMON),
  * 4 the library cannot be probed (missing, or no launch entry point in it). */
 #include <errno.h>
@@ -33,7 +36,7 @@ struct proc_stats {
     unsigned long long launches, copies, first_ns, last_ns, period_ns, waits, wait_ns,
         wait_start_ns, wait_end_ns;
     long long depth;
-    unsigned long long inputs, input_ns, input_after_ns, stage, burst_end_ns;
+    unsigned long long inputs, input_ns, input_after_ns, stage, burst_end_ns, quiet_ns;
 };
 
 static const char *launch_syms[] = {
@@ -73,7 +76,7 @@ static void forget(unsigned tgid) {
 }
 
 struct wake {
-    unsigned tgid, pad;
+    unsigned tgid, kind; /* 0 a launch after a quiet, 1 a wait's return after a launch */
     unsigned long long ns;
 };
 
@@ -81,7 +84,7 @@ static int print_wake(void *ctx, void *data, size_t size) {
     const struct wake *w = data;
     if (size < sizeof *w)
         return 0;
-    printf("w %u %llu\n", w->tgid, w->ns);
+    printf("%c %u %llu\n", w->kind ? 'q' : 'w', w->tgid, w->ns);
     *(int *)ctx = 1;
     return 0;
 }
@@ -99,6 +102,8 @@ static struct launchprobe *load(long wake_gap_us, int push) {
         return NULL;
     skel->rodata->wake_gap_ns = (unsigned long long)wake_gap_us * 1000ull;
     bpf_program__set_autoload(push ? skel->progs.on_launch : skel->progs.on_launch_pushed, 0);
+    bpf_program__set_autoload(
+        push ? skel->progs.on_wait_return : skel->progs.on_wait_return_pushed, 0);
     bpf_map__set_autocreate(skel->maps.wakes, push);
     if (launchprobe__load(skel) != 0) {
         int err = errno;
@@ -128,6 +133,14 @@ static int attach(struct bpf_program *prog, const char *lib, const char **syms, 
         }
     }
     return n;
+}
+
+/* set by SIGUSR1: tick now instead of at the interval */
+static volatile sig_atomic_t tick_asked;
+
+static void ask_tick(int sig) {
+    (void)sig;
+    tick_asked = 1;
 }
 
 int main(int argc, char **argv) {
@@ -170,6 +183,8 @@ int main(int argc, char **argv) {
         }
     }
     struct bpf_program *on_launch = push ? skel->progs.on_launch_pushed : skel->progs.on_launch;
+    struct bpf_program *on_return =
+        push ? skel->progs.on_wait_return_pushed : skel->progs.on_wait_return;
     char launches[1024] = "", copies[1024] = "", waits[1024] = "", ignored[1024] = "";
     if (!attach(on_launch, lib, launch_syms, 0, launches, sizeof launches)) {
         fprintf(stderr, "no launch entry point of the CUDA driver API in %s\n", lib);
@@ -179,14 +194,19 @@ int main(int argc, char **argv) {
     attach(skel->progs.on_copy_out, lib, copy_out_syms, 0, copies, sizeof copies);
     attach(skel->progs.on_copy, lib, copy_syms, 0, copies, sizeof copies);
     attach(skel->progs.on_wait, lib, wait_syms, 0, waits, sizeof waits);
-    attach(skel->progs.on_wait_return, lib, wait_syms, 1, ignored, sizeof ignored);
-    printf("ready %s %s %s %s\n", launches, copies[0] ? copies : "-", waits[0] ? waits : "-",
-           push ? "wakes" : "-");
+    attach(on_return, lib, wait_syms, 1, ignored, sizeof ignored);
+    /* no SA_RESTART: the signal ends the wait for wakes (or the sleep) at once */
+    struct sigaction on_usr1 = {.sa_handler = ask_tick};
+    sigemptyset(&on_usr1.sa_mask);
+    sigaction(SIGUSR1, &on_usr1, NULL);
+    printf("ready %s %s %s %s usr1\n", launches, copies[0] ? copies : "-",
+           waits[0] ? waits : "-", push ? "wakes" : "-");
     fflush(stdout);
 
     int fd = bpf_map__fd(skel->maps.procs);
     unsigned long long interval_ns = (unsigned long long)interval_ms * 1000000ull;
     for (unsigned long n = 0;; n++) {
+        tick_asked = 0;
         unsigned long long tick_ns = now_ns();
         printf("t %llu\n", tick_ns);
         unsigned key, next, gone[256];
@@ -219,14 +239,14 @@ int main(int argc, char **argv) {
         /* until the next tick is due, print each wake as it comes (once at least) */
         unsigned long long due = tick_ns + interval_ns, at = now_ns();
         if (!wakes) {
-            if (at < due) {
+            if (at < due && !tick_asked) {
                 struct timespec rest = {(due - at) / 1000000000ull, (due - at) % 1000000000ull};
-                nanosleep(&rest, NULL);
+                nanosleep(&rest, NULL); /* a SIGUSR1 ends it early */
             }
             continue;
         }
         do {
-            int ms = at < due ? (int)((due - at + 999999) / 1000000) : 0;
+            int ms = at < due && !tick_asked ? (int)((due - at + 999999) / 1000000) : 0;
             int got = ring_buffer__poll(wakes, ms);
             if (got < 0 && got != -EINTR)
                 break;
@@ -234,6 +254,6 @@ int main(int argc, char **argv) {
                 return 0;
             woke = 0;
             at = now_ns();
-        } while (at < due);
+        } while (at < due && !tick_asked);
     }
 }
