@@ -137,19 +137,25 @@ def test_a_probe_binary_that_fails_is_reported(tmp_path: Path) -> None:
     assert "no launch entry point" in status.detail
 
 
+def fake_probe(tmp_path: Path, script: str) -> tuple[Path, Path]:
+    """A stand-in probe program (a shell script) and an empty library file to name."""
+    fake = tmp_path / "probe"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    library = tmp_path / "libcuda.so.1"
+    library.write_bytes(b"")
+    return fake, library
+
+
 @pytest.mark.parametrize(
     ("last", "says"), [("wakes", "busy edges pushed"), ("-", "busy edges read (no BPF ring")]
 )
 def test_a_probe_says_whether_it_pushes_busy_edges(tmp_path: Path, last: str, says: str) -> None:
     """The program's arguments, and its ready line's last field, as a kernel gives it."""
-    fake = tmp_path / "probe"
-    fake.write_text(
-        f'#!/bin/sh\necho "$@" > {tmp_path}/argv\necho "ready cuLaunchKernel - - {last}"\n'
-        "exec sleep 30\n"
+    fake, library = fake_probe(
+        tmp_path,
+        f'echo "$@" > {tmp_path}/argv\necho "ready cuLaunchKernel - - {last}"\nexec sleep 30\n',
     )
-    fake.chmod(0o755)
-    library = tmp_path / "libcuda.so.1"
-    library.write_bytes(b"")
     probe = LaunchProbe(lambda: fake, library, 0.01, lambda _s: None, lambda _w: None, 0.02)
     try:
         status = probe.start()
@@ -165,16 +171,11 @@ def test_a_probe_says_whether_it_pushes_busy_edges(tmp_path: Path, last: str, sa
 def test_a_probe_that_ticks_on_usr1_is_read_when_a_tick_is_asked_for(tmp_path: Path) -> None:
     """``tick_at`` signals the probe at the asked time (the earliest of those pending); a
     probe whose ready line does not say ``usr1`` is never signalled (SIGUSR1 would end it)."""
-    fake = tmp_path / "probe"
-    fake.write_text(
-        "#!/bin/sh\n"
+    fake, library = fake_probe(
+        tmp_path,
         f"trap 'date +%s.%N >> {tmp_path}/asked; echo t 1; echo .' USR1\n"
-        'echo "ready cuLaunchKernel - - wakes usr1"\n'
-        "while :; do sleep 0.01; done\n"
+        'echo "ready cuLaunchKernel - - wakes usr1"\nwhile :; do sleep 0.01; done\n',
     )
-    fake.chmod(0o755)
-    library = tmp_path / "libcuda.so.1"
-    library.write_bytes(b"")
     ticks: list[float] = []
     probe = LaunchProbe(lambda: fake, library, 1.0, lambda s: ticks.append(time.time()))
     try:
@@ -199,14 +200,10 @@ def test_a_probe_that_ticks_on_usr1_is_read_when_a_tick_is_asked_for(tmp_path: P
 
 
 def test_a_quiet_record_goes_to_on_quiet_between_ticks(tmp_path: Path) -> None:
-    fake = tmp_path / "probe"
-    fake.write_text(
-        '#!/bin/sh\necho "ready cuLaunchKernel - - wakes usr1"\necho "q 7 2000000000"\n'
-        "exec sleep 30\n"
+    fake, library = fake_probe(
+        tmp_path,
+        'echo "ready cuLaunchKernel - - wakes usr1"\necho "q 7 2000000000"\nexec sleep 30\n',
     )
-    fake.chmod(0o755)
-    library = tmp_path / "libcuda.so.1"
-    library.write_bytes(b"")
     quiet: list[Wake] = []
     probe = LaunchProbe(lambda: fake, library, 1.0, lambda _s: None, on_quiet=quiet.append)
     try:
@@ -233,11 +230,7 @@ def test_feed_asks_for_a_tick_a_task_gap_after_a_wait_returned(tmp_path: Path) -
 
 
 def test_a_probe_that_cannot_tick_on_usr1_is_never_signalled(tmp_path: Path) -> None:
-    fake = tmp_path / "probe"
-    fake.write_text('#!/bin/sh\necho "ready cuLaunchKernel - - wakes"\nexec sleep 30\n')
-    fake.chmod(0o755)
-    library = tmp_path / "libcuda.so.1"
-    library.write_bytes(b"")
+    fake, library = fake_probe(tmp_path, 'echo "ready cuLaunchKernel - - wakes"\nexec sleep 30\n')
     probe = LaunchProbe(lambda: fake, library, 1.0, lambda _s: None)
     try:
         status = probe.start()
