@@ -19,6 +19,9 @@ from gpuguard.contract import RUNNING_PHASES, ActivitySource, Phase, PriorityCla
 PHASES = RUNNING_PHASES
 _E = TypeVar("_E", Phase, TaskMode, PriorityClass)
 
+#: the longest per-process sample period a state may give (the exporter learns at most 2 s)
+MAX_SAMPLE_PERIOD_S = 10.0
+
 #: One admission queue: a whole GPU ``(index, None)`` or one MIG instance ``(index, mig)``.
 DeviceKey = tuple[int, int | None]
 
@@ -62,6 +65,7 @@ class GpuField(_Fields):
     MEMORY_USED_BYTES: Final = "memory_used_bytes"
     UTILIZATION_RATIO: Final = "utilization_ratio"
     SM_RATIO: Final = "sm_ratio"
+    SAMPLE_PERIOD_S: Final = "sample_period_s"  # its per-process samples' period, learnt
 
 
 class ContainerField(_Fields):
@@ -171,6 +175,9 @@ class Gpu:
     memory_used_bytes: int
     utilization_ratio: float | None
     mig_index: int | None = None
+    #: how often NVML samples its processes, as the exporter learnt it; None: not learnt
+    #: (no samples yet, a MIG device, or an exporter that does not say)
+    sample_period_s: float | None = None
 
     @property
     def key(self) -> DeviceKey:
@@ -387,7 +394,15 @@ def _gpu(doc: Any, where: str) -> Gpu:
         memory_used_bytes=_get(obj, k.MEMORY_USED_BYTES, int, where),
         utilization_ratio=_opt_float(obj, k.UTILIZATION_RATIO, where),
         mig_index=_opt(obj, k.MIG_INDEX, int, where),
+        sample_period_s=_opt_period(obj, k.SAMPLE_PERIOD_S, where),
     )
+
+
+def _opt_period(obj: dict[str, Any], key: str, where: str) -> float | None:
+    value = _opt_float(obj, key, where)
+    if value is not None and not 0.0 < value <= MAX_SAMPLE_PERIOD_S:
+        raise StateError(f"{where}.{key} {value!r} is not a period in (0, {MAX_SAMPLE_PERIOD_S}] s")
+    return value
 
 
 def _container(doc: Any, where: str) -> Container:

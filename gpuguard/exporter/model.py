@@ -52,6 +52,8 @@ class DeviceSample:
     mig_index: int | None = None
     #: the MIG GPU instance id (NVML's, dcgm-exporter's GPU_I_ID); not the MIG device index
     gpu_instance_id: int | None = None
+    #: how often its per-process samples come, as learnt from them; None: not learnt yet
+    sample_period_s: float | None = None
 
     @property
     def mig_profile(self) -> str | None:

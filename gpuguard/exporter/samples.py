@@ -6,8 +6,9 @@ is overdue (sample time + period x (1 + ``HOLD_MARGIN``)), dropped when a newer 
 of its device came without it, and not held when it shows the kernels stopping. Held
 samples are marked: they keep a task computing but are not new activity. Fresh samples
 carry where in their period the activity began (``began_us``) or ended (``ended_us``).
-The period is learnt per device, 1/6 s until then. Why: docs/design-notes.md, "Tasks"
-("Samples") and "Held samples".
+The period is learnt per device, 1/6 s until then; each device of the returned sample says
+what was learnt (``sample_period_s``), which the state publishes for the actuator. Why:
+docs/design-notes.md, "Tasks" ("Samples") and "Held samples".
 """
 
 from __future__ import annotations
@@ -47,8 +48,12 @@ class SampleHold:
 
     def period(self, device: str) -> float:
         """The device's sample period as learnt so far."""
+        return self.learnt_period(device) or self.default_period_s
+
+    def learnt_period(self, device: str) -> float | None:
+        """The device's sample period as learnt from its samples; None before any gap."""
         gaps = self._gaps.get(device)
-        return min(gaps) if gaps else self.default_period_s
+        return min(gaps) if gaps else None
 
     def apply(self, sample: GpuSample) -> GpuSample:
         """The sample with fresh samples annotated and held copies added."""
@@ -91,7 +96,8 @@ class SampleHold:
                 continue  # the driver sampled again, and it had run nothing
             if last.ended_us is None:
                 held.append(replace(last, held=True))
-        return replace(device, process_samples=(*fresh, *held))
+        learnt = self.learnt_period(key)
+        return replace(device, process_samples=(*fresh, *held), sample_period_s=learnt)
 
     def _new(self, key: str, samples: tuple[ProcessUtilization, ...]) -> list[ProcessUtilization]:
         """Samples not seen before (a backend may repeat some), oldest first."""

@@ -168,6 +168,7 @@ def state_json(snap: PollSnapshot) -> dict[str, Any]:
                     GpuField.MEMORY_USED_BYTES: device.memory_used_bytes,
                     GpuField.UTILIZATION_RATIO: device.utilization_ratio,
                     GpuField.SM_RATIO: device_sm.get(device.key, 0.0),
+                    GpuField.SAMPLE_PERIOD_S: device.sample_period_s,
                 }
             )
     return {

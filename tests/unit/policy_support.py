@@ -92,6 +92,7 @@ def state(
     timestamp: float = NOW,
     sources_ok: bool = True,
     migs: int = 0,
+    sample_period_s: float | None = None,
 ) -> Any:
     devices = [(i, None) for i in range(gpus)] if not migs else [(0, m) for m in range(migs)]
     utils = util if isinstance(util, list) else [util] * len(devices)
@@ -112,6 +113,7 @@ def state(
                     "memory_used_bytes": mem_used,
                     "utilization_ratio": u if m is None else None,
                     "sm_ratio": u,
+                    "sample_period_s": sample_period_s,
                 }
                 for (i, m), u in zip(devices, utils, strict=True)
             ],

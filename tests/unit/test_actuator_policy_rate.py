@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpuguard.actuator.admission.policy.besteffort import NVML_SAMPLE_S
 from gpuguard.actuator.admission.policy.decide import decide
+from gpuguard.actuator.admission.policy.edges import NVML_SAMPLE_S
 from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,
@@ -117,6 +117,17 @@ def test_a_container_on_two_devices_runs_only_where_both_cycles_run() -> None:
     assert d.next_due == pytest.approx(NOW + 0.3)  # GPU 0's switch comes first
     recent = Recent(duty_cycles={**recent.duty_cycles, (1, None): DutyCycle(0.3, 1.0, NOW)})
     assert acts(run(state(cs, ts, util=1.0, gpus=2), ours("t"), recent)) == [(UNPAUSE, "t")]
+
+
+def test_one_sample_is_the_devices_learnt_period() -> None:
+    """An H200 samples its processes every 0.2 s: real-time work seen 0.18 s ago may still
+    run unseen there, where 1/6 s would have thawed the trainer into it."""
+    cs = [container("r", deadline=2.0), container("t", klass=BE, paused=True)]
+    ts = [task("r", "draining", 1), task("t", "computing", 2, paused=True)]
+    seen = Recent(realtime_seen={GPU0: NOW - 0.18})
+    assert acts(run(state(cs, ts), ours("t"), seen)) == [(UNPAUSE, "t")]
+    d = run(state(cs, ts, sample_period_s=0.2), ours("t"), seen)
+    assert acts(d) == [] and d.next_due == pytest.approx(NOW + 0.02)
 
 
 def test_real_time_idle_thaws_after_one_nvml_sample_without_an_adaptive_hold() -> None:

@@ -70,10 +70,14 @@ def nvml_polls(kernel: tuple[float, float], until: float, every: float = 0.02) -
 
 def test_a_poll_between_two_instants_holds_the_last_sample() -> None:
     hold = SampleHold()
-    assert shares(hold.apply(poll(0.17, {1: [(P, 1.0)]}))) == {1: (1.0, False)}
+    first = hold.apply(poll(0.17, {1: [(P, 1.0)]}))
+    assert shares(first) == {1: (1.0, False)}
+    assert first.devices[0].sample_period_s is None  # one instant: no period learnt yet
     assert shares(hold.apply(poll(0.19, {}))) == {1: (1.0, True)}  # no news is not SM 0
-    assert shares(hold.apply(poll(0.34, {1: [(2 * P, 1.0)]}))) == {1: (1.0, False)}
+    learnt = hold.apply(poll(0.34, {1: [(2 * P, 1.0)]}))
+    assert shares(learnt) == {1: (1.0, False)}
     assert hold.period("0") == pytest.approx(P, abs=1e-5)
+    assert learnt.devices[0].sample_period_s == pytest.approx(P, abs=1e-5)  # the state says it
     # overdue: more than a period (and a margin) since its last sample
     assert shares(hold.apply(poll(2 * P + 1.25 * P - 0.01, {}))) == {1: (1.0, True)}
     assert shares(hold.apply(poll(2 * P + 1.25 * P + 0.01, {}))) == {}

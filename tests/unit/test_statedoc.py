@@ -110,6 +110,8 @@ def test_reads_the_slo_target_a_container_declares(tmp_path: Path) -> None:
         (("tasks", 0, "mig_index"), True, "mig_index has the wrong type (bool)"),
         (("tasks", 0, "proc_start_ticks"), 1.5, "proc_start_ticks has the wrong type"),
         (("gpus", 1, "mig_index"), "2", "mig_index has the wrong type"),
+        (("gpus", 0, "sample_period_s"), 0, "sample_period_s 0.0 is not a period in (0, 10.0]"),
+        (("gpus", 0, "sample_period_s"), 1e9, "is not a period"),
     ],
 )
 def test_rejects_bad_fields(tmp_path: Path, path: tuple[Any, ...], value: Any, needle: str) -> None:

@@ -7,10 +7,10 @@ Why: docs/design-notes.md, "Best-effort freezes".
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuguard.actuator.admission.policy.edges import NVML_SAMPLE_S, Edges, thaw_after_s
+from gpuguard.actuator.admission.policy.edges import Edges, sample_period, thaw_after_s
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
 from gpuguard.actuator.decision import (
     PAUSE,
@@ -51,11 +51,13 @@ def plan_best_effort_rate(
     recent: Recent,
     slo_pressure: frozenset[DeviceKey] = frozenset(),
     edges: Edges | None = None,
+    periods: Mapping[DeviceKey, float] | None = None,
 ) -> BestEffortPlan:
     """Freeze each best-effort container while real-time work seen exactly is busy on one of
     its devices (``edges``); elsewhere run it by its devices' duty cycles while real-time work
     seen through NVML is active there (``realtime``, or its SLO alert fires); thaw it once
     both sides are idle: one NVML sample after NVML's, ``thaw_after_s`` after the exact one's.
+    A sample lasts its devices' learnt period (``periods``), else 1/6 s.
 
     A container on several such devices is frozen while any of them says so. A device's
     cycle is ``recent``'s; a device without one starts one here, frozen first.
@@ -63,21 +65,23 @@ def plan_best_effort_rate(
     plan = BestEffortPlan()
     law = config.rate
     edges = edges or Edges()
+    periods = periods or {}
     controlled = realtime | slo_pressure
     for mine in _by_container(views).values():
         v = mine[0]
         devices = {m.task.device for m in mine}
         active = devices & controlled
         settled = devices & edges.busy or not active
-        if settled and _edge_freeze(plan, v, devices, edges, now, recent, law):
+        sample_s = sample_period(periods, devices)
+        if settled and _edge_freeze(plan, v, devices, edges, now, recent, law, sample_s):
             continue
         if not active:
             last_seen = max(recent.realtime_seen.get(d, -math.inf) for d in devices)
-            if v.ours and now - last_seen < NVML_SAMPLE_S:
-                plan.due.append(last_seen + NVML_SAMPLE_S)
+            if v.ours and now - last_seen < sample_s:
+                plan.due.append(last_seen + sample_s)
             elif v.ours:
                 plan.steps.append(step_for(UNPAUSE, v, StepReason.REALTIME_IDLE))
-            _keep_idle_cycles(plan, devices, recent, now, law)
+            _keep_idle_cycles(plan, devices, recent, now, law, sample_s)
             continue
         if v.blocker:
             if not v.paused:
@@ -102,6 +106,7 @@ def _edge_freeze(
     now: float,
     recent: Recent,
     law: RateLaw,
+    sample_s: float,
 ) -> bool:
     """Exact real-time work on its devices: frozen while it is busy, held until a gap worth
     a thaw, and run for the floor's share of a period once its floor is due
@@ -125,7 +130,7 @@ def _edge_freeze(
     slack = [edges.slack_s.get(d) for d in devices if d in edges.idle_since]
     least = None if None in slack else min(slack, default=None)  # type: ignore[type-var]
     step = recent.steps.get(v.cid) if v.cid is not None else None
-    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s, least, step)
+    thaw_at = max(idle) + thaw_after_s(v.container, recent.freeze_s, least, step, sample_s)
     if now < thaw_at:
         plan.due.append(thaw_at)
         return True
@@ -177,12 +182,17 @@ def _floor_runs(v: TaskView, law: RateLaw, now: float, plan: BestEffortPlan) -> 
 
 
 def _keep_idle_cycles(
-    plan: BestEffortPlan, devices: set[DeviceKey], recent: Recent, now: float, law: RateLaw
+    plan: BestEffortPlan,
+    devices: set[DeviceKey],
+    recent: Recent,
+    now: float,
+    law: RateLaw,
+    sample_s: float,
 ) -> None:
     """Keep the phase of a device's cycle through an idle gap shorter than a period: work
     that comes back at once must not start a new cycle, frozen first, while the last one's
     freeze still holds (that would outlast the floor)."""
-    keep_s = max(law.period_s, NVML_SAMPLE_S)
+    keep_s = max(law.period_s, sample_s)
     for device in devices:
         running = recent.duty_cycles.get(device)
         if running is not None and now - recent.realtime_seen.get(device, -math.inf) < keep_s:

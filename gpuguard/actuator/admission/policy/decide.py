@@ -12,7 +12,7 @@ from dataclasses import replace
 from gpuguard.actuator.admission.policy.besteffort import plan_best_effort_rate
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
-from gpuguard.actuator.admission.policy.edges import edges_of
+from gpuguard.actuator.admission.policy.edges import edges_of, sample_periods
 from gpuguard.actuator.admission.policy.precedence import servers
 from gpuguard.actuator.admission.policy.views import view_of
 from gpuguard.actuator.admission.policy.yields import between_tasks
@@ -73,8 +73,9 @@ def decide(
     # real-time work seen exactly is followed on its edges, not by the NVML law
     realtime = frozenset(k for k, plan in plans.items() if plan.realtime_busy - edges.containers)
     be = plan_best_effort_rate(
-        best_effort, realtime, trigger.now, config, recent, slo_pressure, edges
-    )
+        best_effort, realtime, trigger.now, config, recent, slo_pressure, edges,
+        sample_periods(state),
+    )  # fmt: skip
     steps += be.steps
     skips += be.skips
     due += be.due

@@ -7,15 +7,27 @@ Why: docs/design-notes.md, "Best-effort on busy/idle edges".
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuguard.actuator.state import Activity, Container, DeviceKey, ExporterState, Gpu, Task
 from gpuguard.contract import PRE_KERNEL, ActivitySource, Phase, PriorityClass
 
-#: NVML's per-process samples come about this often: what is not seen exactly may have
-#: run unseen for this long (and a best-effort kernel not seen exactly may last as long)
+#: NVML's per-process samples come about this often where the exporter has not learnt a
+#: device's period: what is not seen exactly may have run unseen for one period (and a
+#: best-effort kernel not seen exactly may last as long)
 NVML_SAMPLE_S = 1 / 6
+
+
+def sample_period(periods: Mapping[DeviceKey, float], devices: Iterable[DeviceKey]) -> float:
+    """The longest learnt sample period of ``devices`` (``NVML_SAMPLE_S`` where not learnt):
+    an H200 samples every 0.2 s, not 1/6."""
+    return max((periods.get(d, NVML_SAMPLE_S) for d in devices), default=NVML_SAMPLE_S)
+
+
+def sample_periods(state: ExporterState) -> dict[DeviceKey, float]:
+    """Each device's learnt sample period, where the exporter says one."""
+    return {g.key: g.sample_period_s for g in state.gpus if g.sample_period_s is not None}
 
 
 def exact_activity(container: Container | None) -> Activity | None:
@@ -142,23 +154,25 @@ def thaw_after_s(
     freeze_s: float,
     slack_s: float | None = None,
     step_s: float | None = None,
+    sample_s: float = NVML_SAMPLE_S,
 ) -> float:
     """How long exact real-time work must have been idle before a best-effort container is
     thawed into the gap. A thaw risks the measured freeze and thaw (``freeze_s`` each) and
     the best-effort work in flight when it is frozen again, which the next real-time task
     waits out: its steps' length where learnt unfrozen (``step_s``, ``Recent.steps``), else
-    its last task's where seen exactly, else one NVML sample (the most, in every case).
+    its last task's where seen exactly, else one NVML sample (``sample_s``, the device's
+    period; the most, in every case).
     Where the real-time side's least slack (``slack_s``: deadline less its longest run)
     covers twice that work, the gap is thawed at once (the freeze and thaw only); otherwise
     a gap shorter than the work in flight is left to the real-time side."""
     activity = exact_activity(container)
     last = activity.last_task if activity is not None else None
     if step_s is not None and activity is not None:
-        in_flight = min(NVML_SAMPLE_S, step_s)
+        in_flight = min(sample_s, step_s)
     elif last is not None:
-        in_flight = min(NVML_SAMPLE_S, last[1] - last[0])
+        in_flight = min(sample_s, last[1] - last[0])
     else:
-        in_flight = NVML_SAMPLE_S
+        in_flight = sample_s
     in_flight = max(0.0, in_flight)
     if slack_s is not None and slack_s >= 2 * in_flight:
         return 2 * freeze_s
