@@ -79,7 +79,9 @@ def plan(rig: Rig, quick: bool) -> dict[str, Any]:
         "step_work_s": 0.02 if on_gpu else 0.4,
         "contention_counts": list(range(1, 4 if quick else 11)),
         "contention_size": 13312,
-        "contention_lead_s": 20.0 if on_gpu else 1.5,
+        # the processes start and wait for --start-at (each imports torch after it): a few
+        # seconds cover an interpreter's start even ten at once
+        "contention_lead_s": 5.0 if on_gpu else 1.5,
         # each level's processes overlap this long (a GPU's kernel is short beside the
         # seconds its processes take to import torch, in no fixed order)
         "contention_span_s": 8.0 if on_gpu and not quick else 0.0,
