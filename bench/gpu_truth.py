@@ -182,6 +182,9 @@ def report(result: dict[str, Any]) -> None:
                   f"{p['kernels_logged']} logged kernels; {p['runs_matched']}/{p['runs']} runs in "
                   f"{p['tasks_seen']} tasks seen; "
                   f"start {p['start_err_ms_mean']} ms, end {p['end_err_ms_mean']} ms")  # fmt: skip
+            print(f"  a probed cuStreamQuery: {p['query_ns_probed']} ns against "
+                  f"{p['query_ns_unprobed']} ns unprobed (entry and return probes: "
+                  f"{p['probe_ns_per_query']} ns)")  # fmt: skip
         else:
             print(f"  launch probe not attached ({p.get('reason')}): {p['detail']}")
     if "contention" in result:

@@ -5,11 +5,15 @@ On a GPU the probe attaches to the driver's ``libcuda.so.1`` (the file the toolk
 into containers) while a torch one-shot runs with its context kept (one process); on gpusim
 to the daemon's stand-in. Needs root (CAP_BPF + CAP_PERFMON) and the probe's program
 (``gpuguard-launchprobe`` on PATH, else built with clang, bpftool and libbpf); without them
-the section says why and measures nothing.
+the section says why and measures nothing. What the probe costs a call is measured on the
+same file: ``cuStreamQuery`` in a loop, unprobed then probed (two traps a call, the entry's
+and the return's; a launch takes one).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -56,19 +60,57 @@ class PidTracker:
         ]
 
 
+#: a child that calls ``cuStreamQuery(NULL)`` in a loop and prints its fastest round, in ns
+#: of the thread's CPU time a call (user + kernel: a probe's traps included). Without
+#: ``cuInit`` a real driver answers at once (not initialized), gpusim's stand-in too: the
+#: call is the cheapest the probe watches, so the difference is the probe's own cost.
+_QUERY_LOOP = """
+import ctypes, sys, time
+query = ctypes.CDLL(sys.argv[1]).cuStreamQuery
+query.argtypes, query.restype = [ctypes.c_void_p], ctypes.c_int
+n, best = int(sys.argv[2]), float("inf")
+for _ in range(5):
+    began = time.thread_time_ns()
+    for _ in range(n):
+        query(None)
+    best = min(best, (time.thread_time_ns() - began) / n)
+print(best)
+"""
+QUERY_CALLS = 20_000
+
+
+def query_ns(library: Path, calls: int = QUERY_CALLS) -> float | None:
+    """ns a ``cuStreamQuery`` call of ``library`` takes in a child (None if it failed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _QUERY_LOOP, str(library), str(calls)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    try:
+        return float(done.stdout.strip())
+    except ValueError:
+        return None
+
+
 def measure(rig: Rig, workdir: Path, args: list[str]) -> dict[str, Any]:
-    """One-shot runs (``args``) under the probe; counts and span errors (ms)."""
+    """One-shot runs (``args``) under the probe; counts and span errors (ms); and what a
+    probed ``cuStreamQuery`` (an entry and a return probe) costs over an unprobed one."""
     socket = rig.service.socket if rig.service is not None else None
     library = find_library(None, socket)
     tracker = PidTracker()
     found = installed_binary()
     probe = LaunchProbe(lambda: found or probe_binary(), library, 0.01, tracker.on_tick)
+    unprobed = query_ns(library) if library is not None else None
     status = probe.start()
     result: dict[str, Any] = {"attached": status.attached, "library": str(library),
                               "detail": status.detail}  # fmt: skip
     if not status.attached:
         result["reason"] = status.reason.value if status.reason else None
         return result
+    probed = query_ns(library) if library is not None else None
+    result["query_ns_unprobed"] = _round(unprobed)
+    result["query_ns_probed"] = _round(probed)
+    cost = probed - unprobed if probed is not None and unprobed is not None else None
+    result["probe_ns_per_query"] = _round(cost)
     log = workdir / "launchprobe-oneshot.jsonl"
     try:
         child = rig.start(rig.workload("oneshot", *args, "--keep-context", "--log", str(log)), log)

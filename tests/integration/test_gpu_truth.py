@@ -77,6 +77,11 @@ def test_kit_runs_every_section_on_gpusim(tmp_path: Path) -> None:
     assert result["freeze"]["freeze_drain_ms_p95"] > 0  # queued kernels ran on after the freeze
     # gpusim measured against its own model: the kit's contention path adds no error
     assert result["contention_max_rel_error_vs_gpusim"] < 0.05
+    probe = result["launch_probe"]
+    if probe["attached"]:  # root with clang here; the kit says why where not
+        assert probe["runs_matched"] == probe["runs"] > 0
+        # a uprobe's trap costs microseconds; an unprobed call well under one
+        assert probe["query_ns_unprobed"] < 2_000 < probe["probe_ns_per_query"]
     saved = json.loads((tmp_path / "gpu-truth-gpusim.json").read_text())
     assert saved["backend"] == "gpusim"
     profile = load_profile(str(tmp_path / "profile-gpusim.json"))
