@@ -154,10 +154,15 @@ def test_kill_9_of_the_actuator_container_and_the_guard_container_resumes(
     actuator.reload()
     guard.reload()
     assert actuator.status == "exited" and guard.status == "running"
-    logs = guard.logs().decode()
-    assert "no actuator holds the journal" in logs and "guard resumed dep-" in logs, logs
-    metrics = requests.get(f"http://127.0.0.1:{guard_port}/metrics", timeout=5).text
-    assert 'gpuguard_guard_actuator{state="gone"} 1.0' in metrics  # what Prometheus scrapes
+    # the guard says so once its check is over (the tenants resume inside it)
+    said = ("no actuator holds the journal", "guard resumed dep-")
+    wait_for(lambda: all(s in guard.logs().decode() for s in said), 10, "the guard's log lines")
+
+    def gone() -> bool:  # what Prometheus scrapes
+        metrics = requests.get(f"http://127.0.0.1:{guard_port}/metrics", timeout=5).text
+        return 'gpuguard_guard_actuator{state="gone"} 1.0' in metrics
+
+    wait_for(gone, 10, "the guard's metric to say the actuator is gone", interval=0.1)
 
     # A new actuator container on the same volume takes the journal back and serves.
     actuator.start()

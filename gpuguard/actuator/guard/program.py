@@ -98,8 +98,8 @@ class Guard:
             verdict = "stuck" if stuck else "alive"
             self._watch(resume_all=stuck)
         if verdict != self.verdict:
+            self.verdict = verdict  # the metric says it no later than the log and the audit
             self._announce(verdict, left)
-            self.verdict = verdict
         lease.renew(self.config.state_dir / lease.GUARD_LEASE, self.writes)
         return verdict
 
