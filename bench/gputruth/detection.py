@@ -23,7 +23,7 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import ContainerInfo
 from gpuguard.exporter.poller import Poller
 from gpuguard.exporter.tracker import TaskRules, TaskView, Tracker
-from gputruth.rig import Rig, mean, read_log
+from gputruth.rig import Rig, mean, pair_by_overlap, read_log
 
 
 class NoContainers:
@@ -57,19 +57,10 @@ def truth_intervals(events: list[dict[str, Any]], kind: str) -> list[Interval]:
 
 def match(truth: list[Interval], seen: list[TaskView]) -> list[tuple[Interval, TaskView]]:
     """Each true interval with the detected task overlapping it most, one to one."""
-    pairs = []
-    free = [t for t in seen if t.ended_at is not None]
-    for interval in truth:
-        best, best_overlap = None, 0.0
-        for task in free:
-            assert task.ended_at is not None
-            overlap = min(interval.end, task.ended_at) - max(interval.start, task.started_at)
-            if overlap > best_overlap:
-                best, best_overlap = task, overlap
-        if best is not None:
-            free.remove(best)
-            pairs.append((interval, best))
-    return pairs
+    ended = [t for t in seen if t.ended_at is not None]
+    spans = [(t.started_at, t.ended_at or 0.0) for t in ended]
+    paired = pair_by_overlap([(i.start, i.end) for i in truth], spans)
+    return [(truth[t], ended[i]) for t, i in paired.items()]
 
 
 def measure(

@@ -29,7 +29,7 @@ from gpuguard.exporter.launchprobe import (
     installed_binary,
 )
 from gpuguard.exporter.probe.build import probe_binary
-from gputruth.rig import Rig, mean, read_log
+from gputruth.rig import Rig, mean, pair_by_overlap, read_log
 
 
 class PidTracker:
@@ -149,17 +149,7 @@ def pair_runs(runs: list[tuple[float, float]], spans: list[tuple[float, float]])
     """Each run (its first kernel's launch to its output's end) with the busy span that
     overlaps it most, one to one. Spans that match no run are the program's own set-up (on
     a GPU: the context's first kernel and the workload's calibration matmuls)."""
-    paired: dict[int, int] = {}
-    for r, (start, end) in enumerate(runs):
-        overlaps = [
-            (min(end, e) - max(start, s), i)
-            for i, (s, e) in enumerate(spans)
-            if i not in paired.values()
-        ]
-        best = max(overlaps, default=(0.0, -1))
-        if best[0] > 0:
-            paired[r] = best[1]
-    return paired
+    return pair_by_overlap(runs, spans)
 
 
 def _round(value: float | None) -> float | None:

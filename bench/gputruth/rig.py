@@ -134,6 +134,25 @@ def mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def pair_by_overlap(
+    truth: list[tuple[float, float]], seen: list[tuple[float, float]]
+) -> dict[int, int]:
+    """Each true interval (index) with the seen one (index) that overlaps it most, one to
+    one, in the order of ``truth``; an interval nothing overlaps has no pair."""
+    paired: dict[int, int] = {}
+    taken: set[int] = set()
+    for t, (start, end) in enumerate(truth):
+        best, most = None, 0.0
+        for i, (s, e) in enumerate(seen):
+            overlap = min(end, e) - max(start, s)
+            if i not in taken and overlap > most:
+                best, most = i, overlap
+        if best is not None:
+            paired[t] = best
+            taken.add(best)
+    return paired
+
+
 def read_log(path: Path) -> list[dict[str, Any]]:
     import json
 
