@@ -24,6 +24,7 @@ from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.launchprobe import (
     LaunchProbe,
     LaunchSample,
+    ProbeConfig,
     ProcLaunches,
     find_library,
     installed_binary,
@@ -35,7 +36,7 @@ from gputruth.rig import Rig, mean, pair_by_overlap, read_log
 class PidTracker:
     """The exporter's activity tracker with each process as its own container."""
 
-    def __init__(self, task_gap_s: float = 0.02) -> None:
+    def __init__(self, task_gap_s: float = ProbeConfig().task_gap_s) -> None:
         self.events = EventLog(100_000)
         self.tracker = ActivityTracker(self.events, task_gap_s, idle_timeout_s=0.5)
         self.last: dict[int, ProcLaunches] = {}

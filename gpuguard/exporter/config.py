@@ -94,7 +94,7 @@ FLAGS: tuple[Flag, ...] = (
          "clang, bpftool, libbpf)", metavar="PATH"),
     Flag("probe.interval", "10ms", "how often the probe's counts are read: 1ms to 1s",
          "duration"),
-    Flag("probe.task-gap", "20ms",
+    Flag("probe.task-gap", "10ms",
          "launch source: busy periods closer than this are one task", "duration"),
     Flag("probe.idle-timeout", "500ms",
          "launch source: no launch and no wait this long ends a task without a wait",

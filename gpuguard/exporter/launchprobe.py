@@ -53,7 +53,7 @@ class ProbeConfig:
     library: Path | None = None
     binary: Path | None = None
     interval_s: float = 0.01
-    task_gap_s: float = 0.02
+    task_gap_s: float = 0.01
     idle_timeout_s: float = 0.5
 
 
