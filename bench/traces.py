@@ -711,6 +711,19 @@ def plan_kind(
     ]
 
 
+def only_windows(
+    plans: dict[str, list[WindowPlan]], wanted: Sequence[int] | None, windows: int
+) -> dict[str, list[WindowPlan]]:
+    """The plans of the ``wanted`` windows only (all where None; raises TraceError for a
+    window the plan does not have)."""
+    if wanted is None:
+        return plans
+    missing = sorted({n for n in wanted if not 0 <= n < windows})
+    if missing:
+        raise TraceError(f"--window {missing[0]}: the plan has windows 0 to {windows - 1}")
+    return {name: [p for p in ps if p.window.index in wanted] for name, ps in plans.items()}
+
+
 def plan_text(plans: dict[str, list[WindowPlan]]) -> str:
     """Each window's servers: requests, kernel lengths, p99 alone (FIFO replay), deadline."""
     lines = []
@@ -770,6 +783,9 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--quick", action="store_true", help="three windows at once (about 5 minutes)")
     p.add_argument("--windows", type=count, default=None, help="windows per scenario")
+    p.add_argument("--window", action="append", type=int, default=None, metavar="N",
+                   help="run only window N of each scenario's plan (0-based, repeatable; for "
+                        "a look at one window: the worst is then of these only)")  # fmt: skip
     p.add_argument("--window-s", type=positive, default=None, help="a window's wall seconds")
     p.add_argument("--parallel", type=count, default=None, help="windows run at once")
     p.add_argument("--time-scale", type=positive, default=0.1, help="gpusim kernel time scale")
@@ -822,6 +838,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             source = str(directory)
         kinds = [k for k in KINDS if args.only is None or k in args.only]
         plans = {k.name: plan_kind(k, traces, sizes, args.seed) for k in kinds}
+        plans = only_windows(plans, args.window, sizes.windows)
     except TraceError as exc:
         p.exit(2, f"bench/traces.py: error: {exc}\n")
     if args.plan:

@@ -332,6 +332,8 @@ class Event:
     phase: str | None = None
     #: ``gpu_busy``/``gpu_idle``: ``ActivitySource``'s value (``launch``, ``gauge``)
     source: str | None = None
+    #: ``gpu_idle``: the ended busy period's first launch
+    busy_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -375,6 +377,7 @@ def parse_events(doc: Any) -> EventBatch:
                 gpu=_opt(ev, "gpu", int, f"events[{i}]"),
                 phase=_opt(ev, "phase", str, f"events[{i}]"),
                 source=_opt(ev, "source", str, f"events[{i}]"),
+                busy_since=_opt_float(ev, "busy_since", f"events[{i}]"),
             )
         )
     return EventBatch(

@@ -22,7 +22,7 @@ from gpuguard.actuator.alertorder import AlertOrder
 from gpuguard.actuator.audit import AuditLog
 from gpuguard.actuator.config import Config
 from gpuguard.actuator.decision import Decision, Trigger
-from gpuguard.actuator.edgestate import with_busy_edges
+from gpuguard.actuator.edgestate import with_edges
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.execution.executor import PauseExecutor
 from gpuguard.actuator.execution.reconcile import Reconciler
@@ -180,17 +180,17 @@ class Controller:
             return report
 
     def decide_on_edges(self, events: Sequence[Event], event_ts: float) -> Report | None:
-        """Decide at once on ``gpu_busy`` edges, from the last state read with their
-        containers busy (``with_busy_edges``), without reading the state; None (nothing
-        done) where that read is older than ``EDGE_STATE_MAX_AGE_S`` or the edges name
-        what it does not show. The caller decides again on a fresh read."""
+        """Decide at once on ``gpu_busy`` and ``gpu_idle`` edges, from the last state read
+        with them applied (``with_edges``), without reading the state; None (nothing done)
+        where that read is older than ``EDGE_STATE_MAX_AGE_S`` or the edges name what it
+        does not show. The caller decides again on a fresh read."""
         t_wait = time.monotonic()
         with self._lock:
             t0 = time.monotonic()
             state = self.last_state
             if state is None or t0 - self._state_read_at > EDGE_STATE_MAX_AGE_S:
                 return None
-            edged = with_busy_edges(state, events)
+            edged = with_edges(state, events)
             if edged is None:
                 return None
             trigger = Trigger(TriggerSource.FAST, time.time())

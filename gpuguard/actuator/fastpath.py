@@ -3,8 +3,8 @@
 Alertmanager cannot be faster than its group timers (seconds), while paper B must pause a
 container inside its memory-input phase (~0.2 s). So the actuator long-polls
 ``/api/v1/events``; each relevant event triggers a fresh ``/api/v1/state`` read and the same
-``decide()`` the webhooks use. A batch of ``gpu_busy`` edges alone is first decided on the
-last state read with those containers busy, at once, then on the fresh read. It
+``decide()`` the webhooks use. A batch of ``gpu_busy`` and ``gpu_idle`` edges alone is first
+decided on the last state read with those edges applied, at once, then on the fresh read. It
 resynchronises from the state on start, when the exporter says events were dropped
 (``truncated``), and when the exporter restarted (sequence went back).
 """
@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 
 from gpuguard.actuator.controller import Controller
+from gpuguard.actuator.edgestate import EDGE_TYPES
 from gpuguard.actuator.errors import ExporterUnavailable, StateError
 from gpuguard.actuator.exporter_client import ExporterClient
 from gpuguard.actuator.state import Event
@@ -59,7 +60,7 @@ class FastPath:
         self.client.close()
 
     def _decide(self, event_ts: float | None = None, edges: Sequence[Event] = ()) -> bool:
-        """Decide unless stopped (on ``edges`` first, where they are busy edges alone);
+        """Decide unless stopped (on ``edges`` first, where they are busy and idle edges alone);
         False once stopped."""
         with self._deciding:
             if self._stop.is_set():
@@ -93,8 +94,8 @@ class FastPath:
                 relevant = [e for e in batch.events if e.type in RELEVANT_EVENTS]
                 if relevant:
                     first = min(e.ts for e in relevant)
-                    busy = all(e.type == EventType.GPU_BUSY for e in relevant)
-                    if not self._decide(first, relevant if busy else ()):
+                    edges_only = all(e.type in EDGE_TYPES for e in relevant)
+                    if not self._decide(first, relevant if edges_only else ()):
                         break
                     self.latencies_ms.append(1000 * (time.time() - first))
                     del self.latencies_ms[:-1000]

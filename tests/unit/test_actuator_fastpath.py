@@ -1,6 +1,6 @@
 """The fast path stops at once: a long poll under way is not waited for, and no decision
-starts once ``stop()`` has returned (the actuator then resumes what it paused); busy edges
-alone are decided on before the state is read."""
+starts once ``stop()`` has returned (the actuator then resumes what it paused); busy and
+idle edges alone are decided on before the state is read."""
 
 from __future__ import annotations
 
@@ -82,10 +82,12 @@ class Batches:
         pass
 
 
-def test_busy_edges_alone_are_decided_on_first_then_on_a_fresh_read() -> None:
+def test_edges_alone_are_decided_on_first_then_on_a_fresh_read() -> None:
     controller = Controller()
     stream = Batches(
         [EventType.GPU_BUSY, EventType.CONTAINER_PAUSED],
+        [EventType.GPU_IDLE],
+        [EventType.GPU_IDLE, EventType.GPU_BUSY],
         [EventType.GPU_BUSY, EventType.TASK_STARTED],
     )
     fast = FastPath(controller, stream)  # type: ignore[arg-type]
@@ -93,4 +95,7 @@ def test_busy_edges_alone_are_decided_on_first_then_on_a_fresh_read() -> None:
     assert stream.done.wait(5)
     fast.stop()
     fast_ = TriggerSource.FAST
-    assert controller.decisions == [fast_, "edges gpu_busy", fast_, fast_]
+    assert controller.decisions == [
+        fast_, "edges gpu_busy", fast_, "edges gpu_idle", fast_,
+        "edges gpu_idle,gpu_busy", fast_, fast_,
+    ]  # fmt: skip

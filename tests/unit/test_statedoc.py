@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from gpuguard.commands.ps import ps_rows
-from gpuguard.contract import Phase, PriorityClass, TaskMode
+from gpuguard.contract import EventType, Phase, PriorityClass, TaskMode
+from gpuguard.exporter.activity import ActivityTracker
+from gpuguard.exporter.events import EventLog
 from gpuguard.exporter.model import DeviceSample, GpuProcess, GpuSample
 from gpuguard.exporter.state import state_json
 from gpuguard.slo import SloDeclaration
@@ -27,9 +29,11 @@ from gpuguard.statedoc import (
     StateError,
     StateField,
     TaskField,
+    parse_events,
     parse_state,
 )
 from tests.unit.exporter_fakes import GIB, cid, container, sample, three_container_poller
+from tests.unit.test_launchprobe import proc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -195,3 +199,22 @@ def test_interfaces_doc_shows_every_field(fields: type[StateField]) -> None:
     assert section, "docs/interfaces.md has no /api/v1/state section"
     missing = [name for name in fields.names() if f'"{name}"' not in section.group(0)]
     assert not missing, f"docs/interfaces.md's /api/v1/state lacks {missing}"
+
+
+def test_an_idle_edge_carries_its_busy_periods_start_to_the_actuator() -> None:
+    """The tracker's ``gpu_idle`` as the event stream serves it, read back: its
+    ``busy_since``; an event without one (a busy edge) reads None, a bad one is an error."""
+    log = EventLog(16)
+    tracker = ActivityTracker(log, task_gap_s=0.01, idle_timeout_s=0.5)
+    tracker.update(1.0, {"c": [proc(1, 2, last=0.99, period=0.98)]}, [])
+    tracker.update(1.1, {"c": [proc(1, 2, last=0.99, period=0.98, waits=1, wait_end=1.02)]}, [])
+    batch = log.since(0)
+    doc = json.loads(json.dumps({"events": list(batch.events), "next": batch.next,
+                                 "truncated": batch.truncated}))  # fmt: skip
+    busy, idle = parse_events(doc).events
+    assert (busy.type, idle.type) == (EventType.GPU_BUSY, EventType.GPU_IDLE)
+    assert busy.busy_since is None and idle.busy_since == pytest.approx(0.98)
+    assert idle.ts == pytest.approx(1.02)
+    doc["events"][1]["busy_since"] = "soon"
+    with pytest.raises(StateError, match="busy_since"):
+        parse_events(doc)

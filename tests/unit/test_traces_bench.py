@@ -488,6 +488,7 @@ def test_help_names_the_scenarios_and_the_actuator_flags() -> None:
         (["--windows", "0"], "--windows: must be an integer >= 1, got '0'"),
         (["--only", "nosuch"], "unknown scenario 'nosuch': one of sparse (a)"),
         (["--window-s", "-3"], "--window-s: must be > 0"),
+        (["--window", "x"], "--window: invalid int value: 'x'"),
     ],
 )
 def test_a_bad_argument_is_one_line(args: list[str], said: str) -> None:
@@ -495,6 +496,14 @@ def test_a_bad_argument_is_one_line(args: list[str], said: str) -> None:
     assert out.returncode == 2 and out.stdout == ""
     errors = [line for line in out.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and said in errors[0] and out.stderr.strip().endswith(errors[0])
+
+
+def test_a_window_the_plan_does_not_have_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        traces.main(["--quick", "--window", "3", "--plan", "--synthetic"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "bench/traces.py: error: --window 3: the plan has windows 0 to 2\n"
 
 
 def test_missing_or_altered_subsets_are_one_line_and_nothing_runs(tmp_path: Path) -> None:
@@ -524,6 +533,10 @@ def test_plan_prints_every_windows_schedule(
     assert out.count("  w1 code trace") == 2 and out.count("  w1 conv trace") == 2
     assert "(sparse)" in out and "(oneshot)" in out and "one-shot 6.4 s of kernels" in out
     assert "server  conv     24 requests" in out  # 1.5 a second for 16 s
+    assert traces.main(["--quick", "--plan", "--trace-dir", str(tmp_path), "--window", "1",
+                        "--only", "pair"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "  w1 code trace" in out and "  w0 " not in out and "  w2 " not in out
 
 
 def test_a_window_without_requests_is_refused_before_anything_runs() -> None:
