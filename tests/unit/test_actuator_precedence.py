@@ -128,6 +128,24 @@ def test_servers_are_long_lived_burst_containers() -> None:
     }
 
 
+def test_a_container_that_started_idle_is_a_server_from_its_first_request() -> None:
+    # two real-time servers without SLO signals, neither seen serving or merging yet: the
+    # one whose busy period began first holds the device by FIFO, and the other, which
+    # loaded its model and waited for its first request, was frozen for its whole slack
+    # as a one-shot would be (bench/traces.py's pair, window 7: 4 of 24 requests missed,
+    # none shared); known to have started idle, it shares, as without gpuguard
+    cs = [server("a", deadline=6.0), server("b", deadline=2.3)]
+    ts = [burst("a", 1), burst("b", 2)]
+    st = state(cs, ts, util=1.0)
+    assert acts(run(st)) == [(PAUSE, "b")]
+    idle = Recent(started_idle=frozenset({cid("b")}))
+    assert servers(st, started_idle=idle.started_idle) == {cid("b")}
+    d = run(st, recent=idle)
+    assert acts(d) == [] and reasons(d) == ["not_ranked"]  # no SLO signal: b shares
+    # the other way round: the ranked newcomer is not frozen for a server's busy period
+    assert acts(run(st, recent=Recent(started_idle=frozenset({cid("a")})))) == []
+
+
 # --- a server's busy period is never ranked --------------------------------------------------
 
 

@@ -46,6 +46,9 @@ REPEATER_MEMORY_S = 600.0
 SERVES = 2
 #: each measured freeze moves ``Recent.freeze_s`` this far towards it
 FREEZE_WEIGHT = 0.2
+#: a container whose process sat on the GPU this long with no task before its first one
+#: loaded and waited for work: a long-lived program, not a one-shot (``Recent.started_idle``)
+STARTED_IDLE_S = 1.0
 #: a best-effort container's steps seen whole while it ran unfrozen, kept for
 #: ``Recent.steps`` (the longest of them)
 STEP_SAMPLES = 8
@@ -173,6 +176,10 @@ class RecentHistory:
         #: (``Recent.runs``: the floor's window on edges)
         self._first_seen: dict[str, float] = {}
         self._runs: dict[str, deque[tuple[float, float]]] = {}
+        #: containers on the GPU with no task seen yet: since when (``Recent.started_idle``)
+        self._idle_on_gpu: dict[str, float] = {}
+        self._started_idle: set[str] = set()
+        self._had_task: set[str] = set()
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -188,6 +195,7 @@ class RecentHistory:
         ever speaks for the tenant's own containers).
         """
         self._learn_steps(state)
+        self._learn_start(state, now)
         for c in state.containers:
             if c.priority_class == PriorityClass.BEST_EFFORT:
                 self._first_seen.setdefault(c.id, now)
@@ -233,6 +241,34 @@ class RecentHistory:
             c.id for c in state.containers if self._goes_straight_on(c.id, c.image)
         )
 
+    def _learn_start(self, state: ExporterState, now: float) -> None:
+        """A container whose process sat on the GPU for ``STARTED_IDLE_S`` before its first
+        task that launched a kernel began (a server that loaded its model, as an input
+        phase or none, and waited for a request) *started idle*; one whose first such task
+        began with its process (a one-shot, its input phase included; a repeater; a
+        trainer) did not. Learnt once, at that first task."""
+        first_task: dict[str, float] = {}
+        on_gpu = {c.id for c in state.containers if c.devices}
+        for task in state.tasks:
+            if task.container_id is None:
+                continue
+            on_gpu.add(task.container_id)
+            if task.phase not in PRE_KERNEL:
+                at = first_task.get(task.container_id, task.started_at)
+                first_task[task.container_id] = min(at, task.started_at)
+        for c in state.containers:
+            if c.id in self._had_task:
+                continue
+            began = first_task.get(c.id)
+            if began is None:
+                if c.id in on_gpu:
+                    self._idle_on_gpu.setdefault(c.id, now)
+                continue
+            self._had_task.add(c.id)
+            idle_since = self._idle_on_gpu.pop(c.id, None)
+            if idle_since is not None and began - idle_since >= STARTED_IDLE_S:
+                self._started_idle.add(c.id)
+
     def _learn_steps(self, state: ExporterState) -> None:
         """A best-effort container's newest step seen whole counts if it ran unfrozen: it
         began after our last thaw and ended before our freeze, if one holds it (a step a
@@ -276,6 +312,7 @@ class RecentHistory:
             run_fractions=self.rates.fractions(),
             freeze_s=self._freeze_s,
             steps={cid: max(steps) for cid, steps in self._steps.items()},
+            started_idle=frozenset(self._started_idle),
             runs={cid: self._runs_since(cid, now - self.config.rate.floor_window_s)
                   for cid in self._runs},
         )  # fmt: skip
@@ -322,6 +359,8 @@ class RecentHistory:
 
     def forget(self, alive: set[str]) -> None:
         """Drop containers that are gone."""
+        self._started_idle &= alive
+        self._had_task &= alive
         for table in (
             self._drained_at,
             self._drained_task,
@@ -332,6 +371,7 @@ class RecentHistory:
             self._step_end,
             self._first_seen,
             self._runs,
+            self._idle_on_gpu,
         ):
             for cid in [c for c in table if c not in alive]:
                 del table[cid]

@@ -56,7 +56,7 @@ def decide(
     skips: list[Skip] = []
     if trigger.gpu is not None and not any(g.index == trigger.gpu for g in state.gpus):
         skips.append(Skip(SkipReason.IRRELEVANT_ALERT, f"gpu {trigger.gpu} not in state"))
-    unranked = servers(state, recent.serving, recent.straight_on)
+    unranked = servers(state, recent.serving, recent.straight_on, recent.started_idle)
     views = [view_of(task, state, ledger, trigger.now, unranked) for task in state.tasks]
     queued = [v for v in views if v.klass != PriorityClass.BEST_EFFORT]
     best_effort = [v for v in views if v.klass == PriorityClass.BEST_EFFORT]

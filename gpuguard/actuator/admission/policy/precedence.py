@@ -27,11 +27,13 @@ def servers(
     state: ExporterState,
     serving: frozenset[str] = frozenset(),
     straight_on: frozenset[str] = frozenset(),
+    started_idle: frozenset[str] = frozenset(),
 ) -> frozenset[str]:
     """Burst-mode containers whose busy periods are not tasks: long-lived programs whose
     busy periods merged work (a ``merged`` task, running or recent) and that begin their
     next task already computing right after a drain, their memory cached (``serving``,
-    ``Recent.serving``); or that declare a latency SLO.
+    ``Recent.serving``); that sat on the GPU with no task before their first one
+    (``started_idle``: loaded, then waited for requests); or that declare a latency SLO.
 
     Either sign alone also fits programs that are no server: a light one-shot's own host
     work shows as idle inside its busy period (``merged``), and a repeater that keeps its
@@ -50,7 +52,7 @@ def servers(
         goes_on = c.id in serving or (
             c.priority_class == PriorityClass.REAL_TIME and c.id in straight_on
         )
-        if c.slo_target_s is not None or (c.id in merged and goes_on):
+        if c.slo_target_s is not None or c.id in started_idle or (c.id in merged and goes_on):
             found.add(c.id)
     return frozenset(found)
 
