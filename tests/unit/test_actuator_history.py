@@ -285,35 +285,43 @@ def test_a_best_effort_containers_runs_are_kept_from_its_first_sighting() -> Non
 
 
 def on_gpu(
-    tasks: list[tuple[str, str, str, float]], idle: tuple[str, ...] = ()
+    tasks: list[tuple[str, str, str, float]],
+    idle: tuple[str, ...] = (),
+    paused: tuple[str, ...] = (),
 ) -> ExporterState:
     """Containers on GPU 0: ``idle`` ones with no task, the others running ``(container,
-    task id, phase, started_at)``."""
+    task id, phase, started_at)``; ``paused`` ones paused."""
     names = sorted({c for c, _, _, _ in tasks} | set(idle))
     containers = tuple(
-        Container(n, n, False, True, None, 5.0, image="img", devices=((0, None),)) for n in names
+        Container(n, n, n in paused, True, None, 5.0, image="img", devices=((0, None),))
+        for n in names
     )
     running = tuple(
-        Task(tid, c, c, 1, 0, Phase(phase), at, 0.1, 1, 0.5, 5.0, at + 5.0, False)
+        Task(tid, c, c, 1, 0, Phase(phase), at, 0.1, 1, 0.5, 5.0, at + 5.0, c in paused)
         for c, tid, phase, at in tasks
     )
     return ExporterState("n", 1, 0.0, {}, (), containers, running)
 
 
 def test_a_program_that_sat_on_the_gpu_before_its_first_kernel_started_idle() -> None:
-    # s loads its model (an input phase, then nothing) and waits 1.8 s for its first
-    # request: a server's start-up. o's first task begins with its process (a one-shot,
-    # its input phase included); q waits only 0.6 s before its first kernel's task
+    # s loads its model (an input phase that never reaches a kernel) and waits for its
+    # first request: a server's start-up, known once it has sat 1 s. o's first kernel
+    # comes 0.5 s after its process (a one-shot), q's after 0.9 s; p waits 1.5 s in its
+    # input phase, but paused by admission (a one-shot held behind another), then computes
     history = RecentHistory(CONFIG)
-    history.saw(on_gpu([("s", "s1", "input", 100.0), ("o", "o1", "input", 100.0)], ("q",)), 100.0)
-    history.saw(on_gpu([("o", "o1", "computing", 100.0)], ("s", "q")), 100.5)
-    assert history.snapshot(100.5).started_idle == frozenset()
-    history.saw(on_gpu([("o", "o1", "draining", 100.0), ("q", "q1", "computing", 100.6)], ("s",)),
-                100.7)  # fmt: skip
-    history.saw(on_gpu([("s", "s2", "computing", 101.8)], ("o", "q")), 101.9)
-    assert history.snapshot(101.9).started_idle == {"s"}
-    # learnt once: o's and q's later waits do not make them servers
-    history.saw(on_gpu([("o", "o2", "computing", 104.0), ("q", "q2", "computing", 104.0)]), 104.1)
+    first = [("s", "s1", "input", 100.0), ("o", "o1", "input", 100.0)]
+    history.saw(on_gpu([*first, ("p", "p1", "input", 100.0)], ("q",), paused=("p",)), 100.0)
+    history.saw(on_gpu([("s", "s1", "input", 100.0), ("o", "o1", "computing", 100.0),
+                        ("p", "p1", "input", 100.0)], ("q",), paused=("p",)), 100.5)  # fmt: skip
+    history.saw(on_gpu([("q", "q1", "computing", 100.9), ("p", "p1", "input", 100.0)],
+                       ("s", "o"), paused=("p",)), 100.9)  # fmt: skip
+    assert history.snapshot(100.9).started_idle == frozenset()
+    history.saw(on_gpu([("p", "p1", "input", 100.0)], ("s", "o", "q"), paused=("p",)), 101.5)
+    assert history.snapshot(101.5).started_idle == {"s"}
+    history.saw(on_gpu([("p", "p1", "computing", 100.0)], ("s", "o", "q")), 101.6)
+    # learnt once: o's, p's and q's later waits do not make them servers
+    history.saw(on_gpu([], ("s", "o", "p", "q")), 103.0)
+    history.saw(on_gpu([("o", "o2", "computing", 104.0)], ("s", "p", "q")), 104.1)
     assert history.snapshot(104.1).started_idle == {"s"}
     history.forget({"o", "q"})
     assert history.snapshot(104.2).started_idle == frozenset()

@@ -46,8 +46,8 @@ REPEATER_MEMORY_S = 600.0
 SERVES = 2
 #: each measured freeze moves ``Recent.freeze_s`` this far towards it
 FREEZE_WEIGHT = 0.2
-#: a container whose process sat on the GPU this long with no task before its first one
-#: loaded and waited for work: a long-lived program, not a one-shot (``Recent.started_idle``)
+#: a container whose process sat on the GPU this long, unpaused, before its first kernel
+#: loaded and waits for work: a long-lived program, not a one-shot (``Recent.started_idle``)
 STARTED_IDLE_S = 1.0
 #: a best-effort container's steps seen whole while it ran unfrozen, kept for
 #: ``Recent.steps`` (the longest of them)
@@ -179,7 +179,7 @@ class RecentHistory:
         #: containers on the GPU with no task seen yet: since when (``Recent.started_idle``)
         self._idle_on_gpu: dict[str, float] = {}
         self._started_idle: set[str] = set()
-        self._had_task: set[str] = set()
+        self._had_kernel: set[str] = set()
 
     def saw(self, state: ExporterState, now: float) -> None:
         """Learn from a snapshot how each program goes on after a task.
@@ -242,32 +242,34 @@ class RecentHistory:
         )
 
     def _learn_start(self, state: ExporterState, now: float) -> None:
-        """A container whose process sat on the GPU for ``STARTED_IDLE_S`` before its first
-        task that launched a kernel began (a server that loaded its model, as an input
-        phase or none, and waited for a request) *started idle*; one whose first such task
-        began with its process (a one-shot, its input phase included; a repeater; a
-        trainer) did not. Learnt once, at that first task."""
-        first_task: dict[str, float] = {}
+        """A container whose process sat on the GPU, unpaused, for ``STARTED_IDLE_S`` before
+        any of its tasks launched a kernel (a server that loaded its model, as an input
+        phase or none, and waits for a request) *started idle*, from that read on; one whose
+        first kernel came sooner (a one-shot: context, input, kernels; a repeater; a
+        trainer) did not. Time paused does not count: a one-shot waits in its input phase
+        only where admission paused it. Learnt once per container."""
         on_gpu = {c.id for c in state.containers if c.devices}
+        kernel: set[str] = set()
+        paused: set[str] = set()
         for task in state.tasks:
             if task.container_id is None:
                 continue
             on_gpu.add(task.container_id)
             if task.phase not in PRE_KERNEL:
-                at = first_task.get(task.container_id, task.started_at)
-                first_task[task.container_id] = min(at, task.started_at)
+                kernel.add(task.container_id)
+            if task.paused:
+                paused.add(task.container_id)
         for c in state.containers:
-            if c.id in self._had_task:
+            if c.id in self._had_kernel or c.id in self._started_idle:
                 continue
-            began = first_task.get(c.id)
-            if began is None:
-                if c.id in on_gpu:
-                    self._idle_on_gpu.setdefault(c.id, now)
-                continue
-            self._had_task.add(c.id)
-            idle_since = self._idle_on_gpu.pop(c.id, None)
-            if idle_since is not None and began - idle_since >= STARTED_IDLE_S:
+            if c.id in kernel:
+                self._had_kernel.add(c.id)
+                self._idle_on_gpu.pop(c.id, None)
+            elif c.id not in on_gpu or c.paused or c.id in paused:
+                self._idle_on_gpu.pop(c.id, None)
+            elif now - self._idle_on_gpu.setdefault(c.id, now) >= STARTED_IDLE_S:
                 self._started_idle.add(c.id)
+                del self._idle_on_gpu[c.id]
 
     def _learn_steps(self, state: ExporterState) -> None:
         """A best-effort container's newest step seen whole counts if it ran unfrozen: it
@@ -360,7 +362,7 @@ class RecentHistory:
     def forget(self, alive: set[str]) -> None:
         """Drop containers that are gone."""
         self._started_idle &= alive
-        self._had_task &= alive
+        self._had_kernel &= alive
         for table in (
             self._drained_at,
             self._drained_task,
