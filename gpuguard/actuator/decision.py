@@ -162,8 +162,9 @@ class Recent:
     (``Activity.last_step``): the work it has in flight when frozen.
     ``runs``: container -> when it ran unfrozen by us lately (oldest first, each span
     ``(thawed, frozen)``; time before the actuator first saw it is not among them).
-    ``started_idle``: containers whose process sat on the GPU with no task before their
-    first one (a server's start-up: its model loaded, then a wait for requests).
+    ``started_idle``: containers whose process sat on the GPU, unpaused, for a second
+    before any kernel of theirs (a server's start-up: its model loaded, then a wait for
+    requests).
     """
 
     #: containers seen serving: a new task computing at once after a drain (twice)
@@ -182,7 +183,7 @@ class Recent:
     #: container -> its spans run unfrozen lately, up to its current freeze (the floor's
     #: window on edges)
     runs: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
-    #: containers that sat on the GPU with no task before their first one
+    #: containers that sat on the GPU, unpaused, for a second before any kernel
     started_idle: frozenset[str] = frozenset()
 
 

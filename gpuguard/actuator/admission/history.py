@@ -176,7 +176,8 @@ class RecentHistory:
         #: (``Recent.runs``: the floor's window on edges)
         self._first_seen: dict[str, float] = {}
         self._runs: dict[str, deque[tuple[float, float]]] = {}
-        #: containers on the GPU with no task seen yet: since when (``Recent.started_idle``)
+        #: containers on the GPU, unpaused, with no kernel seen yet: since when
+        #: (``Recent.started_idle``)
         self._idle_on_gpu: dict[str, float] = {}
         self._started_idle: set[str] = set()
         self._had_kernel: set[str] = set()

@@ -32,7 +32,7 @@ def servers(
     """Burst-mode containers whose busy periods are not tasks: long-lived programs whose
     busy periods merged work (a ``merged`` task, running or recent) and that begin their
     next task already computing right after a drain, their memory cached (``serving``,
-    ``Recent.serving``); that sat on the GPU with no task before their first one
+    ``Recent.serving``); that sat on the GPU, unpaused, for a second before any kernel
     (``started_idle``: loaded, then waited for requests); or that declare a latency SLO.
 
     Either sign alone also fits programs that are no server: a light one-shot's own host
