@@ -28,9 +28,12 @@ def with_edges(state: ExporterState, events: Sequence[Event]) -> ExporterState |
     exact = (ActivitySource.LAUNCH, ActivitySource.GAUGE)
     if any(e.source not in exact or e.container_id not in known for e in events):
         return None
+    by_container: dict[str | None, list[Event]] = {}
+    for event in sorted(events, key=_order):
+        by_container.setdefault(event.container_id, []).append(event)
     containers = []
     for c in state.containers:
-        for event in sorted((e for e in events if e.container_id == c.id), key=_order):
+        for event in by_container.get(c.id, ()):
             c = _applied(c, event)
         containers.append(c)
     return replace(state, containers=tuple(containers))
@@ -41,8 +44,9 @@ def _order(event: Event) -> tuple[float, int]:
 
 
 def _applied(container: Container, edge: Event) -> Container:
-    seen = container.activity if container.activity is not None else None
-    seen = seen if seen is not None and seen.exact else None
+    seen = container.activity
+    if seen is not None and not seen.exact:
+        seen = None
     if edge.type == EventType.GPU_BUSY:
         if seen is not None and seen.busy:
             return container  # already busy: its first launch stands
