@@ -78,6 +78,15 @@ def frozen(actuator: ActuatorProcess, name: str) -> list[Span]:
     return spans + ([(since, float("inf"))] if since is not None else [])
 
 
+def actions_since(actuator: ActuatorProcess, start: float) -> list[tuple[str, str, str, float]]:
+    """The actions that took effect: (container, pause or unpause, reason, s after ``start``)."""
+    return [
+        (r["container"], r["action"], r["reason"], round(r["started"] - start, 3))
+        for r in actuator.audit()
+        if r["event"] == "action" and r["result"] == "ok"
+    ]
+
+
 def thaws(actuator: ActuatorProcess, name: str) -> list[str]:
     """The reasons of the container's unpauses that took effect."""
     return [
@@ -133,11 +142,7 @@ def test_light_tasks_run_together_once_their_demand_is_known_and_a_heavy_one_wai
     # first tasks: no container's demand is known yet, so one at a time (paper B)
     assert not any(overlap(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1 :]), firsts
     (a2, b2, h2) = (spans[n][1] for n in ("light-a", "light-b", "heavy"))
-    actions = [
-        (r["container"], r["action"], r["reason"], round(r["started"] - start_at, 2))
-        for r in actuator.audit()
-        if r["event"] == "action" and r["result"] == "ok"
-    ]
+    actions = actions_since(actuator, start_at)
     assert overlap(a2, b2), f"the light tasks did not run together: {a2} {b2}; {actions}"
     admitted = [
         r["started"] for r in actuator.audit()
@@ -296,11 +301,7 @@ def test_a_long_one_shot_never_freezes_a_server_longer_than_its_deadline(
     finish(*made.values())
     (ran,) = kernels(sim, "oneshot")
     spans = {name: frozen(actuator, name) for name in plan}
-    actions = [
-        (r["container"], r["action"], r["reason"], round(r["started"] - start_at, 2))
-        for r in actuator.audit()
-        if r["event"] == "action" and r["result"] == "ok"
-    ]
+    actions = actions_since(actuator, start_at)
     record_property("actions", actions)
     for name, freezes in spans.items():
         longest = max((end - begin for begin, end in freezes), default=0.0)
@@ -326,3 +327,68 @@ def test_a_long_one_shot_never_freezes_a_server_longer_than_its_deadline(
     assert thaws(actuator, "srv-slo")[during[0]] == "slack", actions
     # the server without one shared the GPU with the one-shot
     assert not [s for s in spans["srv-plain"] if s[1] > ran[0]], (actions, ran[0] - start_at)
+
+
+def test_of_two_servers_the_request_due_first_goes_first_where_the_probe_times_both(
+    sim: GpusimService,
+    run_python_container: Callable[..., Any],
+    actuator_factory: Callable[..., ActuatorProcess],
+    record_property: Callable[[str, object], None],
+    exporter_flags: tuple[str, ...],
+) -> None:
+    # bench/traces.py's pair: a tight server's requests (1.5 s deadline) came while a loose
+    # one (6 s) served back to back, and the two time-sliced the device. Timed by the launch
+    # probe, each busy period's start bounds when its requests fall due: the loose server
+    # waits, frozen, while each tight request runs (its next requests held on the host),
+    # within its slack, and is thawed on the tight one's idle edge. Through NVML alone they
+    # share, as before. Each first answers a short request, so its run is learnt.
+    actuator = actuator_factory("--mode=fast")
+    start_at = time.time() + 5.0
+    schedules = {
+        "tight": [Arrival(0.0, 0.1 / SCALE, 4096)]
+        + [Arrival(2.0 + 0.8 * i, 0.25 / SCALE, 4096) for i in range(3)],
+        "loose": [Arrival(0.3, 0.1 / SCALE, 4096)]
+        + [Arrival(1.8 + 0.2 * i, 0.15 / SCALE, 4096) for i in range(12)],
+    }
+    deadlines = {"tight": 1.5, "loose": 6.0}
+    made = []
+    for name, arrivals in schedules.items():
+        trace = sim.dir / f"{name}.trace.jsonl"
+        trace.write_text("\n".join(trace_lines(arrivals)) + "\n")
+        flags = ("--trace", str(trace), "--memory-bytes", "512MiB", "--start-at", f"{start_at:.3f}")
+        module, *args = workload_args(sim, f"{name}.log", *flags)
+        labels = {**MANAGED, "gpuguard.deadline": f"{deadlines[name]:g}s"}
+        container = run_python_container(
+            [module, "server", *args], labels=labels, extra_mounts=sim_mounts(sim), name=name
+        )
+        made.append(container)
+    finish(*made)
+    requests = {
+        name: [e for e in workload_log(sim, f"{name}.log") if e["event"] == "request"]
+        for name in schedules
+    }
+    actions = actions_since(actuator, start_at)
+    record_property("actions", actions)
+    for name, done in requests.items():
+        assert len(done) == len(schedules[name]), name
+        late = [round(r["end"] - r["arrival"], 2) for r in done
+                if r["end"] - r["arrival"] > deadlines[name]]  # fmt: skip
+        assert not late, f"{name}'s requests past their deadline: {late} {actions}"
+    tight = [(r["start"], r["end"]) for r in requests["tight"][1:]]
+    # loose requests the host began while a tight one ran (past the freeze's ~5 ms)
+    beside = [
+        round(r["start"] - start_at, 3)
+        for r in requests["loose"]
+        if any(begin + 0.05 < r["start"] < end for begin, end in tight)
+    ]
+    freezes = [s for s in frozen(actuator, "loose") if s[0] > start_at + 1.5]
+    if "--probe.launch=off" in exporter_flags:
+        assert beside, (actions, tight)  # they share
+        assert not freezes, actions
+        return
+    assert not beside, (beside, actions)
+    during = [s for s in freezes if any(overlap(s, t) for t in tight)]
+    assert len(during) >= 2, actions
+    assert all(end - begin < deadlines["loose"] - 3.0 for begin, end in freezes), actions
+    thawed = thaws(actuator, "loose")[-len(freezes) :]
+    assert thawed and set(thawed) == {"admit"}, actions  # on the tight one's idle edge

@@ -124,6 +124,27 @@ def state(
     )
 
 
+def seen(
+    c: dict[str, Any],
+    source: str = "launch",
+    busy: bool | None = False,
+    last: tuple[float, float] | None = None,
+    inflight: float | None = None,
+    in_flight: bool | None = None,
+) -> dict[str, Any]:
+    """The container with the exporter's ``activity`` block (``in_flight``: as ``busy``)."""
+    c["activity"] = {
+        "source": source, "reason": None if source == "launch" else "no_calls",
+        "busy": busy if source == "launch" else None,
+        "busy_since": NOW - 0.01 if busy and source == "launch" else None,
+        "launches": 5 if source == "launch" else None, "tasks": 1,
+        "last_task": list(last) if last else None,
+        "inflight": inflight, "inflight_error": None,
+        "in_flight": (busy if in_flight is None else in_flight) if source == "launch" else None,
+    }  # fmt: skip
+    return c
+
+
 def ours(*names: str, at: float = NOW - 1) -> Ledger:
     return Ledger(paused={cid(n): at for n in names})
 

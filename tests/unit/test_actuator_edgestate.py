@@ -16,8 +16,8 @@ from gpuguard.actuator.edgestate import with_edges
 from gpuguard.actuator.state import Event
 from gpuguard.contract import EventType
 from tests.unit.actuator_support import make_controller
-from tests.unit.policy_support import NOW, acts, cid, container, state, task
-from tests.unit.test_actuator_policy_edges import beside, ours, run, seen, with_slack
+from tests.unit.policy_support import NOW, acts, cid, container, seen, state, task
+from tests.unit.test_actuator_policy_edges import beside, ours, run, with_slack
 
 
 def busy(name: str, ts: float = NOW, source: str | None = "launch") -> Event:

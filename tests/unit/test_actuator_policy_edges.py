@@ -31,7 +31,7 @@ from gpuguard.actuator.decision import (
 )
 from gpuguard.actuator.state import DeviceKey, Gpu, parse_state
 from gpuguard.statedoc import StateError
-from tests.unit.test_actuator_policy import NOW, acts, cid, container, ours, reasons, state, task
+from tests.unit.policy_support import NOW, acts, cid, container, ours, reasons, seen, state, task
 
 BE = "best-effort"
 GPU0: DeviceKey = (0, None)
@@ -43,27 +43,6 @@ def run(
     st: Any, ledger: Ledger | None = None, recent: Recent | None = None, now: float = NOW
 ) -> Decision:
     return decide(st, Trigger("fast", now), RATE, ledger, recent)
-
-
-def seen(
-    c: dict[str, Any],
-    source: str = "launch",
-    busy: bool | None = False,
-    last: tuple[float, float] | None = None,
-    inflight: float | None = None,
-    in_flight: bool | None = None,
-) -> dict[str, Any]:
-    """The container with the exporter's ``activity`` block (``in_flight``: as ``busy``)."""
-    c["activity"] = {
-        "source": source, "reason": None if source == "launch" else "no_calls",
-        "busy": busy if source == "launch" else None,
-        "busy_since": NOW - 0.01 if busy and source == "launch" else None,
-        "launches": 5 if source == "launch" else None, "tasks": 1,
-        "last_task": list(last) if last else None,
-        "inflight": inflight, "inflight_error": None,
-        "in_flight": (busy if in_flight is None else in_flight) if source == "launch" else None,
-    }  # fmt: skip
-    return c
 
 
 def beside(rt_busy: bool, last: tuple[float, float] | None = None) -> Any:

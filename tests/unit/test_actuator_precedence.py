@@ -23,7 +23,7 @@ from gpuguard.actuator.decision import (
     Trigger,
 )
 from gpuguard.actuator.state import EndedTask
-from tests.unit.policy_support import NOW, acts, cid, container, reasons, state, task
+from tests.unit.policy_support import NOW, acts, cid, container, reasons, seen, state, task
 
 RT = "real-time"
 
@@ -545,3 +545,136 @@ def test_a_long_one_shot_freezes_a_server_for_less_than_its_request_deadline() -
     cs[1]["paused"] = False
     d = run(state(cs, ts, util=1.0), Ledger(admitted={cid("s"): NOW - 0.6}))
     assert acts(d) == [] and "no_slack" in reasons(d)
+
+
+# --- two servers seen exactly: a sooner request goes first ----------------------------------
+
+
+def exact_pair(
+    t_age: float = 0.1, l_age: float = 0.2, l_longest: float | None = 0.5, source: str = "launch"
+) -> tuple[list[Any], list[Any]]:
+    """Two real-time servers without SLO signals, both known as servers: ``t`` (deadline
+    1.5 s) whose request began ``t_age`` ago, ``l`` (4 s, longest run ``l_longest``) whose
+    busy period began ``l_age`` ago, both computing on GPU 0, seen by ``source``."""
+    cs = [
+        seen(server("t", deadline=1.5), source, busy=True),
+        seen(server("l", deadline=4.0), source, busy=True),
+    ]
+    cs[0]["longest_run_s"] = 0.3
+    cs[1]["longest_run_s"] = l_longest
+    ts = [burst("t", 2, "open", age=t_age), burst("l", 1, "open", age=l_age)]
+    for c, t in zip(cs, ts, strict=True):
+        if "activity" in c:
+            c["activity"]["busy_since"] = t["started_at"]
+    return cs, ts
+
+
+def request_began(c: dict[str, Any], ago: float, boundary: str = "open") -> dict[str, Any]:
+    """``c``'s busy period as the probe shows it, begun ``ago`` (its task too)."""
+    c["activity"]["busy_since"] = NOW - ago
+    return burst(c["name"], 2, boundary, age=ago)
+
+
+#: both known as servers: each sat on the GPU a second before its first kernel
+BOTH = Recent(started_idle=frozenset({cid("t"), cid("l")}))
+
+
+def test_a_server_seen_exactly_waits_for_a_request_due_before_any_of_its_own() -> None:
+    # bench/traces.py's pair: the tight server's requests ran beside the loose one's, which
+    # had seconds to spare; seen exactly, each request's start is known
+    cs, ts = exact_pair()
+    d = run(state(cs, ts, util=1.0), recent=BOTH)
+    assert acts(d) == [(PAUSE, "l")] and d.steps[0].reason == "preempt"
+    # its wait ends at its busy period's start + 4 s - max(2 x 0.5 s, half of 4 s) - 0.5 s
+    assert d.next_due == pytest.approx(NOW - 0.2 + 1.5)
+
+
+def test_which_server_waits_is_whichever_request_falls_due_later() -> None:
+    # the loose server's busy period began 3 s ago: its first request is due in 1 s, before
+    # the tight one's (1.5 s from now), so the tight one waits, within its own slack
+    cs, ts = exact_pair(t_age=0.0, l_age=3.0, l_longest=0.2)
+    cs[0]["longest_run_s"] = 0.1
+    d = run(state(cs, ts, util=1.0), recent=BOTH)
+    assert acts(d) == [(PAUSE, "t")]
+    assert d.next_due == pytest.approx(NOW + 1.5 - 0.75 - 0.5)
+
+
+def test_servers_not_timed_by_the_probe_still_share() -> None:
+    # NVML's busy periods begin up to a sample late: no request's due time is known
+    cs, ts = exact_pair()
+    cs = [container_without_activity(c) for c in cs]
+    d = run(state(cs, ts, util=1.0), recent=BOTH)
+    assert acts(d) == []
+    # one of the two seen exactly is not enough: both must be
+    cs[0] = seen(cs[0], busy=True)
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == []
+    # a polled in-flight gauge may show a busy period's start late: the waiter's slack
+    # could not be counted from it
+    cs[1] = seen(cs[1], "gauge", inflight=1)
+    cs[1]["activity"].update(busy=True, busy_since=ts[1]["started_at"], in_flight=True)
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == []
+    cs[1] = seen(cs[1], busy=True)
+    cs[1]["activity"]["busy_since"] = ts[1]["started_at"]
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == [(PAUSE, "l")]
+
+
+def container_without_activity(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in c.items() if k != "activity"}
+
+
+def test_a_server_whose_run_is_not_learnt_yet_does_not_wait() -> None:
+    # its first requests' length is unknown: no slack can be sized
+    cs, ts = exact_pair(l_longest=None)
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == []
+
+
+def test_a_server_whose_busy_period_spent_its_slack_is_not_frozen() -> None:
+    # its busy period began 1.6 s ago: the first request in it has 4 - 1.6 s left, less
+    # its run shared and the margin: nothing to spare
+    cs, ts = exact_pair(l_age=1.6)
+    d = run(state(cs, ts, util=1.0), recent=BOTH)
+    assert acts(d) == [] and reasons(d) == ["no_slack"]
+
+
+def test_a_server_draining_its_output_is_not_frozen() -> None:
+    cs, ts = exact_pair()
+    ts[1] = task("l", "draining", 1, age=0.2)
+    ts[1]["boundary"] = "open"
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == []
+
+
+def test_the_waiting_server_is_thawed_when_the_sooner_request_ends() -> None:
+    cs, ts = exact_pair()
+    cs[1]["paused"], cs[1]["state"] = True, "paused"
+    ts[1]["paused"] = True
+    ledger = frozen("l", 0.05)
+    assert acts(run(state(cs, ts, util=1.0), ledger, recent=BOTH)) == []  # t still runs
+    cs[0] = seen(server("t", deadline=1.5), busy=False, last=(NOW - 0.1, NOW - 0.005))
+    d = run(state(cs, ts, util=1.0), ledger, recent=BOTH)  # its idle edge, before a poll
+    assert acts(d) == [(UNPAUSE, "l")] and d.steps[0].reason == "admit"
+    d = run(state(cs, ts[1:], util=1.0), ledger, recent=BOTH)  # the poll: its task ended
+    assert acts(d) == [(UNPAUSE, "l")]
+
+
+def test_the_waiting_server_is_thawed_at_its_slack_though_the_request_runs_on() -> None:
+    cs, ts = exact_pair(l_age=1.6)
+    cs[1]["paused"], cs[1]["state"] = True, "paused"
+    ts[1]["paused"] = True
+    d = run(state(cs, ts, util=1.0), frozen("l", 1.0), recent=BOTH)
+    assert acts(d) == [(UNPAUSE, "l")] and d.steps[0].reason == "slack"
+
+
+def test_a_server_whose_slack_ends_before_the_sooner_request_shares() -> None:
+    # thawed for its slack while the request runs, its work would only move later into the
+    # same request (or the next the other server queued): it shares from the start instead
+    cs, ts = exact_pair()
+    cs[0]["longest_run_s"] = 2.0  # the tight request may run 1.9 s more; l's wait ends in 1.3
+    d = run(state(cs, ts, util=1.0), recent=BOTH)
+    assert acts(d) == [] and reasons(d) == ["no_slack"]
+    # a busy period that ran past its longest run merged requests, and the one running
+    # now may have just begun: its whole run is left
+    cs[0]["longest_run_s"] = 1.4
+    ts[0] = request_began(cs[0], 2.0)
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == []
+    cs[0]["longest_run_s"] = 2.5  # one request, with 0.5 s to go
+    assert acts(run(state(cs, ts, util=1.0), recent=BOTH)) == [(PAUSE, "l")]

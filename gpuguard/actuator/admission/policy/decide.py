@@ -14,6 +14,7 @@ from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
 from gpuguard.actuator.admission.policy.edges import edges_of, sample_periods
 from gpuguard.actuator.admission.policy.precedence import servers
+from gpuguard.actuator.admission.policy.requests import running_requests
 from gpuguard.actuator.admission.policy.views import view_of
 from gpuguard.actuator.admission.policy.yields import between_tasks
 from gpuguard.actuator.decision import (
@@ -62,9 +63,10 @@ def decide(
     best_effort = [v for v in views if v.klass == PriorityClass.BEST_EFFORT]
     straight_on = recent.straight_on - unranked  # a server never yields between requests
     between = between_tasks(state, straight_on, ledger, trigger.now)
+    requests = running_requests(state, unranked, ledger.paused)
     plans = plan_devices(
         state.gpus, queued, best_effort, trigger.now, config, ledger, straight_on, between,
-        slo_at_risk,
+        slo_at_risk, requests,
     )  # fmt: skip
     steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]

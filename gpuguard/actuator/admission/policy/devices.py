@@ -28,6 +28,7 @@ from gpuguard.actuator.admission.policy.precedence import (
     thaw_at,
     waited,
 )
+from gpuguard.actuator.admission.policy.requests import Request, on_device
 from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
 from gpuguard.actuator.admission.policy.yields import yields, yields_between
 from gpuguard.actuator.decision import (
@@ -85,10 +86,12 @@ def plan_devices(
     straight_on: frozenset[str] = frozenset(),
     between: Mapping[DeviceKey, Sequence[Container]] | None = None,
     at_risk: frozenset[str] = frozenset(),
+    requests: Mapping[DeviceKey, Sequence[Request]] | None = None,
 ) -> dict[DeviceKey, DevicePlan]:
     """Decide every device; then hold back, one at a time, gangs not admitted everywhere.
 
-    ``at_risk``: real-time containers whose SLO alert fires (``precedence``)."""
+    ``at_risk``: real-time containers whose SLO alert fires (``precedence``); ``requests``:
+    servers' requests running on each device, seen exactly (``requests``)."""
     queues = {
         g.key: queue_of([v for v in queued if v.task.device == g.key], config.order, now)
         for g in gpus
@@ -112,6 +115,7 @@ def plan_devices(
                 straight_on,
                 (between or {}).get(g.key, ()),
                 at_risk,
+                on_device(requests, g.key),
             )
             for g in gpus
         }
@@ -146,6 +150,7 @@ def _plan_device(
     straight_on: frozenset[str] = frozenset(),
     between: Sequence[Container] = (),
     at_risk: frozenset[str] = frozenset(),
+    requests: Sequence[Request] = (),
 ) -> DevicePlan:
     """One device: what runs (in queue order, while it fits), what waits, and why.
 
@@ -258,7 +263,7 @@ def _plan_device(
     due += _slack_of_pauses(queue, steps, now, config)
     serving = [v for v in unranked if v.ours or (not v.paused and occupies(v, now, config))]
     at_risk_live = [v for v in serving if v.cid in at_risk and not v.paused]
-    served = plan_servers(unranked, [*keep, *at_risk_live], at_risk, now, config)
+    served = plan_servers(unranked, [*keep, *at_risk_live], at_risk, now, config, requests)
     steps += served.steps
     skips += served.skips
     due += served.due

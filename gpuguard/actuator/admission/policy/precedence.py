@@ -1,8 +1,10 @@
 """Who may make whom wait, and for how long: ranked tasks, servers, SLO signals, slack. Pure.
 
 Queue order, admission and preemption act only among ranked tasks; a server is frozen for
-another's precedence only where its SLO signal says it can afford it; no freeze of a
-real-time container outlasts its slack. Why: docs/design-notes.md, "Precedence".
+another's precedence only where its SLO signal says it can afford it, or, both timed by
+the launch probe, for another server's request that falls due before any it holds, within
+its busy period's slack; no freeze of a real-time container outlasts its slack. Why:
+docs/design-notes.md, "Precedence".
 """
 
 from __future__ import annotations
@@ -11,6 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuguard.actuator.admission.policy.order import CLASS_RANK
+from gpuguard.actuator.admission.policy.requests import (
+    Request,
+    began_since,
+    covers,
+    sooner,
+    timed_by_launches,
+)
 from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
 from gpuguard.actuator.decision import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState
@@ -148,6 +157,31 @@ def affords(view: TaskView, at_risk: frozenset[str], config: PolicyConfig) -> bo
     )
 
 
+def request_due(view: TaskView) -> float | None:
+    """When the first request a server's busy period may hold falls due: its start plus its
+    deadline (every request it holds came after it began). None: a ranked task, not timed
+    by the launch probe (NVML's busy periods, and a polled gauge's, may begin late), no
+    deadline, or draining its output unfrozen (a freeze would only hold its answer)."""
+    if view.ranked or not timed_by_launches(view.container):
+        return None
+    if not view.ours and view.task.phase == Phase.DRAINING:
+        return None
+    deadline = own_deadline(view.klass, view.container)
+    return None if deadline is None else view.task.started_at + deadline
+
+
+def request_thaw_at(view: TaskView, config: PolicyConfig) -> float | None:
+    """When a server waiting for another's request must run again: its busy period's start
+    plus its slack (``spare_s``), the same for every freeze inside that period, so waits add
+    up to no more than the slack of the first request it holds. None: no due time, or no
+    run learnt yet (its first requests' length is unknown)."""
+    due = request_due(view)
+    if due is None or view.container is None or view.container.longest_run_s is None:
+        return None
+    deadline = due - view.task.started_at
+    return view.task.started_at + spare_s(view.container, deadline, config)
+
+
 @dataclass
 class ServerPlan:
     steps: list[Step] = field(default_factory=list)
@@ -161,25 +195,33 @@ def plan_servers(
     at_risk: frozenset[str],
     now: float,
     config: PolicyConfig,
+    requests: Sequence[Request] = (),
 ) -> ServerPlan:
     """Servers' busy periods on one device: who waits (frozen, for no longer than its
     slack) while ``holders`` (the ranked tasks kept on the device, and the live busy
-    periods of servers at risk) run, and who shares the device with them."""
+    periods of servers at risk) run, or, seen exactly, while another server's request that
+    falls due before any it holds runs (``requests``: those running on the device), and who
+    shares the device with them."""
     plan = ServerPlan()
     for u in unranked:
-        over = [h for h in holders if _has_precedence(h, u, at_risk)]
         if u.blocker:
             continue
-        if not over or not affords(u, at_risk, config):
-            if u.ours:
-                plan.steps.append(step_for(UNPAUSE, u, StepReason.ADMIT))
-            elif over and not u.paused:
-                plan.skips.append(
-                    skip_for(u, SkipReason.NOT_RANKED, "a server's busy period, no SLO signal")
-                )
-            continue
-        at = thaw_at(u, now, config)
-        assert at is not None  # it affords a wait: it has a deadline
+        over = [h for h in holders if _has_precedence(h, u, at_risk)]
+        if over and affords(u, at_risk, config):
+            at = thaw_at(u, now, config)
+            assert at is not None  # it affords a wait: it has a deadline
+            fresh = not waited(u, over, at_risk, now)
+        else:
+            wait = _request_wait(u, requests, now, config, plan)
+            if wait is None:
+                if u.ours:
+                    plan.steps.append(step_for(UNPAUSE, u, StepReason.ADMIT))
+                elif over and not u.paused:
+                    plan.skips.append(
+                        skip_for(u, SkipReason.NOT_RANKED, "a server's busy period, no SLO signal")
+                    )
+                continue
+            at, fresh = wait
         if u.ours:
             if now >= at:
                 plan.steps.append(step_for(UNPAUSE, u, StepReason.SLACK))
@@ -188,7 +230,7 @@ def plan_servers(
             continue
         if u.paused:
             continue  # paused by someone else
-        if waited(u, over, at_risk, now):
+        if at <= now or not fresh:
             plan.skips.append(skip_for(u, SkipReason.NO_SLACK, "waited its slack for these"))
             continue
         computing = u.task.phase == Phase.COMPUTING
@@ -199,6 +241,31 @@ def plan_servers(
         plan.steps.append(step_for(PAUSE, u, reason))
         plan.due.append(at)
     return plan
+
+
+def _request_wait(
+    view: TaskView,
+    requests: Sequence[Request],
+    now: float,
+    config: PolicyConfig,
+    plan: ServerPlan,
+) -> tuple[float, bool] | None:
+    """A server's wait for other servers' sooner requests: when it ends, and whether one of
+    them began since its last thaw. None: none to wait for, or (a skip noted in ``plan``)
+    a wait that would end before they do."""
+    due = request_due(view)
+    at = request_thaw_at(view, config)
+    if due is None or at is None or view.cid is None:
+        return None
+    first = sooner(requests, view.cid, view.klass, due)
+    if not first:
+        return None
+    if not view.ours and not view.paused and at > now and not covers(at, first, now):
+        plan.skips.append(
+            skip_for(view, SkipReason.NO_SLACK, "its slack ends before a sooner request's")
+        )
+        return None
+    return at, began_since(first, view.admitted_at)
 
 
 def _has_precedence(holder: TaskView, server: TaskView, at_risk: frozenset[str]) -> bool:
