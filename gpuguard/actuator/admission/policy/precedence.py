@@ -199,9 +199,9 @@ def plan_servers(
 ) -> ServerPlan:
     """Servers' busy periods on one device: who waits (frozen, for no longer than its
     slack) while ``holders`` (the ranked tasks kept on the device, and the live busy
-    periods of servers at risk) run, or, seen exactly, while another server's request that
-    falls due before any it holds runs (``requests``: those running on the device), and who
-    shares the device with them."""
+    periods of servers at risk) run, or, timed by the launch probe, while another server's
+    request that falls due before any it holds runs (``requests``: those running on the
+    device), and who shares the device with them."""
     plan = ServerPlan()
     for u in unranked:
         if u.blocker:
