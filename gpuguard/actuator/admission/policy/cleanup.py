@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from gpuguard.actuator.admission.policy.precedence import own_deadline, spare_s
+from gpuguard.actuator.admission.policy.precedence import spare_s
+from gpuguard.actuator.admission.policy.views import own_deadline
 from gpuguard.actuator.decision import (
     PAUSE,
     UNPAUSE,

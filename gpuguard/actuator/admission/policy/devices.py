@@ -28,7 +28,7 @@ from gpuguard.actuator.admission.policy.precedence import (
     thaw_at,
     waited,
 )
-from gpuguard.actuator.admission.policy.requests import Request, on_device
+from gpuguard.actuator.admission.policy.requests import Request
 from gpuguard.actuator.admission.policy.views import FULL, TaskView, skip_for, step_for
 from gpuguard.actuator.admission.policy.yields import yields, yields_between
 from gpuguard.actuator.decision import (
@@ -115,7 +115,7 @@ def plan_devices(
                 straight_on,
                 (between or {}).get(g.key, ()),
                 at_risk,
-                on_device(requests, g.key),
+                (requests or {}).get(g.key, ()),
             )
             for g in gpus
         }

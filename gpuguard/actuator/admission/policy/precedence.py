@@ -20,7 +20,7 @@ from gpuguard.actuator.admission.policy.requests import (
     sooner,
     timed_by_launches,
 )
-from gpuguard.actuator.admission.policy.views import TaskView, skip_for, step_for
+from gpuguard.actuator.admission.policy.views import TaskView, own_deadline, skip_for, step_for
 from gpuguard.actuator.decision import PAUSE, UNPAUSE, PolicyConfig, Skip, Step
 from gpuguard.actuator.state import Container, ExporterState
 from gpuguard.contract import Phase, PriorityClass, SkipReason, StepReason, TaskBoundary, TaskMode
@@ -64,14 +64,6 @@ def servers(
         if c.slo_target_s is not None or c.id in started_idle or (c.id in merged and goes_on):
             found.add(c.id)
     return frozenset(found)
-
-
-def own_deadline(klass: PriorityClass, container: Container | None) -> float | None:
-    """A real-time container's deadline: ``gpuguard.deadline``, else its SLO's target; None
-    for other classes (they have no slack to keep)."""
-    if klass != PriorityClass.REAL_TIME or container is None:
-        return None
-    return container.deadline_s if container.deadline_s is not None else container.slo_target_s
 
 
 def spare_s(container: Container | None, deadline: float, config: PolicyConfig) -> float:
@@ -157,29 +149,23 @@ def affords(view: TaskView, at_risk: frozenset[str], config: PolicyConfig) -> bo
     )
 
 
-def request_due(view: TaskView) -> float | None:
-    """When the first request a server's busy period may hold falls due: its start plus its
-    deadline (every request it holds came after it began). None: a ranked task, not timed
-    by the launch probe (NVML's busy periods, and a polled gauge's, may begin late), no
-    deadline, or draining its output unfrozen (a freeze would only hold its answer)."""
-    if view.ranked or not timed_by_launches(view.container):
+def request_window(view: TaskView, config: PolicyConfig) -> tuple[float, float] | None:
+    """A server's busy period as a wait's bounds: when the first request it may hold falls
+    due (its start plus its deadline: every request it holds came after it began), and when
+    a wait for another's request must end (its start plus its slack, ``spare_s``, the same
+    for every freeze inside the period, so waits add up to no more than that first
+    request's slack). None: a ranked task, not timed by the launch probe (NVML's busy
+    periods, and a polled gauge's, may begin late), no deadline, no run learnt yet, or
+    draining its output unfrozen (a freeze would only hold its answer)."""
+    if view.ranked or view.container is None or not timed_by_launches(view.container):
         return None
     if not view.ours and view.task.phase == Phase.DRAINING:
         return None
     deadline = own_deadline(view.klass, view.container)
-    return None if deadline is None else view.task.started_at + deadline
-
-
-def request_thaw_at(view: TaskView, config: PolicyConfig) -> float | None:
-    """When a server waiting for another's request must run again: its busy period's start
-    plus its slack (``spare_s``), the same for every freeze inside that period, so waits add
-    up to no more than the slack of the first request it holds. None: no due time, or no
-    run learnt yet (its first requests' length is unknown)."""
-    due = request_due(view)
-    if due is None or view.container is None or view.container.longest_run_s is None:
+    if deadline is None or view.container.longest_run_s is None:
         return None
-    deadline = due - view.task.started_at
-    return view.task.started_at + spare_s(view.container, deadline, config)
+    start = view.task.started_at
+    return start + deadline, start + spare_s(view.container, deadline, config)
 
 
 @dataclass
@@ -253,10 +239,10 @@ def _request_wait(
     """A server's wait for other servers' sooner requests: when it ends, and whether one of
     them began since its last thaw. None: none to wait for, or (a skip noted in ``plan``)
     a wait that would end before they do."""
-    due = request_due(view)
-    at = request_thaw_at(view, config)
-    if due is None or at is None or view.cid is None:
+    window = request_window(view, config)
+    if window is None or view.cid is None:
         return None
+    due, at = window
     first = sooner(requests, view.cid, view.klass, due)
     if not first:
         return None

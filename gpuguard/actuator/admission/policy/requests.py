@@ -10,11 +10,12 @@ docs/design-notes.md, "Two servers seen exactly: the sooner request first".
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gpuguard.actuator.admission.policy.edges import devices_of
 from gpuguard.actuator.admission.policy.order import CLASS_RANK
+from gpuguard.actuator.admission.policy.views import own_deadline
 from gpuguard.actuator.state import Container, DeviceKey, ExporterState
 from gpuguard.contract import ActivitySource, PriorityClass
 
@@ -60,13 +61,12 @@ def running_requests(
     found: dict[DeviceKey, list[Request]] = {}
     for c in state.containers:
         activity = c.activity if timed_by_launches(c) else None
-        deadline = c.deadline_s if c.deadline_s is not None else c.slo_target_s
+        deadline = own_deadline(c.priority_class, c)
         if (
             c.id not in servers
             or activity is None
             or not activity.busy
             or activity.busy_since is None
-            or c.priority_class != PriorityClass.REAL_TIME
             or deadline is None
             or c.paused
             or c.id in paused
@@ -100,9 +100,3 @@ def covers(at: float, requests: Sequence[Request], now: float) -> bool:
 def began_since(requests: Sequence[Request], at: float | None) -> bool:
     """Whether one of ``requests`` began after ``at`` (a thaw): a wait for it is new."""
     return at is None or any(r.started_at > at for r in requests)
-
-
-def on_device(
-    requests: Mapping[DeviceKey, Sequence[Request]] | None, device: DeviceKey
-) -> Sequence[Request]:
-    return (requests or {}).get(device, ())

@@ -110,6 +110,14 @@ def _blocker(task: Task, container: Container | None, ledger: Ledger) -> SkipRea
     return None
 
 
+def own_deadline(klass: PriorityClass, container: Container | None) -> float | None:
+    """A real-time container's deadline: ``gpuguard.deadline``, else its SLO's target; None
+    for other classes (they have no slack to keep)."""
+    if klass != PriorityClass.REAL_TIME or container is None:
+        return None
+    return container.deadline_s if container.deadline_s is not None else container.slo_target_s
+
+
 def share_of(container: Container | None) -> float:
     """The SM share a container's task is expected to take (unknown: the whole device)."""
     demand = container.demand_sm_ratio if container is not None else None
