@@ -31,16 +31,13 @@ from gpuguard.ctr import Ctr
 from gpuguard.demo.stack.containerd import PrivateContainerd
 from gpuguard.demo.stack.process import ManagedProcess
 from tests.prereq import require_cgroup_freezer
+from tests.support.counting import counter_script, moved, read_counter, resumes
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-# $0 is the container's name: its own file in the root filesystem the pods share, written
-# whole and renamed, so a read never sees it empty
-COUNTER = (
-    "i=0; while true; do i=$((i+1)); echo $i > /tmp/.c-$0; "
-    "/bin/busybox mv /tmp/.c-$0 /tmp/c-$0; sleep 0.01; done"
-)
+# $0 is the container's name: its own file in the root filesystem the pods share
+COUNTER = counter_script("/tmp/c-$0")
 
 
 @pytest.fixture(autouse=True)
@@ -54,22 +51,21 @@ def engine_of(containerd: PrivateContainerd) -> ContainerdEngine:
 
 def counting(pod: Pod, name: str) -> str:
     cid = pod.run_command(name, ["/bin/sh", "-c", COUNTER, f"{pod.name}-{name}"])
-    wait_for(lambda: count(pod, name) > 0, 10, f"{name} counting", interval=0.02)
+    wait_for(lambda: count(pod, name) is not None, 10, f"{name} counting", interval=0.02)
     return cid
 
 
-def count(pod: Pod, name: str) -> int:
-    path = Path(f"/proc/{pod.task_pid(name)}/root/tmp/c-{pod.name}-{name}")
-    try:
-        return int(path.read_text())
-    except (OSError, ValueError):  # not written yet
-        return 0
+def count(pod: Pod, name: str) -> int | None:
+    return read_counter(Path(f"/proc/{pod.task_pid(name)}/root/tmp/c-{pod.name}-{name}"))
 
 
 def advancing(pod: Pod, name: str, window_s: float = 0.3) -> bool:
-    before = count(pod, name)
-    time.sleep(window_s)
-    return count(pod, name) > before
+    return moved(lambda: count(pod, name), window_s)
+
+
+def runs(pod: Pod, name: str) -> bool:
+    """It counts again (waited for, bounded: a loaded machine may not schedule it at once)."""
+    return resumes(lambda: count(pod, name), f"{pod.name}-{name} to count again")
 
 
 def task_status(containerd: PrivateContainerd, cid: str) -> str:
@@ -113,7 +109,7 @@ def test_a_pod_managed_by_its_label_is_frozen_then_handed_to_containerd(
     outcome = executor.execute(Step(UNPAUSE, cid, "server", "admit", gpu=0), "fast")
     assert outcome.result == "ok" and executor.journal.paused == {}
     assert executor.paused_states([cid]) == {cid: False}
-    assert advancing(pod, "server") and cgroup.state() == THAWED
+    assert runs(pod, "server") and cgroup.state() == THAWED
     assert task_status(containerd, cid) == "RUNNING"
 
 
@@ -125,7 +121,7 @@ def test_an_unmanaged_pod_and_a_vanished_container_are_skipped(
     executor = executor_on(tmp_path / "state", containerd)
     outcome = executor.execute(Step(PAUSE, cid, "train", "newcomer"), "fast")
     assert (outcome.result, outcome.skip_reason) == ("skipped", "unmanaged")
-    assert advancing(pod, "train")
+    assert runs(pod, "train")
     outcome = executor.execute(Step(PAUSE, "f" * 64, "gone", "newcomer"), "fast")
     assert (outcome.result, outcome.skip_reason) == ("skipped", "vanished")
     assert executor.journal.paused == {}
@@ -144,7 +140,7 @@ def test_a_lost_journal_resumes_every_managed_pod_container_and_nothing_else(
         engine_of(containerd), audit, "journal lost", ContainerFreezer()
     )
     assert resumed == [held]
-    assert task_status(containerd, held) == "RUNNING" and advancing(managed, "server")
+    assert task_status(containerd, held) == "RUNNING" and runs(managed, "server")
     assert task_status(containerd, kept) == "PAUSED"
     containerd.check("tasks", "resume", kept)
 
@@ -202,7 +198,7 @@ def test_the_guard_resumes_what_a_killed_actuator_froze(
         assert not advancing(pod, "tenant"), "the guard leaves a live actuator's pause alone"
         os.kill(actuator.pid, signal.SIGKILL)
         actuator.wait(timeout=10)
-        wait_for(lambda: advancing(pod, "tenant", 0.1), 10, "the guard resumed the tenant", 0.05)
+        resumes(lambda: count(pod, "tenant"), "the guard resumed the tenant")
         wait_for(
             lambda: json.loads((state_dir / JOURNAL_FILE).read_text())["paused"] == {},
             10,

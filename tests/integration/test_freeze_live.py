@@ -1,7 +1,8 @@
 """Pausing through the cgroup, against a real private dockerd and real containers.
 
 Each tenant is a busybox shell counting into ``/tmp/c`` every 10 ms, read from the host
-through ``/proc/<pid>/root``: a counter that stops advancing is a container that is frozen.
+through ``/proc/<pid>/root`` (``tests/support/counting.py``): a counter that stops advancing
+is a container that is frozen.
 The machines these tests run on are cgroup v1 (the v1 freezer); v2 is covered by the unit
 tests' fake trees. Every container is removed, and every process started is stopped by PID.
 """
@@ -40,13 +41,14 @@ from gpuguard.actuator.safety.lease import GUARD_LEASE
 from gpuguard.demo.stack.dockerd import PrivateDockerd
 from gpuguard.demo.stack.process import ManagedProcess
 from tests.prereq import require_cgroup_freezer
+from tests.support.counting import counter_script, moved, read_counter, resumes
 from tests.unit.actuator_support import make_controller
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 MANAGED = {"gpuguard.managed": "true"}
-COUNTER = "i=0; while true; do i=$((i+1)); echo $i > /tmp/c; sleep 0.01; done"
+COUNTER = counter_script("/tmp/c")
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +67,7 @@ def tenants(docker_client: Any, base_image: str) -> Iterator[Callable[..., Any]]
             network_mode="none", name=f"{name}-{os.getpid()}",
         )  # fmt: skip
         made.append(container)
-        wait_for(lambda: count(container) > 0, 10, f"{name} counting", interval=0.02)
+        wait_for(lambda: count(container) is not None, 10, f"{name} counting", interval=0.02)
         return container
 
     yield start
@@ -80,20 +82,17 @@ def pid_of(container: Any) -> int:
     return int(container.client.api.inspect_container(container.id)["State"]["Pid"])
 
 
-def count(container: Any) -> int:
-    path = Path(f"/proc/{pid_of(container)}/root/tmp/c")
-    for _ in range(20):  # `echo >` truncates, then writes: a read in between sees nothing
-        try:
-            return int(path.read_text())
-        except (OSError, ValueError):
-            time.sleep(0.002)
-    return 0
+def count(container: Any) -> int | None:
+    return read_counter(Path(f"/proc/{pid_of(container)}/root/tmp/c"))
 
 
 def advancing(container: Any, window_s: float = 0.3) -> bool:
-    before = count(container)
-    time.sleep(window_s)
-    return count(container) > before
+    return moved(lambda: count(container), window_s)
+
+
+def runs(container: Any) -> bool:
+    """It counts again (waited for, bounded: a loaded machine may not schedule it at once)."""
+    return resumes(lambda: count(container), f"{container.name} to count again")
 
 
 def cgroup_of(container: Any) -> Cgroup:
@@ -153,7 +152,7 @@ def test_a_cgroup_freeze_stops_the_container_and_docker_shows_it_paused(
 
     # An operator's `docker unpause` resumes it: Docker froze it last, Docker thaws it.
     tenant.unpause()
-    assert advancing(tenant) and stopped(tenant) == []
+    assert runs(tenant) and stopped(tenant) == []
     assert cgroup_of(tenant).state() == THAWED
     # Reconcile forgets it; the actuator's own unpause finds nothing held.
     assert executor.paused_states([tenant.id]) == {tenant.id: False}
@@ -176,7 +175,7 @@ def test_a_brief_freeze_is_never_told_to_docker_and_a_long_one_is(
     outcome = executor.execute(unpause(tenant), "fast")
     assert (outcome.result, outcome.detail) == ("ok", "")
     assert outcome.finished - outcome.started < 0.05, "a cgroup write, not runc"
-    assert advancing(tenant) and cgroup_of(tenant).state() == THAWED
+    assert runs(tenant) and cgroup_of(tenant).state() == THAWED
     assert not docker_paused(tenant) and executor.journal.paused == {}
     told = [r for r in read_audit(tmp_path / "state" / AUDIT_FILE) if r["event"] == "runtime_pause"]
     assert [r["result"] for r in told] == ["cancelled"]
@@ -187,7 +186,7 @@ def test_a_brief_freeze_is_never_told_to_docker_and_a_long_one_is(
     assert time.monotonic() - asked >= HANDOVER_AFTER_S
     assert not advancing(tenant, 0.1)
     assert executor.execute(unpause(tenant), "fast").result == "ok"
-    assert advancing(tenant) and not docker_paused(tenant) and executor.journal.paused == {}
+    assert runs(tenant) and not docker_paused(tenant) and executor.journal.paused == {}
     # Any other pause (a task's turn, its slack) is told to Docker at once.
     outcome = executor.execute(pause(tenant), "fast")
     assert outcome.result == "ok" and outcome.frozen_at is not None
@@ -224,7 +223,7 @@ def test_a_container_being_handed_to_docker_reads_as_paused(
     executor.settle()
     assert docker_paused(tenant) and executor.paused_states([tenant.id]) == {tenant.id: True}
     assert executor.execute(unpause(tenant), "fast").result == "ok"
-    assert advancing(tenant) and executor.journal.paused == {}
+    assert runs(tenant) and executor.journal.paused == {}
 
 
 def test_ten_containers_frozen_at_once(
@@ -245,7 +244,7 @@ def test_ten_containers_frozen_at_once(
             assert all(stopped(c) == [] for c in crowd)
             outcomes = executor.execute_many([unpause(c) for c in crowd], "fast", pool)
             assert [o.result for o in outcomes] == ["ok"] * 10
-            assert all(advancing(c, 0.1) for c in crowd) and executor.journal.paused == {}
+            assert all(runs(c) for c in crowd) and executor.journal.paused == {}
     records = read_audit(tmp_path / "state" / AUDIT_FILE)
     vetted = [r for r in records if r.get("action") == "pause"][10:]
     told = [r for r in records if r["event"] == "runtime_pause"]
@@ -268,7 +267,7 @@ def test_an_unpause_right_after_a_pause_leaves_nothing_held(
     executor.settle()
     for container in crowd:
         assert not docker_paused(container) and cgroup_of(container).state() == THAWED
-        assert stopped(container) == [] and advancing(container, 0.1)
+        assert stopped(container) == [] and runs(container)
     told = [r["result"] for r in read_audit(tmp_path / "state" / AUDIT_FILE)
             if r["event"] == "runtime_pause"]  # fmt: skip
     print(f"\nhand-overs: {sorted(told)}")
@@ -292,7 +291,7 @@ def test_unmanaged_and_gpuguard_containers_are_never_frozen(
         assert reasons == [("skipped", "unmanaged")] * 2 + [("skipped", "gpuguard_component")]
     for container in everyone:
         assert cgroup_of(container).state() == THAWED and not docker_paused(container)
-        assert advancing(container, 0.1)
+        assert runs(container)
     assert executor.journal.paused == {}
 
 
@@ -306,7 +305,7 @@ def test_a_managed_tenant_claiming_a_gpuguard_role_is_frozen_as_any_tenant(
     assert executor.execute(pause(claimant), "fast").result == "ok"
     assert not advancing(claimant)
     assert executor.execute(unpause(claimant), "fast").result == "ok"
-    assert advancing(claimant)
+    assert runs(claimant)
     executor.settle()
 
 
@@ -320,7 +319,7 @@ def test_without_a_usable_cgroup_a_pause_is_docker_pause(
     assert (outcome.result, outcome.method) == ("ok", "runtime_pause")
     assert docker_paused(tenant) and not advancing(tenant)
     assert executor.execute(unpause(tenant), "fast").result == "ok"
-    assert advancing(tenant)
+    assert runs(tenant)
 
 
 # An actuator whose cgroup tree is read-only (systemd's ProtectControlGroups, a container's
@@ -369,7 +368,7 @@ def test_a_read_only_cgroup_tree_means_docker_pause(
         child.stdin.write("\n")
         child.stdin.flush()
         assert json.loads(child.stdout.readline() or "null") == ["ok", "ok"]
-        assert all(advancing(c, 0.1) for c in pair)
+        assert all(runs(c) for c in pair)
         assert child.wait(timeout=10) == 0
     finally:
         if child.poll() is None:
@@ -391,7 +390,7 @@ def test_reconcile_resumes_a_container_frozen_only_in_its_cgroup(
     controller = make_controller(tmp_path, dockerd.url)  # a new actuator on that state
     controller.executor.freezer = ContainerFreezer()
     controller.reconcile(None)  # no exporter: nothing held without knowing why
-    assert advancing(tenant) and cgroup_of(tenant).state() == THAWED
+    assert runs(tenant) and cgroup_of(tenant).state() == THAWED
     assert controller.journal.paused == {}
     records = read_audit(state_dir / AUDIT_FILE)
     assert [(r["action"], r["result"], r["reason"]) for r in records if r["event"] == "action"] == [
@@ -461,7 +460,7 @@ def test_the_guard_resumes_what_a_killed_actuator_froze_in_the_cgroup(
         assert not advancing(tenant), "the guard leaves a live actuator's pause alone"
         os.kill(actuator.pid, signal.SIGKILL)
         actuator.wait(timeout=10)
-        wait_for(lambda: advancing(tenant, 0.1), 10, "the guard resumed the tenant", 0.05)
+        resumes(lambda: count(tenant), "the guard resumed the tenant")
         assert stopped(tenant) == [] and cgroup_of(tenant).state() == THAWED
         wait_for(
             lambda: json.loads((state_dir / JOURNAL_FILE).read_text())["paused"] == {},
