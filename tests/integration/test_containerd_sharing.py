@@ -67,8 +67,10 @@ def test_pods_sharing_one_gpu_by_uuid_are_queued_against_each_other(
     ids = {}
     for i, (name, uuid, delay) in enumerate(plan):
         pod = pods(name, "systemd" if i % 2 else "cgroupfs", REAL_TIME)
+        # 6 GiB (~0.57 s of input): the window in which a waiting task must be frozen
         args = workload_args(sim, f"{name}.log", "--size", "13312", "--device", uuid,
-                             "--start-at", f"{start_at + delay:.3f}")  # fmt: skip
+                             "--memory-bytes", "6GiB", "--start-at",
+                             f"{start_at + delay:.3f}")  # fmt: skip
         env = {"NVIDIA_VISIBLE_DEVICES": uuid}
         ids[name] = pod.run_python("infer", args, [str(sim.dir)], env=env)
 

@@ -32,6 +32,20 @@ def exporter_flags() -> tuple[str, ...]:
     return ("--trust.all",)
 
 
+def events_until(
+    exporter: ExporterProcess, since: int, kind: str, timeout_s: float = 10
+) -> tuple[list[dict[str, Any]], int]:
+    """Events from ``since`` up to the first of ``kind`` (bounded), and the next cursor:
+    other events (a kernel's end, under load) may come first, in batches of their own."""
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while not any(e["type"] == kind for e in events) and time.monotonic() < deadline:
+        batch = exporter.events(since=since, timeout=2)
+        events += batch["events"]
+        since = batch["next"]
+    return events, since
+
+
 def finished_by_container(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for task in state["recent"]:
@@ -128,8 +142,8 @@ def test_pause_shows_in_metrics_and_events_and_removal_leaves_no_series(
     wait_for(lambda: exporter.state()["tasks"], timeout=20, what="task visible", interval=0.05)
     since = exporter.events()["next"]
     container.pause()
-    batch = exporter.events(since=since, timeout=10)
-    paused = [e for e in batch["events"] if e["type"] == "container_paused"]
+    events, after = events_until(exporter, since, "container_paused")
+    paused = [e for e in events if e["type"] == "container_paused"]
     assert paused and paused[0]["container_id"] == container.id and paused[0]["container"] == "held"
     wait_for(
         lambda: exporter.metric("gpuguard_container_paused", container="held") == 1,
@@ -142,12 +156,8 @@ def test_pause_shows_in_metrics_and_events_and_removal_leaves_no_series(
     state_row = next(c for c in exporter.state()["containers"] if c["name"] == "held")
     assert state_row["paused"] and state_row["deadline_error"]
     container.unpause()
-    seen: list[str] = []
-    deadline = time.monotonic() + 10
-    while "container_resumed" not in seen and time.monotonic() < deadline:
-        # other events (its kernel's end, under load) may come first, in a batch of their own
-        batch = exporter.events(since=batch["next"], timeout=2)
-        seen += [e["type"] for e in batch["events"]]
+    events, _ = events_until(exporter, after, "container_resumed")
+    seen = [e["type"] for e in events]
     assert "container_resumed" in seen, seen
 
     container.remove(force=True)

@@ -14,7 +14,15 @@ from typing import Any
 
 import docker
 import pytest
-from gpusim_support import exit_code, host_pid, mounts, read_log, wait_event, workload
+from gpusim_support import (
+    exit_code,
+    host_pid,
+    kernel_s,
+    mounts,
+    read_log,
+    wait_event,
+    workload,
+)
 
 from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.scenario import SCENARIO_LABEL, Scenario, WorkloadSpec
@@ -68,7 +76,7 @@ def test_training_loop_paused_stops_once_its_queue_drains(
     train = run_python_container(workload(sim, "train", *args), extra_mounts=mounts(sim))
     pid = host_pid(train)
     wait_event(sim, "train", "sync")
-    kernel_s = 1.0 / 4 * SCALE
+    each_kernel_s = 1.0 / 4 * SCALE
     with GpusimClient(sim.socket) as observer:
 
         def me(status: dict[str, Any]) -> dict[str, Any]:
@@ -77,8 +85,10 @@ def test_training_loop_paused_stops_once_its_queue_drains(
             return process  # type: ignore[no-any-return]
 
         train.pause()
-        paused_at = time.time()
+        asked = time.time()
         queued = me(observer.status())["kernels_queued"]
+        paused_at = time.time()  # the queue was counted between these two
+        counted_within = paused_at - asked
         # The last period the device ran it in: its sample is the newest with its PID once
         # the device has been quiet for 0.3 s (a launch the process sent just before the
         # freeze may reach the device after the queue looked empty: that one runs too).
@@ -96,7 +106,9 @@ def test_training_loop_paused_stops_once_its_queue_drains(
         print(f"\nfrozen with {queued} kernels queued; SM activity stopped {drain_s:.3f} s later")
         # The device finished what was queued at the pause (and at most one launch in
         # flight), then went idle.
-        assert drain_s == pytest.approx(queued * kernel_s, abs=2 * kernel_s + 0.05 + 0.05)
+        assert drain_s == pytest.approx(
+            queued * each_kernel_s, abs=2 * each_kernel_s + 0.05 + 0.05 + counted_within
+        )
         time.sleep(0.5)
         device = observer.sample(since_us=int(drained_at * 1e6) + 1)["devices"][0]
         assert device["utilization_ratio"] == 0.0
@@ -170,8 +182,7 @@ def test_mig_instances_isolate_containers(
     assert [exit_code(c) for c in containers.values()] == [0, 0, 0]
     seconds = {}
     for name in placed:
-        events = {e["event"]: e for e in read_log(sim, name)}
-        seconds[name] = events["kernel_end"]["t"] - events["kernel_start"]["t"]
+        seconds[name] = kernel_s({e["event"]: e for e in read_log(sim, name)})
     alone = 6 * 7 / 3 * SCALE  # a 3g instance has 3 of the GPU's 7 slices
     # a had its instance to itself; b and c shared theirs (paper B's overhead for 2).
     assert seconds["a"] == pytest.approx(alone, rel=0.1)

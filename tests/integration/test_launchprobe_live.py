@@ -19,7 +19,12 @@ from gpusim_support import workload as sim_workload
 from gpuguard.contract import EventType
 from gpuguard.demo.stack.gpusim import GpusimService
 from gpuguard.demo.stack.images import python_container_kwargs
-from gpuguard.exporter.launchprobe import LaunchProbe, LaunchSample, missing_capability
+from gpuguard.exporter.launchprobe import (
+    LaunchProbe,
+    LaunchSample,
+    ProcLaunches,
+    missing_capability,
+)
 from gpuguard.exporter.probe.build import probe_binary
 from gpuguard.gpusim.driver import LIBRARY_NAME
 from gpuguard.native import NativeBuildError
@@ -48,16 +53,25 @@ def attachable() -> Path:
 
 
 class Ticks:
-    """The probe's latest tick, for a test to wait on."""
+    """The probe's ticks, for a test to wait on: how many came, and each process's record
+    as the newest tick that held it showed it (an exited process's record goes at the
+    probe's next check, maybe before the test looks)."""
 
     def __init__(self) -> None:
-        self.last: LaunchSample | None = None
         self.count = 0
+        self.seen: dict[int, ProcLaunches] = {}
         self._lock = threading.Lock()
 
     def __call__(self, sample: LaunchSample) -> None:
         with self._lock:
-            self.last, self.count = sample, self.count + 1
+            self.count += 1
+            self.seen.update(sample.procs)
+
+    def final(self, pid: int) -> ProcLaunches:
+        """``pid``'s record once two more ticks came (one read wholly after its exit)."""
+        after = self.count
+        wait_for(lambda: self.count >= after + 2 and pid in self.seen, 5, f"process {pid}")
+        return self.seen[pid]
 
 
 def oneshot_log(sim: GpusimService, name: str, *args: str) -> list[dict[str, Any]]:
@@ -81,9 +95,7 @@ def test_probe_counts_every_call_and_times_the_task(
         log = oneshot_log(sim, "one.log", "--work-seconds", "1", "--kernels", "4",
                           "--memory-bytes", "64MiB")  # fmt: skip
         pid = log[0]["pid"]
-        wait_for(lambda: ticks.last is not None and pid in ticks.last.procs, 5, "the process")
-        # the process exits: its record goes (checked about once a second)
-        seen = ticks.last.procs[pid]  # type: ignore[union-attr]
+        seen = ticks.final(pid)
     finally:
         probe.stop()
     events = {e["event"]: e for e in log}
@@ -113,8 +125,7 @@ def test_probe_sees_the_next_runs_input_after_the_last_runs_output(
         log = oneshot_log(sim, "again.log", "--work-seconds", "0.5", "--kernels", "2",
                           "--memory-bytes", "64MiB", "--repeat", "3")  # fmt: skip
         pid = log[0]["pid"]
-        wait_for(lambda: ticks.last is not None and pid in ticks.last.procs, 5, "the process")
-        seen = ticks.last.procs[pid]  # type: ignore[union-attr]
+        seen = ticks.final(pid)
     finally:
         probe.stop()
     assert seen.inputs == 2, "runs 1 and 2 each began after an output"
@@ -409,6 +420,11 @@ class EdgeFollower:
         self._thread.join(timeout=10)
 
 
+def woken(edges: list[tuple[dict[str, Any], float]]) -> list[tuple[float, float]]:
+    """The ``woken`` server's edges: (time the exporter gave it, time the follower got it)."""
+    return [(e["ts"], got) for e, got in edges if e.get("container") == "woken"]
+
+
 @pytest.mark.parametrize("exporter_flags", [("--poll.interval=50ms", "--probe.interval=1s")])
 @pytest.mark.parametrize("io_bytes", ["0", "4KiB"], ids=["kernels-only", "copies-its-input"])
 def test_edges_are_published_at_the_launch_and_the_task_gap_not_at_the_next_read(
@@ -421,8 +437,9 @@ def test_edges_are_published_at_the_launch_and_the_task_gap_not_at_the_next_read
 ) -> None:
     """With the probe read once a second, each request's ``gpu_busy`` still comes within a
     fraction of that: the probe sends an idle process's launch at once. Requests 1.3 s
-    apart meet the read at three phases 0.3 s or more apart, so read-timed edges could not
-    all come within 0.2 s. A server that copies its input in and waits for the copy before
+    apart meet the read at three phases 0.3 s apart, so one read-timed edge would come
+    0.6 s late or more; each comes within 0.5 s here (the bound leaves a loaded machine's
+    scheduling to the follower). A server that copies its input in and waits for the copy before
     its first launch (as ``tensor.to("cuda")`` does) is idle all the same: that wait ends
     no busy period. Each ``gpu_idle`` comes as soon after the request's end: the exporter
     asks the probe for a read when the task gap after the request's last wait is over."""
@@ -436,18 +453,18 @@ def test_edges_are_published_at_the_launch_and_the_task_gap_not_at_the_next_read
             sim_workload(sim, "woken", *args), extra_mounts=sim_mounts(sim), name="woken"
         )
         assert container.wait(timeout=60)["StatusCode"] == 0
-        time.sleep(0.3)
+        wait_for(lambda: len(woken(follower.idle)) >= 3, 10, "the last request's idle edge")
     finally:
         follower.stop()
     starts = [e["start"] for e in workload_log(sim, "woken.log") if e["event"] == "request"]
-    busy = [(e["ts"], got) for e, got in follower.busy if e.get("container") == "woken"]
+    busy = woken(follower.busy)
     assert len(starts) == 3 and len(busy) == 3, (starts, busy)
     for start, (ts, got) in zip(starts, busy, strict=True):
         assert 0 <= ts - start < SLACK_S, "timed at the request's first launch"
-        assert got - start < 0.2, f"published {1000 * (got - start):.0f} ms after the launch"
+        assert got - start < 0.5, f"published {1000 * (got - start):.0f} ms after the launch"
     ends = [e["end"] for e in workload_log(sim, "woken.log") if e["event"] == "request"]
-    idle = [(e["ts"], got) for e, got in follower.idle if e.get("container") == "woken"]
+    idle = woken(follower.idle)
     assert len(idle) == 3, (ends, idle)
     for end, (ts, got) in zip(ends, idle, strict=True):
         assert abs(ts - end) < SLACK_S, "timed at the request's last wait"
-        assert got - end < 0.2, f"published {1000 * (got - end):.0f} ms after the request"
+        assert got - end < 0.5, f"published {1000 * (got - end):.0f} ms after the request"

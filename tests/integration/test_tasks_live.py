@@ -105,7 +105,8 @@ def test_looping_tenants_do_not_overtake_a_waiting_container(
     # their tasks (9.2 s measured, past its 8 s deadline)
     actuator_factory("--mode=fast")
     start_at = time.time() + 3.0
-    task = ("--work-seconds", "8", "--memory-bytes", "1GiB")  # 0.8 s kernels at SCALE
+    # 0.8 s kernels at SCALE; 3 GiB (~0.29 s of input): the window to freeze a waiting task
+    task = ("--work-seconds", "8", "--memory-bytes", "3GiB")
     loop = ("--repeat", "3", "--sleep-between", "0.1")
     for i, name in enumerate(("tenant-a", "tenant-b")):
         run_python_container(
@@ -238,7 +239,7 @@ def test_a_servers_first_request_freezes_best_effort_on_its_busy_edge(
     # the server has no task when its first request comes: its start-up (memory, no kernel)
     # ended long before, and a one-shot's task pushed it out of a one-task history; the
     # state still shows the GPU its process is on, and the first request's edge freezes the
-    # trainer inside that 50 ms request (the fast path decides on the last read; before,
+    # trainer inside that 200 ms request (the fast path decides on the last read; before,
     # only the read that followed the edge gave the server a device)
     if os.geteuid() != 0:
         unavailable("the launch probe's uprobes need root (CAP_BPF + CAP_PERFMON)")
@@ -252,7 +253,7 @@ def test_a_servers_first_request_freezes_best_effort_on_its_busy_edge(
     )  # fmt: skip
     server = run_python_container(  # its start-up at once, its first request 3 s later
         workload(sim, "server", "server", "--arrivals", "fixed", "--rate", "1",
-                 "--requests", "2", "--request-work", "0.5", "--kernels", "1", "--io-bytes", "0",
+                 "--requests", "2", "--request-work", "2", "--kernels", "1", "--io-bytes", "0",
                  "--memory-bytes", "256MiB", "--start-at", f"{start_at + 3.0:.3f}"),
         labels={**MANAGED, "gpuguard.deadline": "5s"}, extra_mounts=sim_mounts(sim),
         name="server",
@@ -263,7 +264,7 @@ def test_a_servers_first_request_freezes_best_effort_on_its_busy_edge(
         extra_mounts=sim_mounts(sim), name="oneshot",
     )  # fmt: skip
     assert oneshot.wait(timeout=60)["StatusCode"] == 0, oneshot.logs().decode()[-2000:]
-    time.sleep(max(0.0, start_at + 2.7 - time.time()))
+    time.sleep(max(0.0, start_at + 2.2 - time.time()))  # well before its first request
     doc = exporter.state()
     (seen,) = [c for c in doc["containers"] if c["name"] == "server"]
     assert not tasks_of(doc, "server", "tasks") and not tasks_of(doc, "server", "recent"), (
