@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,6 +104,28 @@ def phases(exporter: ExporterProcess, name: str) -> list[tuple[float, str]]:
         (e["ts"], e["phase"]) for e in exporter.events()["events"]
         if e["type"] == "task_phase" and e.get("container") == name
     ]  # fmt: skip
+
+
+def trace_file(sim: GpusimService, name: str, arrivals: list[Arrival]) -> Path:
+    """A server's arrivals as the workload's ``--trace`` reads them, beside the daemon."""
+    trace = sim.dir / f"{name}.trace.jsonl"
+    trace.write_text("\n".join(trace_lines(arrivals)) + "\n")
+    return trace
+
+
+def start_server(
+    sim: GpusimService,
+    run_python_container: Callable[..., Any],
+    name: str,
+    flags: list[str],
+    labels: dict[str, str],
+) -> Any:
+    """A managed gpusim server container called ``name``, logging to ``<name>.log``."""
+    module, *args = workload_args(sim, f"{name}.log", *flags)
+    return run_python_container(
+        [module, "server", *args], labels={**MANAGED, **labels}, extra_mounts=sim_mounts(sim),
+        name=name,
+    )  # fmt: skip
 
 
 def finish(*containers: Any) -> None:
@@ -278,21 +301,17 @@ def test_a_long_one_shot_never_freezes_a_server_longer_than_its_deadline(
     actuator = actuator_factory("--mode=fast")
     start_at = time.time() + 5.0
     pairs = [Arrival(1.2 * i + d, 0.15 / SCALE, 256 * 1024) for i in range(11) for d in (0, 0.3)]
-    trace = sim.dir / "srv-plain.trace.jsonl"
-    trace.write_text("\n".join(trace_lines(pairs)) + "\n")
+    trace = trace_file(sim, "srv-plain", pairs)
     plan = {
         "srv-slo": (["--arrivals", "fixed", "--rate", "1", "--request-work", f"{0.2 / SCALE:g}",
                      "--duration", "13"], {"gpuguard.deadline": "2s", **SLO}),
         "srv-plain": (["--trace", str(trace)], {"gpuguard.deadline": "2s"}),
     }  # fmt: skip
-    made = {}
-    for name, (flags, labels) in plan.items():
-        at = ("--memory-bytes", "512MiB", "--start-at", f"{start_at:.3f}")
-        module, *args = workload_args(sim, f"{name}.log", *flags, *at)
-        made[name] = run_python_container(
-            [module, "server", *args], labels={**MANAGED, **labels},
-            extra_mounts=sim_mounts(sim), name=name,
-        )  # fmt: skip
+    at = ["--memory-bytes", "512MiB", "--start-at", f"{start_at:.3f}"]
+    made = {
+        name: start_server(sim, run_python_container, name, [*flags, *at], labels)
+        for name, (flags, labels) in plan.items()
+    }
     oneshot = ["--work-seconds", f"{6.0 / SCALE:g}", "--kernels", "60",
                "--memory-bytes", "512MiB", "--start-at", f"{start_at + 5.0:.3f}"]  # fmt: skip
     made["oneshot"] = run_python_container(
@@ -353,17 +372,12 @@ def test_of_two_servers_the_request_due_first_goes_first_where_the_probe_times_b
         + [Arrival(1.8 + 0.2 * i, 0.15 / SCALE, 4096) for i in range(12)],
     }
     deadlines = {"tight": 1.5, "loose": 6.0}
+    at = ["--memory-bytes", "512MiB", "--start-at", f"{start_at:.3f}"]
     made = []
     for name, arrivals in schedules.items():
-        trace = sim.dir / f"{name}.trace.jsonl"
-        trace.write_text("\n".join(trace_lines(arrivals)) + "\n")
-        flags = ("--trace", str(trace), "--memory-bytes", "512MiB", "--start-at", f"{start_at:.3f}")
-        module, *args = workload_args(sim, f"{name}.log", *flags)
-        labels = {**MANAGED, "gpuguard.deadline": f"{deadlines[name]:g}s"}
-        container = run_python_container(
-            [module, "server", *args], labels=labels, extra_mounts=sim_mounts(sim), name=name
-        )
-        made.append(container)
+        flags = ["--trace", str(trace_file(sim, name, arrivals)), *at]
+        labels = {"gpuguard.deadline": f"{deadlines[name]:g}s"}
+        made.append(start_server(sim, run_python_container, name, flags, labels))
     finish(*made)
     requests = {
         name: [e for e in workload_log(sim, f"{name}.log") if e["event"] == "request"]

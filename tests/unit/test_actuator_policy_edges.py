@@ -272,7 +272,7 @@ def first_request(devices: list[tuple[int, int | None]] | None, gpus: list[str])
 def test_a_first_request_freezes_best_effort_on_the_devices_its_processes_are_on() -> None:
     st = first_request([(1, None)], ["all"])
     assert st.container(cid("r")).devices == ((1, None),)  # type: ignore[union-attr]
-    assert edges_of(st).busy == {(1, None)}
+    assert edges_of(st, devices_of(st)).busy == {(1, None)}
     d = run(st)
     assert acts(d) == [(PAUSE, "t")] and d.steps[0].reason == "best_effort"
 

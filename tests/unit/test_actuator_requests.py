@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuguard.actuator.admission.policy.edges import devices_of
 from gpuguard.actuator.admission.policy.requests import (
     Request,
     began_since,
@@ -94,7 +95,8 @@ def test_running_requests_are_busy_real_time_servers_seen_by_the_probe() -> None
     ]
     ts = [task(n, "computing", i) for i, n in enumerate("abcdefgh")]
     servers = {cid(n) for n in "abcdfgh"}
-    found = running_requests(state(cs, ts), servers, {cid("d")})
+    st = state(cs, ts)
+    found = running_requests(st, devices_of(st), servers, {cid("d")})
     assert list(found) == [GPU0]
     (only,) = found[GPU0]
     assert only.cid == cid("a") and only.started_at == pytest.approx(NOW - 0.01)

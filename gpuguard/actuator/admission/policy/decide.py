@@ -12,7 +12,7 @@ from dataclasses import replace
 from gpuguard.actuator.admission.policy.besteffort import plan_best_effort_rate
 from gpuguard.actuator.admission.policy.cleanup import finish, release_gone
 from gpuguard.actuator.admission.policy.devices import plan_devices
-from gpuguard.actuator.admission.policy.edges import edges_of, sample_periods
+from gpuguard.actuator.admission.policy.edges import devices_of, edges_of, sample_periods
 from gpuguard.actuator.admission.policy.precedence import servers
 from gpuguard.actuator.admission.policy.requests import running_requests
 from gpuguard.actuator.admission.policy.views import view_of
@@ -63,7 +63,8 @@ def decide(
     best_effort = [v for v in views if v.klass == PriorityClass.BEST_EFFORT]
     straight_on = recent.straight_on - unranked  # a server never yields between requests
     between = between_tasks(state, straight_on, ledger, trigger.now)
-    requests = running_requests(state, unranked, ledger.paused)
+    devices = devices_of(state)
+    requests = running_requests(state, devices, unranked, ledger.paused)
     plans = plan_devices(
         state.gpus, queued, best_effort, trigger.now, config, ledger, straight_on, between,
         slo_at_risk, requests,
@@ -71,7 +72,7 @@ def decide(
     steps = [step for plan in plans.values() for step in plan.steps]
     skips += [s for plan in plans.values() for s in plan.skips]
     due = [t for plan in plans.values() for t in plan.due]
-    edges = edges_of(state)
+    edges = edges_of(state, devices)
     # real-time work seen exactly is followed on its edges, not by the NVML law
     realtime = frozenset(k for k, plan in plans.items() if plan.realtime_busy - edges.containers)
     be = plan_best_effort_rate(

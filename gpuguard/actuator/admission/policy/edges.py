@@ -7,7 +7,7 @@ Why: docs/design-notes.md, "Best-effort on busy/idle edges".
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuguard.actuator.state import Activity, Container, DeviceKey, ExporterState, Gpu, Task
@@ -118,10 +118,9 @@ def devices_of(state: ExporterState) -> dict[str, set[DeviceKey]]:
     return devices
 
 
-def edges_of(state: ExporterState) -> Edges:
+def edges_of(state: ExporterState, devices: Mapping[str, Collection[DeviceKey]]) -> Edges:
     """Which devices exact real-time work holds now, and since when the idle ones are idle.
-    A container's devices are ``devices_of``'s."""
-    devices = devices_of(state)
+    ``devices``: ``devices_of(state)``."""
     exact: set[str] = set()
     busy: set[DeviceKey] = set()
     idle: dict[DeviceKey, float] = {}

@@ -10,10 +10,9 @@ docs/design-notes.md, "Two servers seen exactly: the sooner request first".
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuguard.actuator.admission.policy.edges import devices_of
 from gpuguard.actuator.admission.policy.order import CLASS_RANK
 from gpuguard.actuator.admission.policy.views import own_deadline
 from gpuguard.actuator.state import Container, DeviceKey, ExporterState
@@ -53,11 +52,14 @@ def timed_by_launches(container: Container | None) -> bool:
 
 
 def running_requests(
-    state: ExporterState, servers: Collection[str], paused: Collection[str]
+    state: ExporterState,
+    devices: Mapping[str, Collection[DeviceKey]],
+    servers: Collection[str],
+    paused: Collection[str],
 ) -> dict[DeviceKey, tuple[Request, ...]]:
     """Device -> the busy periods of ``servers`` the launch probe times there: real-time,
-    with a deadline, busy, and paused neither by Docker nor by this actuator (``paused``)."""
-    devices = devices_of(state)
+    with a deadline, busy, and paused neither by Docker nor by this actuator (``paused``).
+    ``devices``: ``devices_of(state)``."""
     found: dict[DeviceKey, list[Request]] = {}
     for c in state.containers:
         activity = c.activity if timed_by_launches(c) else None
